@@ -1,0 +1,279 @@
+/*
+ * The ferry transport contract (byte transfer layer).
+ *
+ * A component (one per transport: self, sm, tcp, ofi) registers its parameters
+ * and opens zero or more modules. A module moves bytes to the endpoints it
+ * created in add_procs: active messages addressed by an 8-bit tag, and RDMA
+ * put/get on registered memory. Its limits and capabilities are data
+ * (ferry_btl_attr_t); the layer above chooses from them and never checks a
+ * transport's name.
+ *
+ * Rules every transport keeps:
+ * - Nothing blocks. Out of descriptors, alloc/prepare_src/sendi return
+ *   FERRY_ERR_NO_RESOURCE; out of credits, send queues the fragment on the
+ *   endpoint and progress drains it in order. Nothing accepted is dropped.
+ * - Fragments from one module to one endpoint arrive in the order sent.
+ * - Callbacks (receive, completion, error) run only from progress, flush,
+ *   del_procs or finalize, never from inside the call that started the work.
+ * - Bytes from a peer are untrusted; every length, tag, key and bound is
+ *   checked before use.
+ * - Remote memory is touched only after the remote address range has been
+ *   checked against a registration of the target (key, bounds, access).
+ */
+#ifndef FERRY_BTL_H
+#define FERRY_BTL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <ferry/dt.h>
+#include <ferry/ferry.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ferry_btl_module ferry_btl_module_t;
+typedef struct ferry_btl_endpoint ferry_btl_endpoint_t; /* defined by each transport */
+typedef struct ferry_btl_desc ferry_btl_desc_t;
+typedef struct ferry_btl_reg ferry_btl_reg_t;
+struct ferry_bitmap;
+
+/* Tags 0 .. FERRY_BTL_TAG_USER_MAX are for the layers above; the rest belong
+ * to ferry (FERRY_BTL_TAG_FERRY_MIN .. FERRY_BTL_TAG_BTL_MIN-1 for the runtime,
+ * FERRY_BTL_TAG_BTL_MIN .. 255 for transport control such as credits). */
+#define FERRY_BTL_TAG_USER_MAX FERRY_AM_TAG_MAX
+#define FERRY_BTL_TAG_FERRY_MIN (FERRY_AM_TAG_MAX + 1)
+#define FERRY_BTL_TAG_BTL_MIN 240
+#define FERRY_BTL_TAG_COUNT 256
+
+/* Largest registration key a transport may put into a segment. */
+#define FERRY_BTL_KEY_MAX 32
+
+/* Capability flags. */
+enum {
+    FERRY_BTL_FLAG_SEND = 1u << 0,         /* active messages */
+    FERRY_BTL_FLAG_SEND_INPLACE = 1u << 1, /* prepare_src may send from user memory */
+    FERRY_BTL_FLAG_PUT = 1u << 2,
+    FERRY_BTL_FLAG_GET = 1u << 3,
+    FERRY_BTL_FLAG_ATOMICS = 1u << 4,
+    FERRY_BTL_FLAG_SENDI = 1u << 5 /* sendi can succeed (not the unsupported stub) */
+};
+
+/* Limits and capabilities, as data. */
+typedef struct ferry_btl_attr {
+    const char *name;               /* transport name, e.g. "self" */
+    size_t eager_limit;             /* largest fragment (reserve + payload) sent eagerly */
+    size_t max_send_size;           /* largest fragment of one send */
+    size_t rdma_pipeline_frag_size; /* size of each piece of a pipelined large transfer */
+    size_t min_rdma_size;           /* below this, send is preferred to put/get */
+    size_t max_rdma_size;           /* largest single put or get */
+    uint32_t exclusivity;           /* higher wins when several reach a peer */
+    uint32_t latency;               /* nominal half round trip, ns */
+    uint32_t bandwidth;             /* nominal bandwidth, MB/s */
+    uint32_t flags;                 /* FERRY_BTL_FLAG_* */
+    size_t reg_handle_size;         /* bytes of key a registration needs (<= KEY_MAX) */
+} ferry_btl_attr_t;
+
+/* A piece of memory. Local segments hold a pointer (ferry_btl_seg_ptr);
+ * remote segments hold the peer's address and the key of its registration. */
+typedef struct ferry_btl_segment {
+    uint64_t addr;
+    size_t len;
+    uint8_t key[FERRY_BTL_KEY_MAX];
+} ferry_btl_segment_t;
+
+static inline void *ferry_btl_seg_ptr(const ferry_btl_segment_t *seg)
+{
+    return (void *)(uintptr_t)seg->addr;
+}
+
+/* A registration of local memory with one module. key is what a peer puts in
+ * a remote segment to address it. Allocated and owned by the transport. */
+struct ferry_btl_reg {
+    void *base;
+    size_t len;
+    uint32_t access; /* FERRY_ACCESS_* */
+    uint8_t key[FERRY_BTL_KEY_MAX];
+};
+
+/* Completion of a send, put or get. status is FERRY_OK, or the error that
+ * ended the operation (FERRY_ERR_UNREACH when the peer failed, FERRY_ERR_ACCESS
+ * when the target refused the address range). */
+typedef void (*ferry_btl_comp_cb_t)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                                    ferry_btl_desc_t *des, int status);
+
+/* Descriptor flags. */
+enum {
+    /* The transport returns the descriptor to its pool after completion (after
+     * the callback, if any). Without it the owner calls free. */
+    FERRY_BTL_DES_OWNERSHIP = 1u << 0,
+    /* Set by the transport while a descriptor is in flight. */
+    FERRY_BTL_DES_INFLIGHT = 1u << 1
+};
+
+/* A descriptor: the seed's base descriptor. For send and put, src is local
+ * memory and dst (put only) the remote segment; for get, src is the remote
+ * segment and dst local memory. Transports allocate descriptors; the layer
+ * above fills the remote segment, flags, cbfunc and cbdata. A descriptor from
+ * prepare_src always has room for one dst segment, and one from prepare_dst
+ * room for one src segment: for put/get the caller fills that segment and
+ * sets its count to 1. */
+struct ferry_btl_desc {
+    ferry_btl_segment_t *src;
+    unsigned src_cnt;
+    ferry_btl_segment_t *dst;
+    unsigned dst_cnt;
+    uint32_t flags;
+    ferry_btl_comp_cb_t cbfunc; /* may be NULL */
+    void *cbdata;
+};
+
+/* What an active-message handler sees. The segments are valid only until the
+ * handler returns. */
+typedef struct ferry_btl_recv_desc {
+    ferry_btl_endpoint_t *ep;
+    int peer; /* rank of the sender */
+    uint8_t tag;
+    const ferry_btl_segment_t *segs;
+    unsigned seg_cnt;
+} ferry_btl_recv_desc_t;
+
+typedef void (*ferry_btl_am_cb_t)(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd,
+                                  void *cbdata);
+
+/* Peer failure (peer >= 0) or fatal module error (peer -1). msg says what
+ * happened, for the log. */
+typedef void (*ferry_btl_error_cb_t)(ferry_btl_module_t *btl, int status, int peer,
+                                     const char *msg, void *cbdata);
+
+/* A process given to add_procs. */
+typedef struct ferry_btl_proc {
+    int rank;
+    bool same_host; /* shares this host's memory and kernel */
+} ferry_btl_proc_t;
+
+/* prepare_src / prepare_dst flags. */
+enum {
+    /* The descriptor is for put/get: describe the user's memory in place
+     * (contiguous data only), registering it if reg is NULL. */
+    FERRY_BTL_PREP_RDMA = 1u << 8
+};
+
+typedef struct ferry_btl_ops {
+    /* Creates (lazily connecting) endpoints for n processes; eps_out[i] is set
+     * and bit i of reachable set for each one this module can reach, others
+     * get NULL. Adding a process twice returns the same endpoint. */
+    int (*add_procs)(ferry_btl_module_t *btl, size_t n, const ferry_btl_proc_t *procs,
+                     ferry_btl_endpoint_t **eps_out, struct ferry_bitmap *reachable);
+
+    /* Tears the endpoints down. Everything pending on them completes with
+     * FERRY_ERR_UNREACH (seed: not done). Entries may be NULL. */
+    int (*del_procs)(ferry_btl_module_t *btl, size_t n, ferry_btl_endpoint_t **eps);
+
+    /* Sets the active-message handler of a tag (cb NULL clears it). Tags from
+     * FERRY_BTL_TAG_BTL_MIN are refused with FERRY_ERR_INVALID. */
+    int (*register_am)(ferry_btl_module_t *btl, uint8_t tag, ferry_btl_am_cb_t cb,
+                       void *cbdata);
+
+    /* Sets the error callback (seed: absent). */
+    int (*register_error)(ferry_btl_module_t *btl, ferry_btl_error_cb_t cb, void *cbdata);
+
+    /* Completes or cancels outstanding work, releases every resource and frees
+     * the module. Safe on a half-built module. */
+    int (*finalize)(ferry_btl_module_t *btl);
+
+    /* A send descriptor with one src segment of size bytes, from the eager pool
+     * when size <= eager_limit, else the max pool. size > max_send_size is
+     * FERRY_ERR_INVALID; an exhausted pool FERRY_ERR_NO_RESOURCE. */
+    int (*alloc)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, size_t size,
+                 uint32_t flags, ferry_btl_desc_t **des_out);
+
+    /* Returns a descriptor (from alloc, prepare_src or prepare_dst) that is not
+     * in flight. Anything else is FERRY_ERR_INVALID. */
+    int (*free)(ferry_btl_module_t *btl, ferry_btl_desc_t *des);
+
+    /* Packs up to *size bytes from conv into a fragment after reserve header
+     * bytes (src[0] covers reserve + packed bytes; the reserve is the caller's
+     * to fill), truncating to what fits in max_send_size, and sets *size to the
+     * bytes packed. With FERRY_BTL_PREP_RDMA (or contiguous data, no reserve,
+     * and reg given or *size > max_send_size) src[0] describes the user's memory
+     * in place instead. */
+    int (*prepare_src)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_reg_t *reg,
+                       ferry_convertor_t *conv, size_t reserve, size_t *size, uint32_t flags,
+                       ferry_btl_desc_t **des_out);
+
+    /* A descriptor whose dst[0] describes contiguous receive memory at the
+     * convertor's cursor, *size bytes, with its registration key (registering
+     * it if reg is NULL). */
+    int (*prepare_dst)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_reg_t *reg,
+                       ferry_convertor_t *conv, size_t reserve, size_t *size, uint32_t flags,
+                       ferry_btl_desc_t **des_out);
+
+    /* Sends src[0] under tag. Accepted (FERRY_OK): sent or queued on the
+     * endpoint; cbfunc runs on completion. Errors leave the descriptor with the
+     * caller. Tags from FERRY_BTL_TAG_BTL_MIN are FERRY_ERR_INVALID. */
+    int (*send)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des,
+                uint8_t tag);
+
+    /* Inline send of header then payload as one message, copied before return,
+     * or FERRY_ERR_NO_RESOURCE with nothing sent (also when earlier sends are
+     * queued, to keep order). */
+    int (*sendi)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void *header,
+                 size_t header_len, const void *payload, size_t payload_len, uint8_t tag);
+
+    /* Writes src[0] (local) to dst[0] (remote). len must match and be <=
+     * max_rdma_size. */
+    int (*put)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
+
+    /* Reads src[0] (remote) into dst[0] (local). */
+    int (*get)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
+
+    /* Registers memory for RDMA with FERRY_ACCESS_* rights. ep may be NULL. */
+    int (*register_mem)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *base,
+                        size_t len, uint32_t access, ferry_btl_reg_t **reg_out);
+
+    /* Releases a registration; later accesses through its key are refused. */
+    int (*deregister_mem)(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
+
+    /* Progresses until every put/get started on ep (all endpoints when NULL)
+     * has completed. */
+    int (*flush)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep);
+
+    /* Polls once; returns events handled (>= 0) or a negative status. */
+    int (*progress)(ferry_btl_module_t *btl);
+
+    /* Logs the state of ep (all endpoints when NULL) for diagnostics. */
+    void (*dump)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, int verbose);
+} ferry_btl_ops_t;
+
+/* What every module starts with. */
+struct ferry_btl_module {
+    ferry_btl_attr_t attr;
+    const ferry_btl_ops_t *ops;
+    ferry_ctx_t *ctx;
+    const struct ferry_btl_component *component;
+    struct {
+        ferry_btl_am_cb_t cb;
+        void *cbdata;
+    } am[FERRY_BTL_TAG_COUNT];
+    ferry_btl_error_cb_t error_cb;
+    void *error_cbdata;
+};
+
+/* One per transport: registers its parameters, and opens its modules (none
+ * when the transport cannot run here; it then logs why). open publishes the
+ * modules' addresses in the modex before returning. */
+typedef struct ferry_btl_component {
+    const char *name;
+    const char *description;
+    int (*register_params)(ferry_ctx_t *ctx);
+    int (*open)(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *count_out);
+} ferry_btl_component_t;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FERRY_BTL_H */

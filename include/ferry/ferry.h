@@ -1,0 +1,211 @@
+/*
+ * ferry: active messages and RDMA put/get between processes.
+ *
+ * Threading: a context is used by one thread at a time. FERRY_THREAD_SINGLE,
+ * FERRY_THREAD_FUNNELED and FERRY_THREAD_SERIALIZED are supported;
+ * FERRY_THREAD_MULTIPLE is refused by ferry_init with FERRY_ERR_NOT_SUPPORTED.
+ *
+ * Progress is explicit: nothing moves and no callback runs unless the
+ * application calls ferry_progress() (or a call documented to progress, such
+ * as ferry_flush or ferry_finalize). Callbacks are never invoked from inside
+ * the call that started an operation.
+ *
+ * Every function returns a ferry status: FERRY_OK (0) or a negative
+ * FERRY_ERR_* code; ferry_strerror() names it.
+ */
+#ifndef FERRY_FERRY_H
+#define FERRY_FERRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FERRY_VERSION_MAJOR 0
+#define FERRY_VERSION_MINOR 1
+
+/* Status codes. Success is zero, errors are negative and stable. */
+enum {
+    FERRY_OK = 0,
+    FERRY_ERR = -1,              /* unspecified failure (see the log) */
+    FERRY_ERR_NO_RESOURCE = -2,  /* temporarily out of resources: progress and retry */
+    FERRY_ERR_INVALID = -3,      /* an argument or parameter value is invalid */
+    FERRY_ERR_NOT_SUPPORTED = -4,/* the operation or mode is not supported */
+    FERRY_ERR_UNREACH = -5,      /* the peer cannot be reached or has failed */
+    FERRY_ERR_NO_MEMORY = -6,    /* memory allocation failed */
+    FERRY_ERR_ACCESS = -7,       /* remote memory access outside a registration or its rights */
+    FERRY_ERR_TRUNCATE = -8,     /* data larger than the space offered */
+    FERRY_ERR_TIMEOUT = -9,      /* a bounded wait ran out */
+    FERRY_ERR_PROTO = -10,       /* a peer or launcher sent malformed data */
+    FERRY_ERR_IO = -11,          /* an operating-system call failed */
+    FERRY_ERR_BUSY = -12,        /* the object is in use */
+    FERRY_ERR_NOT_FOUND = -13,   /* no such key, tag, peer or parameter */
+    FERRY_ERR_CANCELED = -14,    /* the operation was canceled by teardown */
+    FERRY_ERR_LAUNCHER = -15,    /* the launcher (PMI) failed or is absent */
+    FERRY_ERR_LAST = -16
+};
+
+/* Returns a static, human-readable name for a status; never NULL. */
+const char *ferry_strerror(int status);
+
+/* Threading levels, as in MPI. */
+typedef enum {
+    FERRY_THREAD_SINGLE = 0,     /* only one thread exists */
+    FERRY_THREAD_FUNNELED = 1,   /* only the thread that called ferry_init calls ferry */
+    FERRY_THREAD_SERIALIZED = 2, /* any thread, never two at once */
+    FERRY_THREAD_MULTIPLE = 3    /* concurrent calls: not supported, refused at init */
+} ferry_thread_level_t;
+
+typedef struct ferry_ctx ferry_ctx_t;
+
+typedef struct ferry_init_params {
+    ferry_thread_level_t thread_level; /* required level; MULTIPLE is refused */
+    const char *transports; /* comma list ("self,sm"); NULL: FERRY_BTL, else all built */
+} ferry_init_params_t;
+
+/*
+ * Creates a context: reads FERRY_* parameters (a bad value fails with
+ * FERRY_ERR_INVALID and a message naming the variable), joins the job through
+ * the launcher found in the environment (ferryrun or another PMI-1 server;
+ * without one, a singleton of size 1), opens the transports and exchanges
+ * their addresses. params may be NULL for the defaults (SINGLE, all
+ * transports). On success *ctx_out is set; on failure it is untouched.
+ * Collective: every rank of the job must call it.
+ */
+int ferry_init(const ferry_init_params_t *params, ferry_ctx_t **ctx_out);
+
+/*
+ * Completes or cancels everything outstanding (callbacks run with
+ * FERRY_ERR_CANCELED for what was canceled), waits at a barrier with the other
+ * ranks, closes the transports and frees the context. ctx may be NULL.
+ * Collective.
+ */
+int ferry_finalize(ferry_ctx_t *ctx);
+
+/* This process's rank in [0, size) and the job size. */
+int ferry_rank(const ferry_ctx_t *ctx);
+int ferry_size(const ferry_ctx_t *ctx);
+
+/*
+ * Polls every transport once. Returns the number of events handled (>= 0),
+ * or a negative status on a fatal error. Called from inside a ferry callback
+ * it returns 0 without progressing (no recursion).
+ */
+int ferry_progress(ferry_ctx_t *ctx);
+
+/* Blocks, progressing, until every rank has entered the barrier. Fails with
+ * FERRY_ERR_UNREACH when a rank it waits for has failed. */
+int ferry_barrier(ferry_ctx_t *ctx);
+
+/*
+ * Called from progress when a peer fails (peer >= 0: it died or broke the
+ * protocol; everything pending to it completes with FERRY_ERR_UNREACH and
+ * later operations to it return FERRY_ERR_UNREACH) or when a transport fails
+ * as a whole (peer -1). msg says what happened. Without a callback, ferry
+ * logs the failure and carries on with the other peers.
+ */
+typedef void (*ferry_error_cb_t)(ferry_ctx_t *ctx, int peer, int status, const char *msg,
+                                 void *arg);
+
+/* Sets (or with cb NULL, clears) the error callback. */
+int ferry_set_error_cb(ferry_ctx_t *ctx, ferry_error_cb_t cb, void *arg);
+
+/* ---- Memory registration ---------------------------------------------- */
+
+enum {
+    FERRY_ACCESS_LOCAL = 1u << 0,        /* local source or sink of put/get */
+    FERRY_ACCESS_REMOTE_READ = 1u << 1,  /* peers may get from it */
+    FERRY_ACCESS_REMOTE_WRITE = 1u << 2  /* peers may put into it */
+};
+
+typedef struct ferry_mem ferry_mem_t;
+
+/* Largest packed remote key; a ferry_rkey_t can be sent as plain bytes. */
+#define FERRY_RKEY_SIZE 256
+
+/* A remote key: what a peer needs to address registered memory. Opaque bytes,
+ * valid until the owner deregisters the memory. */
+typedef struct ferry_rkey {
+    uint8_t bytes[FERRY_RKEY_SIZE];
+} ferry_rkey_t;
+
+/*
+ * Registers [addr, addr + len) with every transport able to do RDMA, with the
+ * given FERRY_ACCESS_* rights. len 0 or addr NULL is FERRY_ERR_INVALID.
+ */
+int ferry_mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access,
+                       ferry_mem_t **mem_out);
+
+/* Releases a registration. Operations still in flight on it must have
+ * completed. mem may be NULL. */
+int ferry_mem_deregister(ferry_ctx_t *ctx, ferry_mem_t *mem);
+
+/* Writes the remote key of a registration, for sending to peers. */
+int ferry_mem_rkey(const ferry_mem_t *mem, ferry_rkey_t *rkey_out);
+
+/* ---- Active messages ---------------------------------------------------- */
+
+/* Application tags are 0 .. FERRY_AM_TAG_MAX; tags above are ferry's own. */
+#define FERRY_AM_TAG_MAX 191
+
+/*
+ * Called from ferry_progress for each message with the registered tag. data is
+ * valid only until the callback returns. The callback may send; its call to
+ * ferry_progress does nothing.
+ */
+typedef void (*ferry_am_cb_t)(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data,
+                              size_t len, void *arg);
+
+/* Sets (or with cb NULL, clears) the handler of an application tag. Register
+ * handlers before peers may send (for example before a ferry_barrier): a
+ * message for a tag without a handler is dropped with a warning. */
+int ferry_am_register(ferry_ctx_t *ctx, uint8_t tag, ferry_am_cb_t cb, void *arg);
+
+/* Largest active message that can go to dst (the transport's max send size
+ * less ferry's header), or a negative status. */
+long ferry_am_max_size(ferry_ctx_t *ctx, int dst);
+
+/*
+ * Sends len bytes to dst under tag. The data is copied or sent before the call
+ * returns, so the buffer may be reused at once. Returns FERRY_ERR_NO_RESOURCE
+ * when the transport is out of buffers or credits: call ferry_progress and
+ * retry; nothing was sent. Messages from one sender to one receiver are
+ * delivered in the order sent. len above ferry_am_max_size is
+ * FERRY_ERR_INVALID.
+ */
+int ferry_am_send(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size_t len);
+
+/* ---- One-sided put and get --------------------------------------------- */
+
+/* Completion of a put or get: status is FERRY_OK or the error that ended it.
+ * Runs from ferry_progress, ferry_flush or ferry_finalize. */
+typedef void (*ferry_comp_cb_t)(void *arg, int status);
+
+/*
+ * Copies len bytes from local buf to remote address raddr in the memory that
+ * rkey describes on rank dst. local may be NULL (ferry registers buf for the
+ * duration) or a registration covering buf. The buffer must stay untouched
+ * until the completion callback (cb may be NULL; ferry_flush then tells when
+ * it is done). An address range outside the remote registration, or without
+ * REMOTE_WRITE access, is refused with FERRY_ERR_ACCESS, either returned here
+ * or passed to the callback. Any length is accepted; ferry splits large ones.
+ */
+int ferry_put(ferry_ctx_t *ctx, int dst, const void *buf, size_t len, ferry_mem_t *local,
+              uint64_t raddr, const ferry_rkey_t *rkey, ferry_comp_cb_t cb, void *arg);
+
+/* As ferry_put, in the other direction: remote [raddr, raddr+len) into buf.
+ * Needs REMOTE_READ access. */
+int ferry_get(ferry_ctx_t *ctx, int dst, void *buf, size_t len, ferry_mem_t *local,
+              uint64_t raddr, const ferry_rkey_t *rkey, ferry_comp_cb_t cb, void *arg);
+
+/* Progresses until every put and get to dst (or to all peers when dst is -1)
+ * has completed. Returns the first error seen among them, or FERRY_OK. */
+int ferry_flush(ferry_ctx_t *ctx, int dst);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FERRY_FERRY_H */

@@ -1,0 +1,528 @@
+/*
+ * Parameter registry. Each registration reads FERRY_<NAME> from the
+ * environment, parses it strictly (the whole text must parse, overflow is an
+ * error, ranges are checked) and records the value and its default as text so
+ * ferry_info can list them.
+ */
+#include "rt/params.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <ferry/ferry.h>
+
+/* Enough for any formatted integer, size or boolean. */
+#define PARAM_NUM_TEXT 32
+/* How much of a bad environment value is echoed in an error message. */
+#define PARAM_ECHO_MAX 64
+
+/* ---- Parsers -------------------------------------------------------------- */
+
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Parses an unsigned decimal or 0x-hexadecimal number at *pp, advancing *pp
+ * past it. Fails on no digits or on overflow of uint64_t. */
+static int parse_u64(const char **pp, uint64_t *out)
+{
+    const char *p = *pp;
+    unsigned base = 10;
+    uint64_t v = 0;
+    const char *digits;
+
+    if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) {
+        base = 16;
+        p += 2;
+    }
+    digits = p;
+    for (;; p++) {
+        int d = hex_digit(*p);
+        if (d < 0 || (unsigned)d >= base)
+            break;
+        if (v > (UINT64_MAX - (unsigned)d) / base)
+            return FERRY_ERR_INVALID;
+        v = v * base + (unsigned)d;
+    }
+    if (p == digits)
+        return FERRY_ERR_INVALID;
+    *pp = p;
+    *out = v;
+    return FERRY_OK;
+}
+
+int rt_param_parse_int(const char *text, long long *out)
+{
+    const char *p = text;
+    bool neg = false;
+    uint64_t mag;
+
+    if (text == NULL)
+        return FERRY_ERR_INVALID;
+    if (*p == '-' || *p == '+') {
+        neg = *p == '-';
+        p++;
+    }
+    if (parse_u64(&p, &mag) != FERRY_OK || *p != '\0')
+        return FERRY_ERR_INVALID;
+    if (neg) {
+        if (mag > (uint64_t)LLONG_MAX + 1)
+            return FERRY_ERR_INVALID;
+        /* Negate in unsigned arithmetic so LLONG_MIN does not overflow. */
+        *out = mag == (uint64_t)LLONG_MAX + 1 ? LLONG_MIN : -(long long)mag;
+    } else {
+        if (mag > (uint64_t)LLONG_MAX)
+            return FERRY_ERR_INVALID;
+        *out = (long long)mag;
+    }
+    return FERRY_OK;
+}
+
+int rt_param_parse_size(const char *text, size_t *out)
+{
+    const char *p = text;
+    uint64_t v;
+    unsigned shift = 0;
+
+    /* No sign is accepted: a negative size is refused rather than wrapped. */
+    if (text == NULL || parse_u64(&p, &v) != FERRY_OK)
+        return FERRY_ERR_INVALID;
+    switch (*p) {
+    case 'k':
+    case 'K':
+        shift = 10;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        break;
+    default:
+        break;
+    }
+    if (shift != 0) {
+        p++;
+        /* "64k", "64kb" and "64KiB" all mean 65536. */
+        if (*p == 'i' || *p == 'I') {
+            p++;
+            if (*p != 'b' && *p != 'B')
+                return FERRY_ERR_INVALID;
+        }
+        if (*p == 'b' || *p == 'B')
+            p++;
+    }
+    if (*p != '\0')
+        return FERRY_ERR_INVALID;
+    if (v > (UINT64_MAX >> shift))
+        return FERRY_ERR_INVALID;
+    v <<= shift;
+    if (v > SIZE_MAX)
+        return FERRY_ERR_INVALID;
+    *out = (size_t)v;
+    return FERRY_OK;
+}
+
+int rt_param_parse_bool(const char *text, bool *out)
+{
+    static const char *const yes[] = {"1", "true", "yes", "on"};
+    static const char *const no[] = {"0", "false", "no", "off"};
+
+    if (text == NULL)
+        return FERRY_ERR_INVALID;
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+        if (strcasecmp(text, yes[i]) == 0) {
+            *out = true;
+            return FERRY_OK;
+        }
+        if (strcasecmp(text, no[i]) == 0) {
+            *out = false;
+            return FERRY_OK;
+        }
+    }
+    return FERRY_ERR_INVALID;
+}
+
+/* ---- Registry ------------------------------------------------------------- */
+
+void rt_params_init(rt_params_t *params, const rt_log_t *log)
+{
+    params->head = NULL;
+    params->tail = NULL;
+    params->log = log;
+}
+
+static void param_free(rt_param_t *p)
+{
+    free(p->name);
+    free(p->env);
+    free(p->help);
+    free(p->def_text);
+    free(p->value_text);
+    free(p);
+}
+
+void rt_params_fini(rt_params_t *params)
+{
+    rt_param_t *p = params->head;
+
+    while (p != NULL) {
+        rt_param_t *next = p->next;
+        param_free(p);
+        p = next;
+    }
+    params->head = NULL;
+    params->tail = NULL;
+}
+
+const rt_param_t *rt_param_find(const rt_params_t *params, const char *name)
+{
+    if (name == NULL)
+        return NULL;
+    for (const rt_param_t *p = params->head; p != NULL; p = p->next) {
+        if (strcmp(p->name, name) == 0)
+            return p;
+    }
+    return NULL;
+}
+
+static bool name_valid(const char *name)
+{
+    if (name == NULL || *name == '\0')
+        return false;
+    for (const char *c = name; *c != '\0'; c++) {
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_'))
+            return false;
+    }
+    return true;
+}
+
+/* Copies text for an error message: at most PARAM_ECHO_MAX characters, with
+ * anything unprintable replaced, since environment values are untrusted. */
+static void echo_value(const char *text, char *buf, size_t size)
+{
+    size_t n = 0;
+
+    for (; text[n] != '\0' && n < PARAM_ECHO_MAX && n + 4 < size; n++)
+        buf[n] = (text[n] >= 0x20 && text[n] < 0x7f) ? text[n] : '?';
+    if (text[n] != '\0' && n + 4 <= size) {
+        memcpy(buf + n, "...", 3);
+        n += 3;
+    }
+    buf[n] = '\0';
+}
+
+static const char *type_name(rt_param_type_t type)
+{
+    switch (type) {
+    case RT_PARAM_INT:
+        return "integer";
+    case RT_PARAM_SIZE:
+        return "size";
+    case RT_PARAM_BOOL:
+        return "boolean";
+    case RT_PARAM_STRING:
+        return "string";
+    }
+    return "?";
+}
+
+/*
+ * Common first half of every registration. Returns FERRY_OK with *existing_out
+ * set when the name is already registered (with the same type), FERRY_OK with
+ * *param_out set to a new unlinked parameter holding name, env and help, or an
+ * error.
+ */
+static int param_begin(rt_params_t *params, const char *name, rt_param_type_t type,
+                       const char *help, const rt_param_t **existing_out,
+                       rt_param_t **param_out)
+{
+    const rt_param_t *old;
+    rt_param_t *p;
+
+    *existing_out = NULL;
+    *param_out = NULL;
+    if (!name_valid(name)) {
+        char echo[PARAM_ECHO_MAX + 8];
+        echo_value(name != NULL ? name : "(null)", echo, sizeof(echo));
+        rt_log(params->log, RT_LOG_ERROR, "parameter name '%s' is invalid (expected [a-z0-9_]+)",
+               echo);
+        return FERRY_ERR_INVALID;
+    }
+    old = rt_param_find(params, name);
+    if (old != NULL) {
+        if (old->type != type) {
+            rt_log(params->log, RT_LOG_ERROR,
+                   "parameter '%s' registered as a %s and again as a %s", name,
+                   type_name(old->type), type_name(type));
+            return FERRY_ERR_INVALID;
+        }
+        *existing_out = old;
+        return FERRY_OK;
+    }
+
+    p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    p->type = type;
+    p->name = strdup(name);
+    p->help = strdup(help != NULL ? help : "");
+    p->env = malloc(strlen("FERRY_") + strlen(name) + 1);
+    if (p->name == NULL || p->help == NULL || p->env == NULL) {
+        param_free(p);
+        return FERRY_ERR_NO_MEMORY;
+    }
+    strcpy(p->env, "FERRY_");
+    for (size_t i = 0; name[i] != '\0'; i++) {
+        char c = name[i];
+        p->env[6 + i] = (c >= 'a' && c <= 'z') ? (char)(c - 'a' + 'A') : c;
+    }
+    p->env[6 + strlen(name)] = '\0';
+    *param_out = p;
+    return FERRY_OK;
+}
+
+/* Stores the textual forms and links the parameter at the tail. Frees it on
+ * failure. */
+static int param_finish(rt_params_t *params, rt_param_t *p, const char *def_text,
+                        const char *value_text)
+{
+    p->def_text = strdup(def_text);
+    p->value_text = strdup(value_text);
+    if (p->def_text == NULL || p->value_text == NULL) {
+        param_free(p);
+        return FERRY_ERR_NO_MEMORY;
+    }
+    if (params->tail != NULL)
+        params->tail->next = p;
+    else
+        params->head = p;
+    params->tail = p;
+    return FERRY_OK;
+}
+
+static int param_bad_value(rt_params_t *params, const rt_param_t *p, const char *text,
+                           const char *expected)
+{
+    char echo[PARAM_ECHO_MAX + 8];
+
+    echo_value(text, echo, sizeof(echo));
+    rt_log(params->log, RT_LOG_ERROR, "%s='%s' is not %s", p->env, echo, expected);
+    return FERRY_ERR_INVALID;
+}
+
+/* Warns when a second registration disagrees with the first: harmless, but a
+ * sign that two components document one tunable differently. */
+static void param_check_same_default(rt_params_t *params, const rt_param_t *old,
+                                     const char *def_text)
+{
+    if (strcmp(old->def_text, def_text) != 0)
+        rt_log(params->log, RT_LOG_WARN,
+               "parameter '%s' registered again with default '%s' (first: '%s'); "
+               "keeping the first",
+               old->name, def_text, old->def_text);
+}
+
+int rt_param_register_int(rt_params_t *params, const char *name, long long def, long long min,
+                          long long max, const char *help, long long *value_out)
+{
+    const rt_param_t *old;
+    rt_param_t *p;
+    const char *env;
+    long long v = def;
+    char def_text[PARAM_NUM_TEXT];
+    char val_text[PARAM_NUM_TEXT];
+    int rc;
+
+    rc = param_begin(params, name, RT_PARAM_INT, help, &old, &p);
+    if (rc != FERRY_OK)
+        return rc;
+    snprintf(def_text, sizeof(def_text), "%lld", def);
+    if (old != NULL) {
+        param_check_same_default(params, old, def_text);
+        if (value_out != NULL)
+            *value_out = old->value.i;
+        return FERRY_OK;
+    }
+    if (min > max || def < min || def > max) {
+        rt_log(params->log, RT_LOG_ERROR,
+               "parameter '%s': default %lld or range [%lld, %lld] is inconsistent", name, def,
+               min, max);
+        param_free(p);
+        return FERRY_ERR_INVALID;
+    }
+    env = getenv(p->env);
+    if (env != NULL) {
+        if (rt_param_parse_int(env, &v) != FERRY_OK) {
+            rc = param_bad_value(params, p, env,
+                                 "an integer (expected a decimal or 0x hexadecimal number)");
+            param_free(p);
+            return rc;
+        }
+        if (v < min || v > max) {
+            char echo[PARAM_ECHO_MAX + 8];
+            echo_value(env, echo, sizeof(echo));
+            rt_log(params->log, RT_LOG_ERROR, "%s='%s' is out of range [%lld, %lld]", p->env,
+                   echo, min, max);
+            param_free(p);
+            return FERRY_ERR_INVALID;
+        }
+        p->from_env = true;
+    }
+    p->value.i = v;
+    p->min = min;
+    p->max = max;
+    snprintf(val_text, sizeof(val_text), "%lld", v);
+    rc = param_finish(params, p, def_text, val_text);
+    if (rc != FERRY_OK)
+        return rc;
+    if (value_out != NULL)
+        *value_out = v;
+    return FERRY_OK;
+}
+
+int rt_param_register_size(rt_params_t *params, const char *name, size_t def, size_t min,
+                           size_t max, const char *help, size_t *value_out)
+{
+    const rt_param_t *old;
+    rt_param_t *p;
+    const char *env;
+    size_t v = def;
+    /* A max of 0 means no upper bound, as the header's min/max fields say. */
+    size_t hi = max != 0 ? max : SIZE_MAX;
+    char def_text[PARAM_NUM_TEXT];
+    char val_text[PARAM_NUM_TEXT];
+    int rc;
+
+    rc = param_begin(params, name, RT_PARAM_SIZE, help, &old, &p);
+    if (rc != FERRY_OK)
+        return rc;
+    snprintf(def_text, sizeof(def_text), "%zu", def);
+    if (old != NULL) {
+        param_check_same_default(params, old, def_text);
+        if (value_out != NULL)
+            *value_out = old->value.sz;
+        return FERRY_OK;
+    }
+    if (min > hi || def < min || def > hi) {
+        rt_log(params->log, RT_LOG_ERROR,
+               "parameter '%s': default %zu or range [%zu, %zu] is inconsistent", name, def, min,
+               hi);
+        param_free(p);
+        return FERRY_ERR_INVALID;
+    }
+    env = getenv(p->env);
+    if (env != NULL) {
+        if (rt_param_parse_size(env, &v) != FERRY_OK) {
+            rc = param_bad_value(params, p, env,
+                                 "a size (expected a number with optional k, m or g suffix)");
+            param_free(p);
+            return rc;
+        }
+        if (v < min || v > hi) {
+            char echo[PARAM_ECHO_MAX + 8];
+            echo_value(env, echo, sizeof(echo));
+            rt_log(params->log, RT_LOG_ERROR, "%s='%s' is out of range [%zu, %zu]", p->env, echo,
+                   min, hi);
+            param_free(p);
+            return FERRY_ERR_INVALID;
+        }
+        p->from_env = true;
+    }
+    p->value.sz = v;
+    /* The record keeps the range as long long; a bound beyond that is shown
+     * as unbounded (max 0). */
+    p->min = min <= (size_t)LLONG_MAX ? (long long)min : LLONG_MAX;
+    p->max = hi <= (size_t)LLONG_MAX ? (long long)hi : 0;
+    snprintf(val_text, sizeof(val_text), "%zu", v);
+    rc = param_finish(params, p, def_text, val_text);
+    if (rc != FERRY_OK)
+        return rc;
+    if (value_out != NULL)
+        *value_out = v;
+    return FERRY_OK;
+}
+
+int rt_param_register_bool(rt_params_t *params, const char *name, bool def, const char *help,
+                           bool *value_out)
+{
+    const rt_param_t *old;
+    rt_param_t *p;
+    const char *env;
+    bool v = def;
+    int rc;
+
+    rc = param_begin(params, name, RT_PARAM_BOOL, help, &old, &p);
+    if (rc != FERRY_OK)
+        return rc;
+    if (old != NULL) {
+        param_check_same_default(params, old, def ? "true" : "false");
+        if (value_out != NULL)
+            *value_out = old->value.b;
+        return FERRY_OK;
+    }
+    env = getenv(p->env);
+    if (env != NULL) {
+        if (rt_param_parse_bool(env, &v) != FERRY_OK) {
+            rc = param_bad_value(params, p, env,
+                                 "a boolean (expected 1/0, true/false, yes/no or on/off)");
+            param_free(p);
+            return rc;
+        }
+        p->from_env = true;
+    }
+    p->value.b = v;
+    p->min = 0;
+    p->max = 1;
+    rc = param_finish(params, p, def ? "true" : "false", v ? "true" : "false");
+    if (rc != FERRY_OK)
+        return rc;
+    if (value_out != NULL)
+        *value_out = v;
+    return FERRY_OK;
+}
+
+int rt_param_register_string(rt_params_t *params, const char *name, const char *def,
+                             const char *help, const char **value_out)
+{
+    const rt_param_t *old;
+    rt_param_t *p;
+    const char *env;
+    const char *v;
+    int rc;
+
+    if (def == NULL)
+        def = "";
+    rc = param_begin(params, name, RT_PARAM_STRING, help, &old, &p);
+    if (rc != FERRY_OK)
+        return rc;
+    if (old != NULL) {
+        param_check_same_default(params, old, def);
+        if (value_out != NULL)
+            *value_out = old->value_text;
+        return FERRY_OK;
+    }
+    env = getenv(p->env);
+    v = env != NULL ? env : def;
+    p->from_env = env != NULL;
+    rc = param_finish(params, p, def, v);
+    if (rc != FERRY_OK)
+        return rc;
+    if (value_out != NULL)
+        *value_out = params->tail->value_text;
+    return FERRY_OK;
+}

@@ -1,0 +1,74 @@
+/*
+ * Parameters: every tunable has a name, a type, a default, one line of help
+ * and an environment variable, FERRY_ followed by the name in upper case
+ * ("sm_eager_limit" is FERRY_SM_EAGER_LIMIT). A registry belongs to a
+ * context; nothing is global.
+ *
+ * A value from the environment that does not parse, or lies outside the
+ * declared range, makes registration fail with FERRY_ERR_INVALID and a logged
+ * message naming the variable, the value and what was expected.
+ */
+#ifndef RT_PARAMS_H
+#define RT_PARAMS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "rt/log.h"
+
+typedef enum {
+    RT_PARAM_INT,    /* long long, decimal or 0x hex */
+    RT_PARAM_SIZE,   /* size_t, with optional k/K, m/M, g/G suffix (powers of 1024) */
+    RT_PARAM_BOOL,   /* 1/0, true/false, yes/no, on/off */
+    RT_PARAM_STRING  /* any text */
+} rt_param_type_t;
+
+typedef struct rt_param {
+    char *name;       /* "sm_eager_limit" */
+    char *env;        /* "FERRY_SM_EAGER_LIMIT" */
+    char *help;
+    rt_param_type_t type;
+    char *def_text;   /* the default, as text */
+    char *value_text; /* the current value, as text */
+    bool from_env;    /* the value came from the environment */
+    union {
+        long long i;
+        size_t sz;
+        bool b;
+    } value;
+    long long min, max; /* range for INT; SIZE uses them as size_t when max > 0 */
+    struct rt_param *next;
+} rt_param_t;
+
+typedef struct rt_params {
+    rt_param_t *head; /* in registration order */
+    rt_param_t *tail;
+    const rt_log_t *log;
+} rt_params_t;
+
+void rt_params_init(rt_params_t *params, const rt_log_t *log);
+void rt_params_fini(rt_params_t *params);
+
+/* Each sets *value_out to the environment's value or the default. A name
+ * registered twice returns the first registration's value (the default and
+ * help must then agree; it is not an error). Names are [a-z0-9_]+. */
+int rt_param_register_int(rt_params_t *params, const char *name, long long def, long long min,
+                          long long max, const char *help, long long *value_out);
+int rt_param_register_size(rt_params_t *params, const char *name, size_t def, size_t min,
+                           size_t max, const char *help, size_t *value_out);
+int rt_param_register_bool(rt_params_t *params, const char *name, bool def, const char *help,
+                           bool *value_out);
+/* *value_out points into the registry and lives as long as it. def may be
+ * NULL (shown as empty). */
+int rt_param_register_string(rt_params_t *params, const char *name, const char *def,
+                             const char *help, const char **value_out);
+
+/* The registered parameter of that name, or NULL. */
+const rt_param_t *rt_param_find(const rt_params_t *params, const char *name);
+
+/* Parsers, exposed for tests and tools. Return FERRY_OK or FERRY_ERR_INVALID. */
+int rt_param_parse_int(const char *text, long long *out);
+int rt_param_parse_size(const char *text, size_t *out);
+int rt_param_parse_bool(const char *text, bool *out);
+
+#endif /* RT_PARAMS_H */
