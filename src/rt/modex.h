@@ -1,0 +1,66 @@
+/*
+ * Address exchange (modex): each process puts key/value blobs, commits them,
+ * and after a fence (a barrier across the job) reads any process's blobs.
+ *
+ * Backends, chosen by rt_modex_init from the environment:
+ * - pmi1: the PMI-1 wire protocol, over the descriptor in PMI_FD (as set by
+ *   ferryrun and MPICH's mpiexec.hydra, with PMI_RANK and PMI_SIZE) or a
+ *   TCP address in PMI_PORT ("host:port", with PMI_ID as the rank);
+ * - singleton: no launcher; size 1, rank 0, gets read back local puts.
+ * FERRY_MODEX=pmi1|singleton forces one.
+ *
+ * Values are binary; the pmi1 backend encodes them to fit the server's value
+ * length and splits long ones over several keys.
+ */
+#ifndef RT_MODEX_H
+#define RT_MODEX_H
+
+#include <stddef.h>
+
+#include "rt/log.h"
+
+typedef struct rt_modex rt_modex_t;
+
+/* Joins the job. FERRY_ERR_LAUNCHER when a launcher is named in the
+ * environment but does not answer, closes the connection or refuses a request;
+ * FERRY_ERR_PROTO when its answers are malformed (the reason is logged). */
+int rt_modex_init(const rt_log_t *log, rt_modex_t **mx_out);
+
+/* Leaves the job (PMI finalize) and frees everything. mx may be NULL. */
+void rt_modex_fini(rt_modex_t *mx);
+
+int rt_modex_rank(const rt_modex_t *mx);
+int rt_modex_size(const rt_modex_t *mx);
+
+/* "pmi1" or "singleton". */
+const char *rt_modex_backend(const rt_modex_t *mx);
+
+/* The job's identity (the PMI kvs name, or "singleton-PID"); stable across the
+ * job, different between jobs, at most 255 characters of [A-Za-z0-9_.-]. */
+const char *rt_modex_job_id(const rt_modex_t *mx);
+
+/* Stores a value under key for this rank. key: 1..63 characters of
+ * [A-Za-z0-9_.-]; val may be empty. Overwrites an earlier put of the key;
+ * other ranks see the new value after the next commit and fence (each commit
+ * is stored as a new revision, because launchers such as hydra cache values). */
+int rt_modex_put(rt_modex_t *mx, const char *key, const void *val, size_t len);
+
+/* Sends puts made since the last commit to the server. */
+int rt_modex_commit(rt_modex_t *mx);
+
+/* Barrier over all ranks; afterwards every value committed before it is
+ * readable by every rank. */
+int rt_modex_fence(rt_modex_t *mx);
+
+/* Reads rank's value of key into a malloc'd buffer (*val_out, to free) of
+ * *len_out bytes. FERRY_ERR_NOT_FOUND when that rank did not commit the key;
+ * FERRY_ERR_INVALID for a rank outside [0, size); FERRY_ERR_PROTO when the
+ * stored value is malformed. This rank's own values are read from its puts,
+ * committed or not. */
+int rt_modex_get(rt_modex_t *mx, int rank, const char *key, void **val_out, size_t *len_out);
+
+/* Asks the launcher to kill the job with exit code code, after printing msg.
+ * Returns only if the launcher could not be told. */
+int rt_modex_abort(rt_modex_t *mx, int code, const char *msg);
+
+#endif /* RT_MODEX_H */

@@ -1,0 +1,826 @@
+/*
+ * ferryrun: starts N ranks of a program on this host and serves them the
+ * PMI-1 wire protocol, the way ferry (and any PMI-1 client, such as an MPICH
+ * program) finds its rank, its job and its peers' addresses.
+ *
+ *   ferryrun -n N [--bind-to core|none] [-x VAR[=VALUE]]... [--timeout S]
+ *            [--tag-output] prog [args]
+ *
+ * Each rank gets a socket for PMI (PMI_FD, PMI_RANK, PMI_SIZE) and the job's
+ * id (FERRY_JOB_ID, also the PMI kvs name); its stdout and stderr come back
+ * through pipes and go to ferryrun's own, line by line. The first rank to fail (a non-zero
+ * exit, a signal, a PMI abort) ends the job: the others get SIGTERM and, two
+ * seconds later, SIGKILL, and ferryrun exits with the failed rank's status
+ * (128 + signal number for a signal). --timeout ends the job the same way
+ * with status 124, as timeout(1) does. A rank that leaves while others wait
+ * at a barrier it never entered also ends the job (status 1), since that
+ * barrier could never complete. ferryrun's own errors exit with 1, bad usage
+ * with 2, a program that cannot be executed with 127.
+ *
+ * When the job is over, shared-memory files under /dev/shm whose names
+ * contain the job id are removed: the leftovers of ranks that were killed.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ferryrun.h"
+
+/* Between SIGTERM and SIGKILL when ending a job. */
+#define FR_GRACE_MS 2000
+/* How long a rank's PMI connection may be closed before its process is
+ * reaped, before the closing alone counts as the rank having left: the
+ * kernel closes descriptors a moment before it reports the exit, and the
+ * exit status is the better report. */
+#define FR_CLOSED_GRACE_MS 1000
+/* How long output is still forwarded after the last rank was reaped, when a
+ * process the ranks started keeps their pipes open. */
+#define FR_DRAIN_MS 2000
+
+/* Exit codes of ferryrun's own. */
+#define FR_EXIT_ERROR 1
+#define FR_EXIT_USAGE 2
+#define FR_EXIT_TIMEOUT 124
+#define FR_EXIT_NOEXEC 127
+
+long long fr_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void fr_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: ferryrun -n N [--bind-to core|none] [-x VAR[=VALUE]]... [--timeout S]\n"
+            "                [--tag-output] prog [args]\n"
+            "\n"
+            "Starts N ranks of prog on this host and serves them PMI-1.\n"
+            "  -n N              number of ranks (1..%d)\n"
+            "  --bind-to core    bind rank i to the i-th CPU (mod the CPUs allowed)\n"
+            "  --bind-to none    do not bind (the default)\n"
+            "  -x VAR=VALUE      set VAR in the ranks' environment\n"
+            "  -x VAR            pass VAR's current value on (the default for all)\n"
+            "  --timeout S       kill the job after S seconds and exit with 124\n"
+            "  --tag-output      prefix every line of output with \"[rank] \"\n"
+            "  -h, --help        show this help\n",
+            FR_NP_MAX);
+}
+
+static int fr_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int fr_usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "ferryrun: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    fr_usage(stderr);
+    return FR_EXIT_USAGE;
+}
+
+static bool fr_env_name_ok(const char *name, size_t len)
+{
+    if (len == 0 || !(name[0] == '_' || (name[0] >= 'A' && name[0] <= 'Z') ||
+                      (name[0] >= 'a' && name[0] <= 'z'))) {
+        return false;
+    }
+    for (size_t i = 1; i < len; i++) {
+        char c = name[i];
+        if (!(c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+              (c >= '0' && c <= '9'))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+enum { FR_OPT_BIND = 256, FR_OPT_TIMEOUT, FR_OPT_TAG };
+
+/* Fills opt from the command line. Returns -1 to go on, or the status to
+ * exit with (0 after --help, FR_EXIT_USAGE after a mistake). */
+static int fr_parse_args(int argc, char **argv, fr_opts_t *opt)
+{
+    static const struct option longopts[] = {
+        {"bind-to", required_argument, NULL, FR_OPT_BIND},
+        {"timeout", required_argument, NULL, FR_OPT_TIMEOUT},
+        {"tag-output", no_argument, NULL, FR_OPT_TAG},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    opt->np = 0;
+    opterr = 0;
+    /* '+': options end at the program's name, whose own options are its. */
+    int c;
+    while ((c = getopt_long(argc, argv, "+:n:x:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'n': {
+            char *end = NULL;
+            errno = 0;
+            long n = strtol(optarg, &end, 10);
+            if (errno != 0 || end == optarg || *end != '\0' || n < 1 || n > FR_NP_MAX) {
+                return fr_usage_error("-n needs a number of ranks from 1 to 4096, not '%s'",
+                                      optarg);
+            }
+            opt->np = (int)n;
+            break;
+        }
+        case 'x': {
+            const char *eq = strchr(optarg, '=');
+            size_t len = eq != NULL ? (size_t)(eq - optarg) : strlen(optarg);
+            if (!fr_env_name_ok(optarg, len)) {
+                return fr_usage_error("-x needs VAR or VAR=VALUE with a valid name, not '%s'",
+                                      optarg);
+            }
+            opt->xvars[opt->n_xvars++] = optarg;
+            break;
+        }
+        case FR_OPT_BIND:
+            if (strcmp(optarg, "core") == 0) {
+                opt->bind_core = true;
+            } else if (strcmp(optarg, "none") == 0) {
+                opt->bind_core = false;
+            } else {
+                return fr_usage_error("--bind-to takes 'core' or 'none', not '%s'", optarg);
+            }
+            break;
+        case FR_OPT_TIMEOUT: {
+            char *end = NULL;
+            errno = 0;
+            double s = strtod(optarg, &end);
+            if (errno != 0 || end == optarg || *end != '\0' || !isfinite(s) || s < 0 ||
+                s > 1e7) {
+                return fr_usage_error("--timeout needs a number of seconds, not '%s'", optarg);
+            }
+            opt->timeout_s = s;
+            break;
+        }
+        case FR_OPT_TAG:
+            opt->tag_output = true;
+            break;
+        case 'h':
+            fr_usage(stdout);
+            return 0;
+        case ':':
+            if (optopt != 0 && optopt < 256) {
+                return fr_usage_error("option '-%c' needs an argument", optopt);
+            }
+            return fr_usage_error("option '%s' needs an argument", argv[optind - 1]);
+        default:
+            if (optopt != 0) {
+                return fr_usage_error("unknown option '-%c'", optopt);
+            }
+            return fr_usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (opt->np == 0) {
+        return fr_usage_error("-n N is required");
+    }
+    if (optind >= argc) {
+        return fr_usage_error("no program to run");
+    }
+    opt->argv = argv + optind;
+    return -1;
+}
+
+/* ---- Starting ranks ------------------------------------------------------- */
+
+static void fr_make_job_id(fr_job_t *job)
+{
+    unsigned long long rnd = 0;
+    if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd)) {
+        /* No entropy yet: time and pid still tell this job from others. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        rnd = (unsigned long long)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^
+              (unsigned long long)ts.tv_sec;
+    }
+    snprintf(job->job_id, sizeof(job->job_id), "ferry-%ld-%016llx", (long)getpid(), rnd);
+}
+
+/* The value PATH will have in the ranks' environment. */
+static const char *fr_rank_path(const fr_opts_t *opt)
+{
+    const char *path = getenv("PATH");
+    for (int i = 0; i < opt->n_xvars; i++) {
+        if (strncmp(opt->xvars[i], "PATH=", 5) == 0) {
+            path = opt->xvars[i] + 5;
+        }
+    }
+    return path != NULL ? path : "/usr/local/bin:/usr/bin:/bin";
+}
+
+static bool fr_is_executable(const char *file)
+{
+    struct stat st;
+    return stat(file, &st) == 0 && S_ISREG(st.st_mode) && access(file, X_OK) == 0;
+}
+
+/* Checks before starting anything that the program can be executed, so that
+ * a typo gets one clear message instead of one per rank. */
+static bool fr_program_found(const fr_opts_t *opt)
+{
+    const char *prog = opt->argv[0];
+    if (prog[0] == '\0') {
+        return false;
+    }
+    if (strchr(prog, '/') != NULL) {
+        return fr_is_executable(prog);
+    }
+    const char *path = fr_rank_path(opt);
+    while (true) {
+        const char *colon = strchr(path, ':');
+        size_t dlen = colon != NULL ? (size_t)(colon - path) : strlen(path);
+        char file[PATH_MAX];
+        int n = snprintf(file, sizeof(file), "%.*s%s%s", (int)dlen, path, dlen > 0 ? "/" : "",
+                         prog);
+        if (n > 0 && (size_t)n < sizeof(file) && fr_is_executable(file)) {
+            return true;
+        }
+        if (colon == NULL) {
+            return false;
+        }
+        path = colon + 1;
+    }
+}
+
+/* Assigns each rank the CPU it is bound to: the (i mod n)-th of the n CPUs
+ * this process may run on. */
+static int fr_assign_cpus(fr_job_t *job)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+        fprintf(stderr, "ferryrun: --bind-to core: cannot read the CPU affinity: %s\n",
+                strerror(errno));
+        return -1;
+    }
+    int cpus[CPU_SETSIZE];
+    int n = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        if (CPU_ISSET(c, &set)) {
+            cpus[n++] = c;
+        }
+    }
+    if (n == 0) {
+        fprintf(stderr, "ferryrun: --bind-to core: no CPU is available\n");
+        return -1;
+    }
+    for (int i = 0; i < job->opt.np; i++) {
+        job->ranks[i].cpu = cpus[i % n];
+    }
+    return 0;
+}
+
+/* In the child, between fork and exec: only async-signal-safe work matters
+ * here in a threaded parent, and ferryrun has one thread, so setenv and
+ * stdio are fine. Never returns. */
+static void fr_child(const fr_job_t *job, const fr_rank_t *r, int pmi_fd, int out_fd,
+                     int err_fd, const sigset_t *orig_mask)
+{
+    /* Undo what ferryrun set up for itself: exec keeps a signal mask and
+     * ignored signals. */
+    signal(SIGPIPE, SIG_DFL);
+    sigprocmask(SIG_SETMASK, orig_mask, NULL);
+
+    if (dup2(out_fd, STDOUT_FILENO) < 0 || dup2(err_fd, STDERR_FILENO) < 0) {
+        _exit(FR_EXIT_ERROR);
+    }
+    /* Rank 0 reads ferryrun's stdin; the others get end of file. */
+    if (r->rank != 0) {
+        int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (null_fd >= 0) {
+            dup2(null_fd, STDIN_FILENO);
+        }
+    }
+    /* Every other descriptor was made close-on-exec; this one must stay. */
+    int flags = fcntl(pmi_fd, F_GETFD);
+    if (flags < 0 || fcntl(pmi_fd, F_SETFD, flags & ~FD_CLOEXEC) < 0) {
+        fprintf(stderr, "ferryrun: rank %d: cannot pass the PMI socket: %s\n", r->rank,
+                strerror(errno));
+        _exit(FR_EXIT_ERROR);
+    }
+
+    char num[32];
+    snprintf(num, sizeof(num), "%d", pmi_fd);
+    setenv("PMI_FD", num, 1);
+    snprintf(num, sizeof(num), "%d", r->rank);
+    setenv("PMI_RANK", num, 1);
+    snprintf(num, sizeof(num), "%d", job->opt.np);
+    setenv("PMI_SIZE", num, 1);
+    setenv("FERRY_JOB_ID", job->job_id, 1);
+    /* A ferryrun started by another launcher must not let its ranks find
+     * that launcher instead of this one. */
+    unsetenv("PMI_PORT");
+    unsetenv("PMI_ID");
+    for (int i = 0; i < job->opt.n_xvars; i++) {
+        const char *x = job->opt.xvars[i];
+        const char *eq = strchr(x, '=');
+        if (eq != NULL) {
+            char name[256];
+            snprintf(name, sizeof(name), "%.*s", (int)(eq - x), x);
+            setenv(name, eq + 1, 1);
+        }
+        /* A bare VAR is inherited already; main warned when it is unset. */
+    }
+
+    if (r->cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(r->cpu, &set);
+        if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+            fprintf(stderr, "ferryrun: rank %d: cannot bind to CPU %d: %s\n", r->rank, r->cpu,
+                    strerror(errno));
+        }
+    }
+
+    execvp(job->opt.argv[0], job->opt.argv);
+    fprintf(stderr, "ferryrun: cannot execute '%s': %s\n", job->opt.argv[0], strerror(errno));
+    _exit(FR_EXIT_NOEXEC);
+}
+
+static int fr_set_nonblock(int fd)
+{
+    int flags = fcntl(fd, F_GETFL);
+    return flags < 0 ? -1 : fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+static int fr_spawn(fr_job_t *job, fr_rank_t *r, const sigset_t *orig_mask)
+{
+    int sv[2] = {-1, -1};
+    int out[2] = {-1, -1};
+    int err[2] = {-1, -1};
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        goto err_report;
+    }
+    if (pipe2(out, O_CLOEXEC) != 0) {
+        goto err_close_socket;
+    }
+    if (pipe2(err, O_CLOEXEC) != 0) {
+        goto err_close_out;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        goto err_close_err;
+    }
+    if (pid == 0) {
+        fr_child(job, r, sv[1], out[1], err[1], orig_mask);
+    }
+    close(sv[1]);
+    close(out[1]);
+    close(err[1]);
+    r->pid = pid;
+    r->pmi_fd = sv[0];
+    fr_stream_init(&r->out, out[0], STDOUT_FILENO);
+    fr_stream_init(&r->err, err[0], STDERR_FILENO);
+    (void)fr_set_nonblock(sv[0]);
+    (void)fr_set_nonblock(out[0]);
+    (void)fr_set_nonblock(err[0]);
+    return 0;
+
+err_close_err:
+    close(err[0]);
+    close(err[1]);
+err_close_out:
+    close(out[0]);
+    close(out[1]);
+err_close_socket:
+    close(sv[0]);
+    close(sv[1]);
+err_report:
+    fprintf(stderr, "ferryrun: cannot start rank %d: %s\n", r->rank, strerror(errno));
+    return -1;
+}
+
+/* ---- Ending the job --------------------------------------------------------- */
+
+static void fr_signal_ranks(fr_job_t *job, int sig)
+{
+    for (int i = 0; i < job->opt.np; i++) {
+        fr_rank_t *r = &job->ranks[i];
+        if (r->pid > 0 && !r->reaped) {
+            (void)kill(r->pid, sig);
+        }
+    }
+}
+
+void fr_job_fail(fr_job_t *job, int exit_code)
+{
+    if (job->ending) {
+        return;
+    }
+    job->ending = true;
+    job->exit_code = exit_code;
+    job->term_ms = fr_now_ms();
+    fr_signal_ranks(job, SIGTERM);
+}
+
+static const char *fr_signal_name(int sig, char buf[32])
+{
+    const char *abbrev = sigabbrev_np(sig);
+    if (abbrev != NULL) {
+        snprintf(buf, 32, "SIG%s", abbrev);
+    } else {
+        snprintf(buf, 32, "%d", sig);
+    }
+    return buf;
+}
+
+/* Reports a rank's end; the first failure ends the job. */
+static void fr_rank_ended(fr_job_t *job, fr_rank_t *r)
+{
+    /* Requests the rank sent just before it ended (an abort, typically)
+     * count before its exit status. */
+    if (r->pmi_fd >= 0) {
+        fr_pmi_readable(job, r);
+        fr_pmi_close(job, r);
+    }
+    int st = r->wstatus;
+    if (job->ending) {
+        return;
+    }
+    if (WIFEXITED(st) && WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "ferryrun: rank %d (pid %ld) exited with status %d; killing the job\n",
+                r->rank, (long)r->pid, WEXITSTATUS(st));
+        fr_job_fail(job, WEXITSTATUS(st));
+    } else if (WIFSIGNALED(st)) {
+        char name[32];
+        fprintf(stderr, "ferryrun: rank %d (pid %ld) killed by signal %s%s; killing the job\n",
+                r->rank, (long)r->pid, fr_signal_name(WTERMSIG(st), name),
+                WCOREDUMP(st) ? " (core dumped)" : "");
+        fr_job_fail(job, 128 + WTERMSIG(st));
+    }
+}
+
+static void fr_reap(fr_job_t *job)
+{
+    for (;;) {
+        int st = 0;
+        pid_t pid = waitpid(-1, &st, WNOHANG);
+        if (pid <= 0) {
+            return;
+        }
+        for (int i = 0; i < job->opt.np; i++) {
+            fr_rank_t *r = &job->ranks[i];
+            if (r->pid == pid && !r->reaped) {
+                r->reaped = true;
+                r->wstatus = st;
+                fr_rank_ended(job, r);
+                break;
+            }
+        }
+    }
+}
+
+/* A barrier completes only when every rank enters it. When some ranks wait
+ * and another has left (exited, finalized, or closed its PMI connection)
+ * without entering, they would wait forever: that ends the job. Returns the
+ * time at which to look again, or 0. */
+static long long fr_check_barrier(fr_job_t *job, long long now)
+{
+    if (job->ending || job->n_barrier == 0) {
+        return 0;
+    }
+    long long again = 0;
+    for (int i = 0; i < job->opt.np; i++) {
+        fr_rank_t *r = &job->ranks[i];
+        if (r->in_barrier) {
+            continue;
+        }
+        const char *how = NULL;
+        if (r->reaped) {
+            how = "exited";
+        } else if (r->finalized) {
+            how = "called PMI finalize";
+        } else if (r->pmi_fd < 0 && r->pmi_closed_ms > 0) {
+            if (now - r->pmi_closed_ms >= FR_CLOSED_GRACE_MS) {
+                how = "closed its PMI connection";
+            } else if (again == 0 || r->pmi_closed_ms + FR_CLOSED_GRACE_MS < again) {
+                again = r->pmi_closed_ms + FR_CLOSED_GRACE_MS;
+            }
+        }
+        if (how != NULL) {
+            fprintf(stderr,
+                    "ferryrun: rank %d %s while %d rank(s) wait at a PMI barrier it never "
+                    "entered; the barrier cannot complete, killing the job\n",
+                    r->rank, how, job->n_barrier);
+            fr_job_fail(job, FR_EXIT_ERROR);
+            return 0;
+        }
+    }
+    return again;
+}
+
+/* Removes the shared-memory files the job's ranks named after the job id:
+ * ranks that were killed had no chance to. */
+static void fr_remove_shm(const fr_job_t *job)
+{
+    DIR *dir = opendir("/dev/shm");
+    if (dir == NULL) {
+        return;
+    }
+    int dfd = dirfd(dir);
+    struct dirent *ent;
+    while ((ent = readdir(dir)) != NULL) {
+        if (strstr(ent->d_name, job->job_id) != NULL) {
+            (void)unlinkat(dfd, ent->d_name, 0);
+        }
+    }
+    closedir(dir);
+}
+
+/* ---- The event loop ----------------------------------------------------------- */
+
+static void fr_handle_signals(fr_job_t *job, int sig_fd)
+{
+    struct signalfd_siginfo si;
+    while (read(sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        if (si.ssi_signo == SIGCHLD) {
+            continue; /* reaped below, whatever the number of signals */
+        }
+        /* SIGINT, SIGTERM, SIGHUP: the ranks decide what they mean. */
+        fr_signal_ranks(job, (int)si.ssi_signo);
+    }
+    fr_reap(job);
+}
+
+static bool fr_all_reaped(const fr_job_t *job)
+{
+    for (int i = 0; i < job->opt.np; i++) {
+        if (!job->ranks[i].reaped) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool fr_streams_open(const fr_job_t *job)
+{
+    for (int i = 0; i < job->opt.np; i++) {
+        if (job->ranks[i].out.fd >= 0 || job->ranks[i].err.fd >= 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void fr_wake_at(long long *wake, long long when)
+{
+    if (when > 0 && (*wake == 0 || when < *wake)) {
+        *wake = when;
+    }
+}
+
+static int fr_run(fr_job_t *job, int sig_fd)
+{
+    size_t max_fds = 1 + 3 * (size_t)job->opt.np;
+    struct pollfd *pfds = calloc(max_fds, sizeof(*pfds));
+    /* For each pollfd, the rank and which of its descriptors it is. */
+    int *who = calloc(max_fds, sizeof(*who));
+    if (pfds == NULL || who == NULL) {
+        free(pfds);
+        free(who);
+        fprintf(stderr, "ferryrun: out of memory\n");
+        fr_job_fail(job, FR_EXIT_ERROR);
+        fr_signal_ranks(job, SIGKILL);
+        return FR_EXIT_ERROR;
+    }
+    long long deadline = job->opt.timeout_s > 0
+                             ? fr_now_ms() + (long long)(job->opt.timeout_s * 1000 + 0.999)
+                             : 0;
+    long long drain_until = 0;
+    for (;;) {
+        long long now = fr_now_ms();
+        if (fr_all_reaped(job)) {
+            if (!fr_streams_open(job)) {
+                break;
+            }
+            if (drain_until == 0) {
+                drain_until = now + FR_DRAIN_MS;
+            } else if (now >= drain_until) {
+                break;
+            }
+        }
+        if (deadline > 0 && now >= deadline && !job->ending) {
+            fprintf(stderr, "ferryrun: the job ran longer than --timeout %g s; killing it\n",
+                    job->opt.timeout_s);
+            fr_job_fail(job, FR_EXIT_TIMEOUT);
+        }
+        if (job->ending && !job->killed && now - job->term_ms >= FR_GRACE_MS) {
+            fr_signal_ranks(job, SIGKILL);
+            job->killed = true;
+        }
+        long long wake = fr_check_barrier(job, now);
+        if (deadline > 0 && !job->ending) {
+            fr_wake_at(&wake, deadline);
+        }
+        if (job->ending && !job->killed) {
+            fr_wake_at(&wake, job->term_ms + FR_GRACE_MS);
+        }
+        fr_wake_at(&wake, drain_until);
+        for (int i = 0; i < job->opt.np; i++) {
+            fr_rank_t *r = &job->ranks[i];
+            fr_wake_at(&wake, fr_stream_flush_stale(job, r, &r->out, now));
+            fr_wake_at(&wake, fr_stream_flush_stale(job, r, &r->err, now));
+        }
+
+        size_t n = 0;
+        pfds[n] = (struct pollfd){.fd = sig_fd, .events = POLLIN};
+        who[n++] = -1;
+        for (int i = 0; i < job->opt.np; i++) {
+            fr_rank_t *r = &job->ranks[i];
+            if (r->out.fd >= 0) {
+                pfds[n] = (struct pollfd){.fd = r->out.fd, .events = POLLIN};
+                who[n++] = 3 * i;
+            }
+            if (r->err.fd >= 0) {
+                pfds[n] = (struct pollfd){.fd = r->err.fd, .events = POLLIN};
+                who[n++] = 3 * i + 1;
+            }
+            if (r->pmi_fd >= 0) {
+                short ev = POLLIN;
+                if (r->outq_len > 0) {
+                    ev |= POLLOUT;
+                }
+                pfds[n] = (struct pollfd){.fd = r->pmi_fd, .events = ev};
+                who[n++] = 3 * i + 2;
+            }
+        }
+        int timeout = -1;
+        if (wake > 0) {
+            long long left = wake - fr_now_ms();
+            timeout = left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
+        }
+        int ready = poll(pfds, n, timeout);
+        if (ready < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            fprintf(stderr, "ferryrun: poll: %s\n", strerror(errno));
+            fr_job_fail(job, FR_EXIT_ERROR);
+            fr_signal_ranks(job, SIGKILL);
+            job->killed = true;
+            sleep(1);
+            fr_reap(job);
+            break;
+        }
+        /* Descriptors first: what a rank wrote before it died is forwarded
+         * and served before its death is reported. */
+        for (size_t k = 1; k < n; k++) {
+            if (pfds[k].revents == 0) {
+                continue;
+            }
+            fr_rank_t *r = &job->ranks[who[k] / 3];
+            switch (who[k] % 3) {
+            case 0:
+                fr_stream_readable(job, r, &r->out);
+                break;
+            case 1:
+                fr_stream_readable(job, r, &r->err);
+                break;
+            default:
+                if (pfds[k].revents & POLLOUT) {
+                    fr_pmi_writable(job, r);
+                }
+                if (pfds[k].revents & (POLLIN | POLLHUP | POLLERR)) {
+                    fr_pmi_readable(job, r);
+                }
+                break;
+            }
+        }
+        if (pfds[0].revents != 0) {
+            fr_handle_signals(job, sig_fd);
+        }
+    }
+    free(pfds);
+    free(who);
+    return job->ending ? job->exit_code : 0;
+}
+
+/* Opens /dev/null on any of descriptors 0, 1 and 2 that is closed, so that
+ * no socket or pipe made later takes one of those numbers, which the ranks'
+ * standard streams then overwrite. */
+static void fr_fill_std_fds(void)
+{
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            /* The lower ones are open by now, so open() returns fd. */
+            (void)open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    fr_fill_std_fds();
+    fr_job_t job;
+    memset(&job, 0, sizeof(job));
+    job.opt.xvars = calloc((size_t)argc, sizeof(char *));
+    if (job.opt.xvars == NULL) {
+        fprintf(stderr, "ferryrun: out of memory\n");
+        return FR_EXIT_ERROR;
+    }
+    int status = fr_parse_args(argc, argv, &job.opt);
+    if (status >= 0) {
+        free(job.opt.xvars);
+        return status;
+    }
+    if (!fr_program_found(&job.opt)) {
+        fprintf(stderr, "ferryrun: cannot execute '%s': not found or not executable\n",
+                job.opt.argv[0]);
+        free(job.opt.xvars);
+        return FR_EXIT_NOEXEC;
+    }
+    for (int i = 0; i < job.opt.n_xvars; i++) {
+        if (strchr(job.opt.xvars[i], '=') == NULL && getenv(job.opt.xvars[i]) == NULL) {
+            fprintf(stderr, "ferryrun: warning: -x %s: not set here, so not passed on\n",
+                    job.opt.xvars[i]);
+        }
+    }
+    fr_make_job_id(&job);
+    status = FR_EXIT_ERROR;
+    job.ranks = calloc((size_t)job.opt.np, sizeof(*job.ranks));
+    if (job.ranks == NULL) {
+        fprintf(stderr, "ferryrun: out of memory\n");
+        goto err_free_opts;
+    }
+    for (int i = 0; i < job.opt.np; i++) {
+        job.ranks[i].rank = i;
+        job.ranks[i].cpu = -1;
+        job.ranks[i].pmi_fd = -1;
+        job.ranks[i].out.fd = -1;
+        job.ranks[i].err.fd = -1;
+    }
+    if (job.opt.bind_core && fr_assign_cpus(&job) != 0) {
+        goto err_free_ranks;
+    }
+
+    /* Signals arrive through a descriptor in the poll loop, so nothing runs
+     * in a handler. SIGPIPE is ignored: a rank or reader that goes away shows
+     * up as a write error. */
+    sigset_t mask, orig_mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGHUP);
+    if (sigprocmask(SIG_BLOCK, &mask, &orig_mask) != 0) {
+        fprintf(stderr, "ferryrun: sigprocmask: %s\n", strerror(errno));
+        goto err_free_ranks;
+    }
+    int sig_fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (sig_fd < 0) {
+        fprintf(stderr, "ferryrun: signalfd: %s\n", strerror(errno));
+        goto err_restore_mask;
+    }
+    signal(SIGPIPE, SIG_IGN);
+
+    for (int i = 0; i < job.opt.np; i++) {
+        if (fr_spawn(&job, &job.ranks[i], &orig_mask) != 0) {
+            /* The ranks started so far are ended by the loop. */
+            fr_job_fail(&job, FR_EXIT_ERROR);
+            for (int j = i; j < job.opt.np; j++) {
+                job.ranks[j].reaped = true;
+            }
+            break;
+        }
+    }
+    status = fr_run(&job, sig_fd);
+
+    for (int i = 0; i < job.opt.np; i++) {
+        fr_pmi_close(&job, &job.ranks[i]);
+        fr_stream_close(&job, &job.ranks[i], &job.ranks[i].out);
+        fr_stream_close(&job, &job.ranks[i], &job.ranks[i].err);
+    }
+    fr_remove_shm(&job);
+    fr_kvs_fini(&job.kvs);
+    close(sig_fd);
+err_restore_mask:
+    signal(SIGPIPE, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &orig_mask, NULL);
+err_free_ranks:
+    free(job.ranks);
+err_free_opts:
+    free(job.opt.xvars);
+    return status;
+}

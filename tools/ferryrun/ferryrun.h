@@ -1,0 +1,128 @@
+/*
+ * ferryrun's state, shared by its three parts: the job (ferryrun.c: options,
+ * starting ranks, the event loop, exits and kills), the PMI-1 server
+ * (fr_pmi.c) and output forwarding (fr_output.c).
+ *
+ * ferryrun is a standalone program: it does not link the ferry library, so
+ * it can launch and test the library while the library itself is broken.
+ * Everything hangs off one fr_job_t that main() owns; one thread runs one
+ * poll() loop, so nothing here is locked.
+ */
+#ifndef FERRYRUN_H
+#define FERRYRUN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Most ranks one ferryrun starts: each costs three descriptors here. */
+#define FR_NP_MAX 4096
+/* Longest PMI request line accepted from a rank. Clients keep theirs within
+ * 1024 bytes; the margin tolerates slightly different ones. */
+#define FR_PMI_LINE_MAX 4096
+/* Limits announced to clients, as hydra announces them (NUL included). */
+#define FR_PMI_KVSNAME_MAX 256
+#define FR_PMI_KEYLEN_MAX 64
+#define FR_PMI_VALLEN_MAX 1024
+/* Most answer bytes queued for a rank that does not read them: beyond it
+ * the rank is misbehaving and its PMI connection is closed. */
+#define FR_PMI_OUTQ_MAX ((size_t)1 << 20)
+/* Most bytes held in the key-value store, against a rank filling memory. */
+#define FR_KVS_BYTES_MAX ((size_t)256 << 20)
+#define FR_KVS_BUCKETS 1024
+/* Longest partial line held per output stream before it is written out as
+ * a line of its own, and longest time it is held. */
+#define FR_LINE_MAX 65536
+#define FR_STALE_MS 200
+
+typedef struct fr_kv {
+    char *key;
+    char *val;
+    struct fr_kv *next;
+} fr_kv_t;
+
+typedef struct fr_kvs {
+    fr_kv_t *buckets[FR_KVS_BUCKETS];
+    size_t bytes;
+} fr_kvs_t;
+
+/* One of a rank's output streams, forwarded to ferryrun's own. */
+typedef struct fr_stream {
+    int fd;     /* read end of the rank's pipe; -1 after end of file */
+    int out_fd; /* STDOUT_FILENO or STDERR_FILENO */
+    char *partial; /* the unfinished last line */
+    size_t partial_len;
+    long long partial_ms; /* when the held partial line began to wait */
+} fr_stream_t;
+
+typedef struct fr_rank {
+    int rank;
+    pid_t pid; /* 0 until started */
+    bool reaped;
+    int wstatus;
+    int cpu; /* --bind-to core: the CPU to bind to, else -1 */
+    fr_stream_t out;
+    fr_stream_t err;
+
+    /* PMI connection */
+    int pmi_fd; /* -1 when closed */
+    char in[FR_PMI_LINE_MAX];
+    size_t in_len;
+    char *outq; /* answers not yet written */
+    size_t outq_len;
+    size_t outq_cap;
+    bool in_barrier;
+    bool finalized;
+    long long pmi_closed_ms; /* when the connection closed without finalize, else 0 */
+} fr_rank_t;
+
+typedef struct fr_opts {
+    int np;
+    bool bind_core;
+    bool tag_output;
+    double timeout_s; /* 0: none */
+    char **xvars; /* -x arguments, as given */
+    int n_xvars;
+    char **argv;  /* the program and its arguments */
+} fr_opts_t;
+
+typedef struct fr_job {
+    fr_opts_t opt;
+    char job_id[64];
+    fr_rank_t *ranks;
+    int n_barrier; /* ranks waiting in the current barrier */
+    fr_kvs_t kvs;
+    bool stdout_broken; /* our stdout or stderr refused writes: output is dropped */
+    bool stderr_broken;
+
+    /* Ending the job: once a failure decides the exit code, the ranks are
+     * sent SIGTERM and, after a grace period, SIGKILL. */
+    bool ending;
+    int exit_code;
+    long long term_ms; /* when SIGTERM went out */
+    bool killed;       /* SIGKILL went out */
+} fr_job_t;
+
+long long fr_now_ms(void);
+
+/* Decides the job's exit code (if not decided yet) and starts killing it. */
+void fr_job_fail(fr_job_t *job, int exit_code);
+
+/* ---- fr_pmi.c ---- */
+void fr_pmi_readable(fr_job_t *job, fr_rank_t *r);
+void fr_pmi_writable(fr_job_t *job, fr_rank_t *r);
+/* Closes a rank's PMI connection (no-op when closed). */
+void fr_pmi_close(fr_job_t *job, fr_rank_t *r);
+void fr_kvs_fini(fr_kvs_t *kvs);
+
+/* ---- fr_output.c ---- */
+void fr_stream_init(fr_stream_t *s, int fd, int out_fd);
+/* Reads what the stream has and forwards it; at end of file flushes and
+ * closes it. */
+void fr_stream_readable(fr_job_t *job, fr_rank_t *r, fr_stream_t *s);
+void fr_stream_close(fr_job_t *job, fr_rank_t *r, fr_stream_t *s);
+/* Writes out a partial line held for FR_STALE_MS; returns when to look
+ * again (0: nothing held). */
+long long fr_stream_flush_stale(fr_job_t *job, fr_rank_t *r, fr_stream_t *s, long long now);
+
+#endif /* FERRYRUN_H */
