@@ -1,0 +1,118 @@
+/*
+ * Active messages at the application API: tags map one to one onto transport
+ * tags, and the sender's rank comes from the transport, so a message carries
+ * no ferry header at all.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+
+void api_barrier_recv(ferry_ctx_t *ctx, const void *data, size_t len);
+
+rt_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out)
+{
+    if (ctx == NULL || ctx->api == NULL || dst < 0 || dst >= ctx->size) {
+        *status_out = FERRY_ERR_INVALID;
+        return NULL;
+    }
+    rt_peer_t *peer = &ctx->peers[dst];
+    if (peer->module_idx < 0 || peer->failed) {
+        *status_out = FERRY_ERR_UNREACH;
+        return NULL;
+    }
+    return peer;
+}
+
+int ferry_am_register(ferry_ctx_t *ctx, uint8_t tag, ferry_am_cb_t cb, void *arg)
+{
+    if (ctx == NULL || ctx->api == NULL || tag > FERRY_AM_TAG_MAX)
+        return FERRY_ERR_INVALID;
+    ctx->api->am[tag].cb = cb;
+    ctx->api->am[tag].arg = cb != NULL ? arg : NULL;
+    return FERRY_OK;
+}
+
+long ferry_am_max_size(ferry_ctx_t *ctx, int dst)
+{
+    int rc;
+    rt_peer_t *peer = api_peer(ctx, dst, &rc);
+    if (peer == NULL)
+        return rc;
+    return (long)ctx->modules[peer->module_idx]->attr.max_send_size;
+}
+
+int ferry_am_send(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size_t len)
+{
+    int rc;
+    if (tag > FERRY_AM_TAG_MAX || (data == NULL && len > 0))
+        return FERRY_ERR_INVALID;
+    rt_peer_t *peer = api_peer(ctx, dst, &rc);
+    if (peer == NULL)
+        return rc;
+    ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
+    if (len > btl->attr.max_send_size)
+        return FERRY_ERR_INVALID;
+    if (len <= btl->attr.eager_limit) {
+        rc = btl->ops->sendi(btl, peer->ep, NULL, 0, data, len, tag);
+        if (rc != FERRY_ERR_NOT_SUPPORTED)
+            return rc;
+    }
+    ferry_convertor_t conv;
+    ferry_convertor_init_contig(&conv, data, len);
+    size_t size = len;
+    ferry_btl_desc_t *des;
+    rc = btl->ops->prepare_src(btl, peer->ep, NULL, &conv, 0, &size, 0, &des);
+    if (rc != FERRY_OK)
+        return rc;
+    if (size != len) {
+        /* The transport packed less than its own max send size allows. */
+        btl->ops->free(btl, des);
+        return FERRY_ERR;
+    }
+    des->flags |= FERRY_BTL_DES_OWNERSHIP;
+    des->cbfunc = NULL;
+    rc = btl->ops->send(btl, peer->ep, des, tag);
+    if (rc != FERRY_OK)
+        btl->ops->free(btl, des);
+    return rc;
+}
+
+void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, void *cbdata)
+{
+    ferry_ctx_t *ctx = cbdata;
+    const void *data = NULL;
+    size_t len = 0;
+    char *joined = NULL;
+
+    if (rd->seg_cnt == 1) {
+        data = ferry_btl_seg_ptr(&rd->segs[0]);
+        len = rd->segs[0].len;
+    } else if (rd->seg_cnt > 1) {
+        for (unsigned i = 0; i < rd->seg_cnt; i++)
+            len += rd->segs[i].len;
+        joined = malloc(len > 0 ? len : 1);
+        if (joined == NULL) {
+            rt_log(&ctx->log, RT_LOG_ERROR, "out of memory joining a %zu-byte message", len);
+            return;
+        }
+        size_t off = 0;
+        for (unsigned i = 0; i < rd->seg_cnt; i++) {
+            memcpy(joined + off, ferry_btl_seg_ptr(&rd->segs[i]), rd->segs[i].len);
+            off += rd->segs[i].len;
+        }
+        data = joined;
+    }
+
+    if (rd->tag == API_TAG_BARRIER) {
+        api_barrier_recv(ctx, data, len);
+    } else if (rd->tag <= FERRY_AM_TAG_MAX && ctx->api->am[rd->tag].cb != NULL) {
+        ctx->in_callback++;
+        ctx->api->am[rd->tag].cb(ctx, rd->peer, rd->tag, data, len, ctx->api->am[rd->tag].arg);
+        ctx->in_callback--;
+    } else {
+        rt_log(&ctx->log, RT_LOG_WARN, "message with tag %u from rank %d has no handler; dropped",
+               (unsigned)rd->tag, rd->peer);
+    }
+    free(joined);
+}

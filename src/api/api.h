@@ -1,0 +1,73 @@
+/*
+ * The application API's state: active-message handlers, one-sided operations
+ * in flight, and the barrier.
+ */
+#ifndef API_API_H
+#define API_API_H
+
+#include <ferry/ferry.h>
+
+#include "rt/ctx.h"
+#include "util/list.h"
+#include "util/pool.h"
+
+/* ferry's own active-message tags (between the application's and the
+ * transports'). */
+enum {
+    API_TAG_BARRIER = FERRY_BTL_TAG_FERRY_MIN
+};
+
+/* The most dissemination rounds a barrier needs: log2 of the largest job. */
+#define API_BARRIER_ROUNDS 32
+
+/* A put or get as the application started it; the transport may see it as
+ * several pieces. */
+typedef struct api_rdma_op {
+    util_list_item_t link; /* in issue_queue while pieces remain to start, then done */
+    bool is_put;
+    int peer;
+    char *buf;
+    size_t len;
+    size_t issued;      /* bytes handed to the transport so far */
+    size_t outstanding; /* pieces started and not completed */
+    uint64_t raddr;
+    uint8_t rkey[FERRY_BTL_KEY_MAX];
+    ferry_btl_reg_t *lreg; /* the caller's registration with that transport, or NULL */
+    int status;            /* first error, else FERRY_OK */
+    ferry_comp_cb_t cb;
+    void *arg;
+} api_rdma_op_t;
+
+struct api_state {
+    struct {
+        ferry_am_cb_t cb;
+        void *arg;
+    } am[FERRY_AM_TAG_MAX + 1];
+
+    util_pool_t ops;
+    bool ops_ready;
+    util_list_t issue_queue; /* ops with pieces not yet started, in order */
+    util_list_t done;        /* ops whose callback is due */
+    size_t *outstanding;     /* ops in flight per peer */
+    int *first_error;        /* per peer, since the last flush */
+
+    /* Dissemination barrier: messages counted by epoch parity and round. */
+    uint32_t barrier_epoch;
+    uint32_t barrier_count[2][API_BARRIER_ROUNDS];
+};
+
+int api_state_init(ferry_ctx_t *ctx);
+/* Cancels what is queued and frees the state; safe when never initialised. */
+void api_state_fini(ferry_ctx_t *ctx);
+
+/* Starts queued pieces and runs due completions; returns events handled. */
+int api_rdma_progress(ferry_ctx_t *ctx);
+
+/* The active-message dispatcher registered on every module for every tag
+ * below FERRY_BTL_TAG_BTL_MIN. */
+void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, void *cbdata);
+
+/* Validates dst and returns its peer, or NULL with *status_out set. */
+rt_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out);
+
+#endif /* API_API_H */

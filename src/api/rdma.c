@@ -1,0 +1,456 @@
+/*
+ * Memory registration, remote keys and one-sided put/get at the application
+ * API. A registration holds one transport registration per module that can
+ * do RDMA; a remote key carries each of their keys, found again on the
+ * initiator by the transport's name and instance.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+
+#define RKEY_MAGIC 0x59454b52u /* "RKEY" */
+#define RKEY_VERSION 1
+
+struct ferry_mem {
+    ferry_ctx_t *ctx;
+    void *addr;
+    size_t len;
+    unsigned access;
+    int n_modules;
+    ferry_btl_reg_t **regs; /* per module; NULL where the module has no RDMA */
+};
+
+/* Packed layout of ferry_rkey_t, all little-endian host order (ranks of one
+ * job share an architecture). */
+typedef struct rkey_header {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t n_entries;
+    int32_t owner;
+    uint32_t access;
+    uint64_t base;
+    uint64_t len;
+} rkey_header_t;
+
+typedef struct rkey_entry {
+    uint32_t name_hash; /* of the transport's name */
+    uint8_t instance;   /* which module of that transport */
+    uint8_t key_len;
+} rkey_entry_t;
+
+static uint32_t name_hash(const char *s)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (; *s != '\0'; s++)
+        h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+/* The module's index among the open modules of its transport. */
+static uint8_t module_instance(const ferry_ctx_t *ctx, int m)
+{
+    uint8_t n = 0;
+    for (int i = 0; i < m; i++)
+        if (ctx->modules[i]->component == ctx->modules[m]->component)
+            n++;
+    return n;
+}
+
+static bool module_does_rdma(const ferry_btl_module_t *btl)
+{
+    return (btl->attr.flags & (FERRY_BTL_FLAG_PUT | FERRY_BTL_FLAG_GET)) != 0;
+}
+
+int ferry_mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access,
+                       ferry_mem_t **mem_out)
+{
+    const unsigned known = FERRY_ACCESS_LOCAL | FERRY_ACCESS_REMOTE_READ |
+                           FERRY_ACCESS_REMOTE_WRITE;
+    if (ctx == NULL || addr == NULL || len == 0 || (access & ~known) != 0 || mem_out == NULL ||
+        (uintptr_t)addr > UINTPTR_MAX - len)
+        return FERRY_ERR_INVALID;
+    ferry_mem_t *mem = calloc(1, sizeof(*mem));
+    if (mem == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    mem->regs = calloc((size_t)ctx->n_modules + 1, sizeof(*mem->regs));
+    if (mem->regs == NULL) {
+        free(mem);
+        return FERRY_ERR_NO_MEMORY;
+    }
+    mem->ctx = ctx;
+    mem->addr = addr;
+    mem->len = len;
+    mem->access = access;
+    mem->n_modules = ctx->n_modules;
+    for (int m = 0; m < ctx->n_modules; m++) {
+        ferry_btl_module_t *btl = ctx->modules[m];
+        if (!module_does_rdma(btl))
+            continue;
+        int rc = btl->ops->register_mem(btl, NULL, addr, len, access | FERRY_ACCESS_LOCAL,
+                                        &mem->regs[m]);
+        if (rc != FERRY_OK) {
+            rt_log(&ctx->log, RT_LOG_ERROR, "%s: registering %zu bytes failed: %s",
+                   btl->attr.name, len, ferry_strerror(rc));
+            mem->regs[m] = NULL;
+            ferry_mem_deregister(ctx, mem);
+            return rc;
+        }
+    }
+    *mem_out = mem;
+    return FERRY_OK;
+}
+
+int ferry_mem_deregister(ferry_ctx_t *ctx, ferry_mem_t *mem)
+{
+    if (mem == NULL)
+        return FERRY_OK;
+    if (ctx == NULL || mem->ctx != ctx)
+        return FERRY_ERR_INVALID;
+    int rc = FERRY_OK;
+    for (int m = 0; m < mem->n_modules; m++) {
+        if (mem->regs[m] == NULL)
+            continue;
+        int mrc = ctx->modules[m]->ops->deregister_mem(ctx->modules[m], mem->regs[m]);
+        if (mrc != FERRY_OK && rc == FERRY_OK)
+            rc = mrc;
+    }
+    free(mem->regs);
+    free(mem);
+    return rc;
+}
+
+int ferry_mem_rkey(const ferry_mem_t *mem, ferry_rkey_t *rkey_out)
+{
+    if (mem == NULL || rkey_out == NULL)
+        return FERRY_ERR_INVALID;
+    const ferry_ctx_t *ctx = mem->ctx;
+    ferry_rkey_t rkey;
+    memset(&rkey, 0, sizeof(rkey));
+    rkey_header_t hdr = {
+        .magic = RKEY_MAGIC,
+        .version = RKEY_VERSION,
+        .owner = ctx->rank,
+        .access = mem->access,
+        .base = (uint64_t)(uintptr_t)mem->addr,
+        .len = mem->len,
+    };
+    size_t off = sizeof(hdr);
+    for (int m = 0; m < mem->n_modules; m++) {
+        if (mem->regs[m] == NULL)
+            continue;
+        const ferry_btl_module_t *btl = ctx->modules[m];
+        rkey_entry_t e = {
+            .name_hash = name_hash(btl->attr.name),
+            .instance = module_instance(ctx, m),
+            .key_len = (uint8_t)btl->attr.reg_handle_size,
+        };
+        if (off + sizeof(e) + e.key_len > sizeof(rkey.bytes))
+            return FERRY_ERR_TRUNCATE;
+        memcpy(rkey.bytes + off, &e, sizeof(e));
+        memcpy(rkey.bytes + off + sizeof(e), mem->regs[m]->key, e.key_len);
+        off += sizeof(e) + e.key_len;
+        hdr.n_entries++;
+    }
+    memcpy(rkey.bytes, &hdr, sizeof(hdr));
+    *rkey_out = rkey;
+    return FERRY_OK;
+}
+
+/* Finds in rkey the key for module m reaching rank dst, after checking that
+ * the key is well formed, belongs to dst and covers [raddr, raddr + len). */
+static int rkey_resolve(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t *rkey,
+                        uint64_t raddr, size_t len, uint32_t need, uint8_t *key_out)
+{
+    rkey_header_t hdr;
+    memcpy(&hdr, rkey->bytes, sizeof(hdr));
+    if (hdr.magic != RKEY_MAGIC || hdr.version != RKEY_VERSION) {
+        rt_log(&ctx->log, RT_LOG_ERROR, "remote key is not a ferry key (or of another version)");
+        return FERRY_ERR_INVALID;
+    }
+    if (hdr.owner != dst) {
+        rt_log(&ctx->log, RT_LOG_ERROR, "remote key of rank %d used for rank %d", hdr.owner, dst);
+        return FERRY_ERR_INVALID;
+    }
+    /* The target checks again; refusing here saves a round trip. */
+    if ((hdr.access & need) != need || raddr < hdr.base || raddr - hdr.base > hdr.len ||
+        len > hdr.len - (raddr - hdr.base))
+        return FERRY_ERR_ACCESS;
+    const ferry_btl_module_t *btl = ctx->modules[m];
+    uint32_t want_hash = name_hash(btl->attr.name);
+    uint8_t want_inst = module_instance(ctx, m);
+    size_t off = sizeof(hdr);
+    for (unsigned i = 0; i < hdr.n_entries; i++) {
+        rkey_entry_t e;
+        if (off + sizeof(e) > sizeof(rkey->bytes))
+            break;
+        memcpy(&e, rkey->bytes + off, sizeof(e));
+        if (e.key_len > FERRY_BTL_KEY_MAX || off + sizeof(e) + e.key_len > sizeof(rkey->bytes))
+            break;
+        if (e.name_hash == want_hash && e.instance == want_inst) {
+            memset(key_out, 0, FERRY_BTL_KEY_MAX);
+            memcpy(key_out, rkey->bytes + off + sizeof(e), e.key_len);
+            return FERRY_OK;
+        }
+        off += sizeof(e) + e.key_len;
+    }
+    rt_log(&ctx->log, RT_LOG_ERROR, "remote key of rank %d has no key for transport %s", dst,
+           btl->attr.name);
+    return FERRY_ERR_INVALID;
+}
+
+/* ---- operations ---- */
+
+static void op_finish(ferry_ctx_t *ctx, api_rdma_op_t *op)
+{
+    util_list_append(&ctx->api->done, &op->link);
+}
+
+static void piece_done(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des,
+                       int status)
+{
+    api_rdma_op_t *op = des->cbdata;
+    ferry_ctx_t *ctx = btl->ctx;
+    if (status != FERRY_OK && op->status == FERRY_OK)
+        op->status = status;
+    op->outstanding--;
+    if (op->outstanding == 0 && (op->issued == op->len || op->status != FERRY_OK) &&
+        op->link.next == NULL)
+        op_finish(ctx, op);
+}
+
+/* Starts as many pieces of op as the transport takes. Returns FERRY_OK when
+ * every piece is started, FERRY_ERR_NO_RESOURCE when some must wait, or the
+ * error that ended the operation. */
+static int op_issue(ferry_ctx_t *ctx, api_rdma_op_t *op)
+{
+    rt_peer_t *peer = &ctx->peers[op->peer];
+    ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
+    size_t piece_max = btl->attr.max_rdma_size;
+    if (btl->attr.rdma_pipeline_frag_size > 0 && btl->attr.rdma_pipeline_frag_size < piece_max)
+        piece_max = btl->attr.rdma_pipeline_frag_size;
+
+    while (op->issued < op->len) {
+        if (peer->failed)
+            return FERRY_ERR_UNREACH;
+        size_t size = op->len - op->issued;
+        if (size > piece_max)
+            size = piece_max;
+        ferry_convertor_t conv;
+        ferry_convertor_init_contig(&conv, op->buf + op->issued, size);
+        ferry_btl_desc_t *des;
+        int rc = op->is_put ? btl->ops->prepare_src(btl, peer->ep, op->lreg, &conv, 0, &size,
+                                                    FERRY_BTL_PREP_RDMA, &des)
+                            : btl->ops->prepare_dst(btl, peer->ep, op->lreg, &conv, 0, &size,
+                                                    FERRY_BTL_PREP_RDMA, &des);
+        if (rc != FERRY_OK)
+            return rc;
+        ferry_btl_segment_t *remote = op->is_put ? des->dst : des->src;
+        remote->addr = op->raddr + op->issued;
+        remote->len = size;
+        memcpy(remote->key, op->rkey, sizeof(remote->key));
+        if (op->is_put)
+            des->dst_cnt = 1;
+        else
+            des->src_cnt = 1;
+        des->flags |= FERRY_BTL_DES_OWNERSHIP;
+        des->cbfunc = piece_done;
+        des->cbdata = op;
+        rc = op->is_put ? btl->ops->put(btl, peer->ep, des) : btl->ops->get(btl, peer->ep, des);
+        if (rc != FERRY_OK) {
+            btl->ops->free(btl, des);
+            return rc;
+        }
+        op->outstanding++;
+        op->issued += size;
+    }
+    return FERRY_OK;
+}
+
+static int rdma_start(ferry_ctx_t *ctx, bool is_put, int dst, void *buf, size_t len,
+                      ferry_mem_t *local, uint64_t raddr, const ferry_rkey_t *rkey,
+                      ferry_comp_cb_t cb, void *arg)
+{
+    int rc;
+    if ((buf == NULL && len > 0) || rkey == NULL)
+        return FERRY_ERR_INVALID;
+    rt_peer_t *peer = api_peer(ctx, dst, &rc);
+    if (peer == NULL)
+        return rc;
+    int m = peer->module_idx;
+    ferry_btl_module_t *btl = ctx->modules[m];
+    if (!(btl->attr.flags & (is_put ? FERRY_BTL_FLAG_PUT : FERRY_BTL_FLAG_GET)))
+        return FERRY_ERR_NOT_SUPPORTED;
+    if (local != NULL &&
+        (local->ctx != ctx || (char *)buf < (char *)local->addr ||
+         (size_t)((char *)buf - (char *)local->addr) > local->len ||
+         len > local->len - (size_t)((char *)buf - (char *)local->addr)))
+        return FERRY_ERR_INVALID;
+
+    api_rdma_op_t *op = util_pool_get(&ctx->api->ops);
+    if (op == NULL)
+        return FERRY_ERR_NO_RESOURCE;
+    memset(op, 0, sizeof(*op));
+    rc = rkey_resolve(ctx, m, dst, rkey, raddr, len,
+                      is_put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ, op->rkey);
+    if (rc != FERRY_OK) {
+        util_pool_put(&ctx->api->ops, op);
+        return rc;
+    }
+    op->is_put = is_put;
+    op->peer = dst;
+    op->buf = buf;
+    op->len = len;
+    op->raddr = raddr;
+    op->lreg = local != NULL && m < local->n_modules ? local->regs[m] : NULL;
+    op->cb = cb;
+    op->arg = arg;
+    ctx->api->outstanding[dst]++;
+
+    rc = op_issue(ctx, op);
+    if (rc != FERRY_OK && rc != FERRY_ERR_NO_RESOURCE && op->issued == 0) {
+        /* Nothing started: the caller hears of it now, not from a callback. */
+        ctx->api->outstanding[dst]--;
+        util_pool_put(&ctx->api->ops, op);
+        return rc;
+    }
+    if (rc == FERRY_ERR_NO_RESOURCE) {
+        util_list_append(&ctx->api->issue_queue, &op->link);
+    } else {
+        if (rc != FERRY_OK)
+            op->status = rc;
+        if (op->outstanding == 0)
+            op_finish(ctx, op);
+    }
+    return FERRY_OK;
+}
+
+int ferry_put(ferry_ctx_t *ctx, int dst, const void *buf, size_t len, ferry_mem_t *local,
+              uint64_t raddr, const ferry_rkey_t *rkey, ferry_comp_cb_t cb, void *arg)
+{
+    return rdma_start(ctx, true, dst, (void *)buf, len, local, raddr, rkey, cb, arg);
+}
+
+int ferry_get(ferry_ctx_t *ctx, int dst, void *buf, size_t len, ferry_mem_t *local,
+              uint64_t raddr, const ferry_rkey_t *rkey, ferry_comp_cb_t cb, void *arg)
+{
+    return rdma_start(ctx, false, dst, buf, len, local, raddr, rkey, cb, arg);
+}
+
+int api_rdma_progress(ferry_ctx_t *ctx)
+{
+    struct api_state *api = ctx->api;
+    int events = 0;
+
+    /* Operations waiting for resources go on in order. */
+    util_list_item_t *it;
+    while ((it = util_list_first(&api->issue_queue)) != NULL) {
+        api_rdma_op_t *op = UTIL_CONTAINER_OF(it, api_rdma_op_t, link);
+        int rc = op_issue(ctx, op);
+        if (rc == FERRY_ERR_NO_RESOURCE)
+            break;
+        util_list_remove(&api->issue_queue, it);
+        if (rc != FERRY_OK && op->status == FERRY_OK)
+            op->status = rc;
+        if (op->outstanding == 0)
+            op_finish(ctx, op);
+        events++;
+    }
+
+    while ((it = util_list_pop_front(&api->done)) != NULL) {
+        api_rdma_op_t *op = UTIL_CONTAINER_OF(it, api_rdma_op_t, link);
+        api->outstanding[op->peer]--;
+        if (op->status != FERRY_OK && api->first_error[op->peer] == FERRY_OK)
+            api->first_error[op->peer] = op->status;
+        ferry_comp_cb_t cb = op->cb;
+        void *arg = op->arg;
+        int status = op->status;
+        util_pool_put(&api->ops, op);
+        if (cb != NULL) {
+            ctx->in_callback++;
+            cb(arg, status);
+            ctx->in_callback--;
+        }
+        events++;
+    }
+    return events;
+}
+
+int ferry_flush(ferry_ctx_t *ctx, int dst)
+{
+    if (ctx == NULL || ctx->api == NULL || dst < -1 || dst >= ctx->size)
+        return FERRY_ERR_INVALID;
+    if (ctx->in_callback > 0)
+        return FERRY_ERR_BUSY;
+    struct api_state *api = ctx->api;
+    int lo = dst < 0 ? 0 : dst, hi = dst < 0 ? ctx->size : dst + 1;
+    unsigned idle = 0;
+    for (int r = lo; r < hi; r++) {
+        while (api->outstanding[r] > 0) {
+            int rc = ferry_progress(ctx);
+            if (rc < 0)
+                return rc;
+            if (rc == 0)
+                rt_idle(&idle);
+            else
+                idle = 0;
+        }
+    }
+    int first = FERRY_OK;
+    for (int r = lo; r < hi; r++) {
+        if (api->first_error[r] != FERRY_OK && first == FERRY_OK)
+            first = api->first_error[r];
+        api->first_error[r] = FERRY_OK;
+    }
+    return first;
+}
+
+int api_state_init(ferry_ctx_t *ctx)
+{
+    struct api_state *api = calloc(1, sizeof(*api));
+    if (api == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    ctx->api = api;
+    util_list_init(&api->issue_queue);
+    util_list_init(&api->done);
+    api->outstanding = calloc((size_t)ctx->size, sizeof(*api->outstanding));
+    api->first_error = calloc((size_t)ctx->size, sizeof(*api->first_error));
+    if (api->outstanding == NULL || api->first_error == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    util_pool_params_t pp = {
+        .name = "ferry rdma operations",
+        .elem_size = sizeof(api_rdma_op_t),
+        .initial = 64,
+        .max = 0,
+        .increment = 64,
+    };
+    int rc = util_pool_init(&api->ops, &pp);
+    if (rc != FERRY_OK)
+        return rc;
+    api->ops_ready = true;
+    return FERRY_OK;
+}
+
+void api_state_fini(ferry_ctx_t *ctx)
+{
+    struct api_state *api = ctx->api;
+    if (api == NULL)
+        return;
+    util_list_item_t *it;
+    /* Operations never started are canceled; their callbacks still run. */
+    while ((it = util_list_pop_front(&api->issue_queue)) != NULL) {
+        api_rdma_op_t *op = UTIL_CONTAINER_OF(it, api_rdma_op_t, link);
+        if (op->status == FERRY_OK)
+            op->status = FERRY_ERR_CANCELED;
+        if (op->outstanding == 0)
+            op_finish(ctx, op);
+    }
+    if (api->outstanding != NULL && api->first_error != NULL)
+        api_rdma_progress(ctx);
+    if (api->ops_ready)
+        util_pool_fini(&api->ops);
+    free(api->outstanding);
+    free(api->first_error);
+    free(api);
+    ctx->api = NULL;
+}

@@ -1,0 +1,152 @@
+/*
+ * Code every transport shares.
+ */
+#include "btl/base.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int btl_base_module_init(ferry_btl_module_t *btl, const ferry_btl_component_t *component,
+                         ferry_ctx_t *ctx, const ferry_btl_attr_t *attr,
+                         const ferry_btl_ops_t *ops)
+{
+    /* Every op but the optional ones must exist; optional ones point to a
+     * named stub instead of NULL, so no caller tests for NULL. */
+    const struct {
+        const char *name;
+        const void *fn;
+    } required[] = {
+        {"add_procs", (const void *)ops->add_procs},
+        {"del_procs", (const void *)ops->del_procs},
+        {"register_am", (const void *)ops->register_am},
+        {"register_error", (const void *)ops->register_error},
+        {"finalize", (const void *)ops->finalize},
+        {"alloc", (const void *)ops->alloc},
+        {"free", (const void *)ops->free},
+        {"prepare_src", (const void *)ops->prepare_src},
+        {"prepare_dst", (const void *)ops->prepare_dst},
+        {"send", (const void *)ops->send},
+        {"sendi", (const void *)ops->sendi},
+        {"put", (const void *)ops->put},
+        {"get", (const void *)ops->get},
+        {"register_mem", (const void *)ops->register_mem},
+        {"deregister_mem", (const void *)ops->deregister_mem},
+        {"flush", (const void *)ops->flush},
+        {"progress", (const void *)ops->progress},
+        {"dump", (const void *)ops->dump},
+    };
+    for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++) {
+        if (required[i].fn == NULL) {
+            rt_log(&ctx->log, RT_LOG_ERROR, "transport %s: op %s missing", attr->name,
+                   required[i].name);
+            return FERRY_ERR_INVALID;
+        }
+    }
+    if (attr->reg_handle_size > FERRY_BTL_KEY_MAX || attr->eager_limit > attr->max_send_size) {
+        rt_log(&ctx->log, RT_LOG_ERROR, "transport %s: inconsistent attributes", attr->name);
+        return FERRY_ERR_INVALID;
+    }
+    memset(btl, 0, sizeof(*btl));
+    btl->attr = *attr;
+    btl->ops = ops;
+    btl->ctx = ctx;
+    btl->component = component;
+    return FERRY_OK;
+}
+
+int btl_base_register_am(ferry_btl_module_t *btl, uint8_t tag, ferry_btl_am_cb_t cb,
+                         void *cbdata)
+{
+    if (btl == NULL || tag >= FERRY_BTL_TAG_BTL_MIN)
+        return FERRY_ERR_INVALID;
+    btl->am[tag].cb = cb;
+    btl->am[tag].cbdata = cb != NULL ? cbdata : NULL;
+    return FERRY_OK;
+}
+
+int btl_base_register_error(ferry_btl_module_t *btl, ferry_btl_error_cb_t cb, void *cbdata)
+{
+    if (btl == NULL)
+        return FERRY_ERR_INVALID;
+    btl->error_cb = cb;
+    btl->error_cbdata = cbdata;
+    return FERRY_OK;
+}
+
+int btl_base_deliver(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd)
+{
+    ferry_btl_am_cb_t cb = btl->am[rd->tag].cb;
+    if (cb == NULL) {
+        rt_log(&btl->ctx->log, RT_LOG_WARN,
+               "%s: message with tag %u from rank %d has no handler; dropped", btl->attr.name,
+               (unsigned)rd->tag, rd->peer);
+        return FERRY_ERR_NOT_FOUND;
+    }
+    cb(btl, rd, btl->am[rd->tag].cbdata);
+    return FERRY_OK;
+}
+
+void btl_base_report_error(ferry_btl_module_t *btl, int status, int peer, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (btl->error_cb != NULL)
+        btl->error_cb(btl, status, peer, msg, btl->error_cbdata);
+    else
+        rt_log(&btl->ctx->log, RT_LOG_ERROR, "%s: peer %d: %s (%s)", btl->attr.name, peer, msg,
+               ferry_strerror(status));
+}
+
+int btl_base_unsupported_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                               const void *header, size_t header_len, const void *payload,
+                               size_t payload_len, uint8_t tag)
+{
+    return FERRY_ERR_NOT_SUPPORTED;
+}
+
+int btl_base_unsupported_rdma(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                              ferry_btl_desc_t *des)
+{
+    return FERRY_ERR_NOT_SUPPORTED;
+}
+
+int btl_base_unsupported_prepare_dst(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                                     ferry_btl_reg_t *reg, ferry_convertor_t *conv,
+                                     size_t reserve, size_t *size, uint32_t flags,
+                                     ferry_btl_desc_t **des_out)
+{
+    return FERRY_ERR_NOT_SUPPORTED;
+}
+
+int btl_base_unsupported_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                                      void *base, size_t len, uint32_t access,
+                                      ferry_btl_reg_t **reg_out)
+{
+    return FERRY_ERR_NOT_SUPPORTED;
+}
+
+int btl_base_unsupported_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *reg)
+{
+    return FERRY_ERR_NOT_SUPPORTED;
+}
+
+void btl_base_dump_nothing(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, int verbose)
+{
+}
+
+int btl_base_check_access(const ferry_btl_reg_t *reg, uint64_t addr, size_t len,
+                          uint32_t need)
+{
+    uint64_t base = (uint64_t)(uintptr_t)reg->base;
+    if ((reg->access & need) != need)
+        return FERRY_ERR_ACCESS;
+    /* Written so that no sum can overflow: addr - base is computed only once
+     * addr >= base is known. */
+    if (addr < base || addr - base > reg->len || len > reg->len - (addr - base))
+        return FERRY_ERR_ACCESS;
+    return FERRY_OK;
+}

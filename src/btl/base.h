@@ -1,0 +1,58 @@
+/*
+ * Code every transport shares: module set-up and checks, the handler table,
+ * error reporting, and the named "unsupported" stubs that optional ops point
+ * to (so no hot path tests an op for NULL).
+ */
+#ifndef BTL_BASE_H
+#define BTL_BASE_H
+
+#include <ferry/btl.h>
+
+#include "rt/ctx.h"
+#include "util/bitmap.h"
+
+/* Fills the common part of a module and checks that the mandatory ops exist
+ * (every op except the optional ones listed below); FERRY_ERR_INVALID with a
+ * logged reason otherwise. */
+int btl_base_module_init(ferry_btl_module_t *btl, const ferry_btl_component_t *component,
+                         ferry_ctx_t *ctx, const ferry_btl_attr_t *attr,
+                         const ferry_btl_ops_t *ops);
+
+/* Default register_am and register_error: fill the module's tables. */
+int btl_base_register_am(ferry_btl_module_t *btl, uint8_t tag, ferry_btl_am_cb_t cb,
+                         void *cbdata);
+int btl_base_register_error(ferry_btl_module_t *btl, ferry_btl_error_cb_t cb, void *cbdata);
+
+/* Hands a received fragment to its tag's handler. A fragment for a tag with
+ * no handler is dropped with a warning (the peer broke the protocol or
+ * registered late) and FERRY_ERR_NOT_FOUND is returned. */
+int btl_base_deliver(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd);
+
+/* Reports a peer failure or fatal error through the registered callback
+ * (logged at error level when none is registered). */
+void btl_base_report_error(ferry_btl_module_t *btl, int status, int peer, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Optional ops: these stubs return FERRY_ERR_NOT_SUPPORTED. */
+int btl_base_unsupported_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                               const void *header, size_t header_len, const void *payload,
+                               size_t payload_len, uint8_t tag);
+int btl_base_unsupported_rdma(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                              ferry_btl_desc_t *des);
+int btl_base_unsupported_prepare_dst(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                                     ferry_btl_reg_t *reg, ferry_convertor_t *conv,
+                                     size_t reserve, size_t *size, uint32_t flags,
+                                     ferry_btl_desc_t **des_out);
+int btl_base_unsupported_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                                      void *base, size_t len, uint32_t access,
+                                      ferry_btl_reg_t **reg_out);
+int btl_base_unsupported_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
+void btl_base_dump_nothing(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, int verbose);
+
+/* The access check every transport makes before touching memory for a peer:
+ * [addr, addr + len) inside [reg->base, reg->base + reg->len) with every
+ * bit of need in reg->access. FERRY_OK or FERRY_ERR_ACCESS. Overflow-safe. */
+int btl_base_check_access(const ferry_btl_reg_t *reg, uint64_t addr, size_t len,
+                          uint32_t need);
+
+#endif /* BTL_BASE_H */

@@ -1,0 +1,530 @@
+/*
+ * The self transport: loopback within one process, with every operation of
+ * the contract, put and get included.
+ *
+ * Nothing is delivered from inside the call that starts it: sends and RDMA
+ * operations join one pending queue that progress drains in order, so self
+ * behaves as a real transport would (callbacks from progress only, back
+ * pressure when the fragment pools run dry) and a handler that sends cannot
+ * recurse without bound.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "btl/base.h"
+#include "btl/frag.h"
+#include "util/list.h"
+
+#define SELF_REG_MAGIC 0x53524547u
+
+typedef enum { SELF_OP_SEND, SELF_OP_PUT, SELF_OP_GET } self_op_t;
+
+typedef struct self_module self_module_t;
+
+typedef struct self_reg {
+    ferry_btl_reg_t base; /* key holds {slot, generation} */
+    uint32_t magic;
+    uint32_t slot;
+    uint32_t gen;
+} self_reg_t;
+
+/* The key a self registration hands out. */
+typedef struct self_key {
+    uint32_t slot;
+    uint32_t gen;
+} self_key_t;
+
+struct ferry_btl_endpoint {
+    self_module_t *mod;
+    int rank;
+};
+
+struct self_module {
+    ferry_btl_module_t super;
+    btl_frags_t frags;
+    util_list_t pending; /* frags to deliver or execute, in order */
+    size_t rdma_pending;
+    ferry_btl_endpoint_t *ep; /* the only endpoint: this process */
+    self_reg_t **regs;        /* by slot; NULL where free */
+    uint32_t *reg_gen;        /* generation per slot, to refuse stale keys */
+    uint32_t nregs;
+};
+
+static self_module_t *self_of(ferry_btl_module_t *btl)
+{
+    return (self_module_t *)btl;
+}
+
+/* ---- registration ---- */
+
+static int self_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *base,
+                             size_t len, uint32_t access, ferry_btl_reg_t **reg_out)
+{
+    self_module_t *mod = self_of(btl);
+    const uint32_t known = FERRY_ACCESS_LOCAL | FERRY_ACCESS_REMOTE_READ |
+                           FERRY_ACCESS_REMOTE_WRITE;
+    if (btl == NULL || base == NULL || len == 0 || (access & ~known) != 0 || reg_out == NULL)
+        return FERRY_ERR_INVALID;
+    if ((uintptr_t)base > UINTPTR_MAX - len)
+        return FERRY_ERR_INVALID;
+
+    uint32_t slot = 0;
+    while (slot < mod->nregs && mod->regs[slot] != NULL)
+        slot++;
+    if (slot == mod->nregs) {
+        uint32_t n = mod->nregs == 0 ? 16 : mod->nregs * 2;
+        self_reg_t **regs = realloc(mod->regs, n * sizeof(*regs));
+        if (regs == NULL)
+            return FERRY_ERR_NO_MEMORY;
+        mod->regs = regs;
+        uint32_t *gen = realloc(mod->reg_gen, n * sizeof(*gen));
+        if (gen == NULL)
+            return FERRY_ERR_NO_MEMORY;
+        mod->reg_gen = gen;
+        for (uint32_t i = mod->nregs; i < n; i++) {
+            mod->regs[i] = NULL;
+            mod->reg_gen[i] = 0;
+        }
+        mod->nregs = n;
+    }
+    self_reg_t *reg = calloc(1, sizeof(*reg));
+    if (reg == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    reg->magic = SELF_REG_MAGIC;
+    reg->slot = slot;
+    reg->gen = ++mod->reg_gen[slot];
+    reg->base.base = base;
+    reg->base.len = len;
+    reg->base.access = access;
+    self_key_t key = {.slot = slot, .gen = reg->gen};
+    memcpy(reg->base.key, &key, sizeof(key));
+    mod->regs[slot] = reg;
+    *reg_out = &reg->base;
+    return FERRY_OK;
+}
+
+static int self_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *breg)
+{
+    self_module_t *mod = self_of(btl);
+    self_reg_t *reg = (self_reg_t *)breg;
+    if (btl == NULL || reg == NULL || reg->magic != SELF_REG_MAGIC || reg->slot >= mod->nregs ||
+        mod->regs[reg->slot] != reg)
+        return FERRY_ERR_INVALID;
+    mod->regs[reg->slot] = NULL;
+    reg->magic = 0;
+    free(reg);
+    return FERRY_OK;
+}
+
+/* The registration a remote segment's key names, if it still exists. */
+static const ferry_btl_reg_t *reg_lookup(const self_module_t *mod, const uint8_t *keybytes)
+{
+    self_key_t key;
+    memcpy(&key, keybytes, sizeof(key));
+    if (key.slot >= mod->nregs || mod->regs[key.slot] == NULL ||
+        mod->regs[key.slot]->gen != key.gen)
+        return NULL;
+    return &mod->regs[key.slot]->base;
+}
+
+/* ---- endpoints ---- */
+
+static int self_add_procs(ferry_btl_module_t *btl, size_t n, const ferry_btl_proc_t *procs,
+                          ferry_btl_endpoint_t **eps_out, struct ferry_bitmap *reachable)
+{
+    self_module_t *mod = self_of(btl);
+    if (btl == NULL || (n > 0 && (procs == NULL || eps_out == NULL)))
+        return FERRY_ERR_INVALID;
+    for (size_t i = 0; i < n; i++) {
+        eps_out[i] = NULL;
+        if (procs[i].rank != btl->ctx->rank)
+            continue;
+        if (mod->ep == NULL) {
+            mod->ep = calloc(1, sizeof(*mod->ep));
+            if (mod->ep == NULL)
+                return FERRY_ERR_NO_MEMORY;
+            mod->ep->mod = mod;
+            mod->ep->rank = procs[i].rank;
+        }
+        eps_out[i] = mod->ep;
+        if (reachable != NULL)
+            util_bitmap_set(reachable, i);
+    }
+    return FERRY_OK;
+}
+
+/* Completes one frag taken off the pending queue with status. */
+static void frag_complete(self_module_t *mod, btl_frag_t *frag, int status)
+{
+    ferry_btl_desc_t *des = &frag->base;
+    uint32_t flags = des->flags;
+    if (frag->op != SELF_OP_SEND)
+        mod->rdma_pending--;
+    des->flags &= ~(uint32_t)FERRY_BTL_DES_INFLIGHT;
+    /* After the callback the descriptor may belong to the caller again (and
+     * be freed by it), so only what was read before is used. */
+    if (des->cbfunc != NULL)
+        des->cbfunc(&mod->super, frag->ep, des, status);
+    if (flags & FERRY_BTL_DES_OWNERSHIP)
+        btl_frag_put(&mod->frags, frag);
+}
+
+/* Completes everything queued for ep (every endpoint when NULL). */
+static void fail_pending(self_module_t *mod, int status)
+{
+    util_list_item_t *it;
+    while ((it = util_list_pop_front(&mod->pending)) != NULL)
+        frag_complete(mod, UTIL_CONTAINER_OF(it, btl_frag_t, link), status);
+}
+
+static int self_del_procs(ferry_btl_module_t *btl, size_t n, ferry_btl_endpoint_t **eps)
+{
+    self_module_t *mod = self_of(btl);
+    if (btl == NULL || (n > 0 && eps == NULL))
+        return FERRY_ERR_INVALID;
+    for (size_t i = 0; i < n; i++) {
+        if (eps[i] == NULL || eps[i] != mod->ep)
+            continue;
+        fail_pending(mod, FERRY_ERR_UNREACH);
+        free(mod->ep);
+        mod->ep = NULL;
+    }
+    return FERRY_OK;
+}
+
+/* ---- descriptors ---- */
+
+static int self_alloc(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, size_t size,
+                      uint32_t flags, ferry_btl_desc_t **des_out)
+{
+    if (btl == NULL)
+        return FERRY_ERR_INVALID;
+    return btl_frags_alloc(&self_of(btl)->frags, size, flags, des_out);
+}
+
+static int self_free(ferry_btl_module_t *btl, ferry_btl_desc_t *des)
+{
+    if (btl == NULL)
+        return FERRY_ERR_INVALID;
+    return btl_frags_free(&self_of(btl)->frags, des);
+}
+
+static int self_prepare_src(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                            ferry_btl_reg_t *reg, ferry_convertor_t *conv, size_t reserve,
+                            size_t *size, uint32_t flags, ferry_btl_desc_t **des_out)
+{
+    if (btl == NULL)
+        return FERRY_ERR_INVALID;
+    return btl_frags_prepare_src(&self_of(btl)->frags, ep, reg, conv, reserve, size, flags,
+                                 des_out);
+}
+
+static int self_prepare_dst(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                            ferry_btl_reg_t *reg, ferry_convertor_t *conv, size_t reserve,
+                            size_t *size, uint32_t flags, ferry_btl_desc_t **des_out)
+{
+    if (btl == NULL)
+        return FERRY_ERR_INVALID;
+    return btl_frags_prepare_dst(&self_of(btl)->frags, ep, reg, conv, reserve, size, flags,
+                                 des_out);
+}
+
+/* ---- data movement ---- */
+
+/* Checks what every operation needs and queues it. */
+static int frag_start(self_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des,
+                      self_op_t op)
+{
+    btl_frag_t *frag = btl_frag_of(des);
+    if (ep == NULL || ep != mod->ep || !btl_frag_valid(des) ||
+        (des->flags & FERRY_BTL_DES_INFLIGHT))
+        return FERRY_ERR_INVALID;
+    if (op == SELF_OP_SEND) {
+        if (des->src == NULL || des->src_cnt != 1 || des->src[0].len > mod->super.attr.max_send_size)
+            return FERRY_ERR_INVALID;
+    } else {
+        if (des->src == NULL || des->dst == NULL || des->src_cnt != 1 || des->dst_cnt != 1 ||
+            des->src[0].len != des->dst[0].len || des->src[0].len > mod->super.attr.max_rdma_size)
+            return FERRY_ERR_INVALID;
+        mod->rdma_pending++;
+    }
+    frag->op = op;
+    frag->ep = ep;
+    des->flags |= FERRY_BTL_DES_INFLIGHT;
+    util_list_append(&mod->pending, &frag->link);
+    return FERRY_OK;
+}
+
+static int self_send(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des,
+                     uint8_t tag)
+{
+    if (btl == NULL || des == NULL || tag >= FERRY_BTL_TAG_BTL_MIN)
+        return FERRY_ERR_INVALID;
+    int rc = frag_start(self_of(btl), ep, des, SELF_OP_SEND);
+    if (rc == FERRY_OK)
+        btl_frag_of(des)->tag = tag;
+    return rc;
+}
+
+static int self_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void *header,
+                      size_t header_len, const void *payload, size_t payload_len, uint8_t tag)
+{
+    if (btl == NULL || ep == NULL || tag >= FERRY_BTL_TAG_BTL_MIN ||
+        (header == NULL && header_len > 0) || (payload == NULL && payload_len > 0) ||
+        header_len > btl->attr.max_send_size ||
+        payload_len > btl->attr.max_send_size - header_len)
+        return FERRY_ERR_INVALID;
+    ferry_btl_desc_t *des;
+    int rc = self_alloc(btl, ep, header_len + payload_len, FERRY_BTL_DES_OWNERSHIP, &des);
+    if (rc != FERRY_OK)
+        return rc;
+    char *p = ferry_btl_seg_ptr(&des->src[0]);
+    if (header_len > 0)
+        memcpy(p, header, header_len);
+    if (payload_len > 0)
+        memcpy(p + header_len, payload, payload_len);
+    rc = self_send(btl, ep, des, tag);
+    if (rc != FERRY_OK)
+        self_free(btl, des);
+    return rc;
+}
+
+static int self_put(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des)
+{
+    if (btl == NULL || des == NULL)
+        return FERRY_ERR_INVALID;
+    return frag_start(self_of(btl), ep, des, SELF_OP_PUT);
+}
+
+static int self_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des)
+{
+    if (btl == NULL || des == NULL)
+        return FERRY_ERR_INVALID;
+    return frag_start(self_of(btl), ep, des, SELF_OP_GET);
+}
+
+/* Carries out a put or get as the target would: the remote range is checked
+ * against the registration its key names before a byte moves. */
+static int rdma_execute(self_module_t *mod, btl_frag_t *frag)
+{
+    ferry_btl_desc_t *des = &frag->base;
+    bool put = frag->op == SELF_OP_PUT;
+    const ferry_btl_segment_t *remote = put ? &des->dst[0] : &des->src[0];
+    const ferry_btl_segment_t *local = put ? &des->src[0] : &des->dst[0];
+    const ferry_btl_reg_t *reg = reg_lookup(mod, remote->key);
+    if (remote->len == 0)
+        return FERRY_OK;
+    if (reg == NULL)
+        return FERRY_ERR_ACCESS;
+    int rc = btl_base_check_access(reg, remote->addr, remote->len,
+                                   put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ);
+    if (rc != FERRY_OK)
+        return rc;
+    if (put)
+        memmove(ferry_btl_seg_ptr(remote), ferry_btl_seg_ptr(local), remote->len);
+    else
+        memmove(ferry_btl_seg_ptr(local), ferry_btl_seg_ptr(remote), remote->len);
+    return FERRY_OK;
+}
+
+static int self_progress(ferry_btl_module_t *btl)
+{
+    self_module_t *mod = self_of(btl);
+    /* Only what was queued before this call: work queued by the callbacks
+     * below waits for the next call, so one call always returns. */
+    size_t n = util_list_len(&mod->pending);
+    int handled = 0;
+    for (size_t i = 0; i < n; i++) {
+        util_list_item_t *it = util_list_pop_front(&mod->pending);
+        if (it == NULL)
+            break;
+        btl_frag_t *frag = UTIL_CONTAINER_OF(it, btl_frag_t, link);
+        int status = FERRY_OK;
+        if (frag->op == SELF_OP_SEND) {
+            ferry_btl_recv_desc_t rd = {
+                .ep = frag->ep,
+                .peer = frag->ep->rank,
+                .tag = frag->tag,
+                .segs = &frag->base.src[0],
+                .seg_cnt = 1,
+            };
+            btl_base_deliver(btl, &rd);
+        } else {
+            status = rdma_execute(mod, frag);
+        }
+        frag_complete(mod, frag, status);
+        handled++;
+    }
+    return handled;
+}
+
+static int self_flush(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep)
+{
+    self_module_t *mod = self_of(btl);
+    if (btl == NULL || (ep != NULL && ep != mod->ep))
+        return FERRY_ERR_INVALID;
+    while (mod->rdma_pending > 0)
+        self_progress(btl);
+    return FERRY_OK;
+}
+
+static void self_dump(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, int verbose)
+{
+    self_module_t *mod = self_of(btl);
+    rt_log(&btl->ctx->log, RT_LOG_ERROR,
+           "self: %zu queued (%zu rdma); descriptors in use: eager %zu, max %zu, user %zu",
+           util_list_len(&mod->pending), mod->rdma_pending,
+           btl_frags_in_use(&mod->frags, BTL_FRAG_EAGER),
+           btl_frags_in_use(&mod->frags, BTL_FRAG_MAX),
+           btl_frags_in_use(&mod->frags, BTL_FRAG_USER));
+}
+
+static int self_finalize(ferry_btl_module_t *btl)
+{
+    self_module_t *mod = self_of(btl);
+    if (mod == NULL)
+        return FERRY_OK;
+    fail_pending(mod, FERRY_ERR_CANCELED);
+    int rc = btl_frags_fini(&mod->frags);
+    for (uint32_t i = 0; i < mod->nregs; i++)
+        free(mod->regs[i]);
+    free(mod->regs);
+    free(mod->reg_gen);
+    free(mod->ep);
+    free(mod);
+    return rc;
+}
+
+static const ferry_btl_ops_t self_ops = {
+    .add_procs = self_add_procs,
+    .del_procs = self_del_procs,
+    .register_am = btl_base_register_am,
+    .register_error = btl_base_register_error,
+    .finalize = self_finalize,
+    .alloc = self_alloc,
+    .free = self_free,
+    .prepare_src = self_prepare_src,
+    .prepare_dst = self_prepare_dst,
+    .send = self_send,
+    .sendi = self_sendi,
+    .put = self_put,
+    .get = self_get,
+    .register_mem = self_register_mem,
+    .deregister_mem = self_deregister_mem,
+    .flush = self_flush,
+    .progress = self_progress,
+    .dump = self_dump,
+};
+
+/* ---- component ---- */
+
+typedef struct self_params {
+    size_t eager_limit, max_send_size, num, max, inc;
+} self_params_t;
+
+static int self_read_params(ferry_ctx_t *ctx, self_params_t *p)
+{
+    rt_params_t *r = &ctx->params;
+    int rc;
+    if ((rc = rt_param_register_size(r, "self_eager_limit", 4096, 64, 1u << 20,
+                                     "Largest self fragment taken from the eager pool (bytes)",
+                                     &p->eager_limit)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "self_max_send_size", 256 * 1024, 64, 64u << 20,
+                                     "Largest single self send (bytes)",
+                                     &p->max_send_size)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "self_free_list_num", 8, 1, 1u << 20,
+                                     "Descriptors each self pool allocates at start",
+                                     &p->num)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "self_free_list_max", 256, 1, 1u << 20,
+                                     "Most descriptors in each self pool (back pressure beyond)",
+                                     &p->max)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "self_free_list_inc", 32, 1, 1u << 20,
+                                     "Descriptors added when a self pool runs dry",
+                                     &p->inc)) != FERRY_OK)
+        return rc;
+    if (p->eager_limit > p->max_send_size) {
+        rt_log(&ctx->log, RT_LOG_ERROR,
+               "FERRY_SELF_EAGER_LIMIT (%zu) must not exceed FERRY_SELF_MAX_SEND_SIZE (%zu)",
+               p->eager_limit, p->max_send_size);
+        return FERRY_ERR_INVALID;
+    }
+    if (p->num > p->max) {
+        rt_log(&ctx->log, RT_LOG_ERROR,
+               "FERRY_SELF_FREE_LIST_NUM (%zu) must not exceed FERRY_SELF_FREE_LIST_MAX (%zu)",
+               p->num, p->max);
+        return FERRY_ERR_INVALID;
+    }
+    return FERRY_OK;
+}
+
+static int self_register_params(ferry_ctx_t *ctx)
+{
+    self_params_t p;
+    return self_read_params(ctx, &p);
+}
+
+extern const ferry_btl_component_t btl_self_component;
+
+static int self_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *count_out)
+{
+    self_params_t p;
+    int rc = self_read_params(ctx, &p);
+    if (rc != FERRY_OK)
+        return rc;
+    self_module_t *mod = calloc(1, sizeof(*mod));
+    ferry_btl_module_t **list = calloc(1, sizeof(*list));
+    if (mod == NULL || list == NULL) {
+        free(mod);
+        free(list);
+        return FERRY_ERR_NO_MEMORY;
+    }
+    const ferry_btl_attr_t attr = {
+        .name = "self",
+        .eager_limit = p.eager_limit,
+        .max_send_size = p.max_send_size,
+        .rdma_pipeline_frag_size = 4u << 20,
+        .min_rdma_size = 0,
+        .max_rdma_size = SIZE_MAX,
+        .exclusivity = 65535, /* nothing is better for reaching oneself */
+        .latency = 0,
+        .bandwidth = 100000,
+        .flags = FERRY_BTL_FLAG_SEND | FERRY_BTL_FLAG_SEND_INPLACE | FERRY_BTL_FLAG_PUT |
+                 FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI,
+        .reg_handle_size = sizeof(self_key_t),
+    };
+    rc = btl_base_module_init(&mod->super, &btl_self_component, ctx, &attr, &self_ops);
+    if (rc != FERRY_OK)
+        goto err_free_mod;
+    util_list_init(&mod->pending);
+    const btl_frag_params_t fp = {
+        .eager_size = p.eager_limit,
+        .max_size = p.max_send_size,
+        .num = p.num,
+        .max = p.max,
+        .inc = p.inc,
+        .max_frags = p.max < 64 ? p.max : 64, /* max fragments are large */
+    };
+    rc = btl_frags_init(&mod->frags, &mod->super, &fp);
+    if (rc != FERRY_OK)
+        goto err_finalize;
+    list[0] = &mod->super;
+    *modules_out = list;
+    *count_out = 1;
+    return FERRY_OK;
+
+err_finalize:
+    free(list);
+    self_finalize(&mod->super);
+    return rc;
+err_free_mod:
+    free(list);
+    free(mod);
+    return rc;
+}
+
+const ferry_btl_component_t btl_self_component = {
+    .name = "self",
+    .description = "loopback within one process",
+    .register_params = self_register_params,
+    .open = self_open,
+};
