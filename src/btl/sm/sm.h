@@ -1,0 +1,269 @@
+/*
+ * The sm transport: shared memory between processes of one host.
+ *
+ * Each process creates one segment (/dev/shm/ferry-JOBID-RANK, mode 0600).
+ * It holds a header, a registration table that peers read to check remote
+ * accesses, and one channel per possible sender. A channel is a
+ * single-producer single-consumer ring: the sender copies a message into the
+ * ring and writes its 8-byte header last, with release ordering; the
+ * receiver polls the header of its next slot with acquire ordering (the
+ * seed's eager RDMA, done for shared memory). Headers carry the lap of the
+ * ring they were written in, so slots never need clearing.
+ *
+ * Flow control is the seed's tokens and credits in byte form: the sender
+ * owns the write position and may use the ring up to the receiver's tail,
+ * which the receiver publishes in batches (every ring/8 bytes, the seed's
+ * sr_win). A sender out of credits queues its fragments on the endpoint;
+ * progress drains them in order.
+ *
+ * Memory per local peer: one ring (FERRY_SM_RING_SIZE, default 256 KiB) in
+ * each direction, touched only once the pair talks; ferry_info shows it.
+ */
+#ifndef BTL_SM_H
+#define BTL_SM_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "btl/base.h"
+#include "btl/frag.h"
+#include "util/list.h"
+#include "util/pool.h"
+
+#define SM_MAGIC 0x316d737972726566ull /* "ferrysm1" */
+#define SM_VERSION 1
+#define SM_LINE 64
+/* Messages start on this boundary in the ring. */
+#define SM_ALIGN 64
+#define SM_HDR_SIZE 8
+
+/* Message types in a ring header. */
+enum {
+    SM_T_DATA = 1,     /* an active message: tag, payload */
+    SM_T_SKIP = 2,     /* the rest of the lap is empty: go to the ring's start */
+    SM_T_PUT = 3,      /* put through the ring: sm_put_hdr_t, then data */
+    SM_T_GET_REQ = 4,  /* get through the ring: sm_get_req_t */
+    SM_T_GET_RESP = 5  /* data answering a get: sm_get_resp_t, then data */
+};
+
+/* Shared layout. Fields written once before the segment is published need
+ * no atomics; the rest are marked. */
+typedef struct sm_seg_hdr {
+    uint64_t magic;
+    uint32_t version;
+    int32_t rank;
+    int32_t pid;
+    uint32_t nchan;       /* channels: one per rank of the job */
+    uint64_t ring_size;   /* bytes of each ring */
+    uint64_t chan_off;    /* offset of channel 0 */
+    uint64_t chan_stride; /* bytes from one channel to the next */
+    uint64_t reg_off;     /* offset of the registration table */
+    uint32_t reg_slots;
+    uint32_t reserved;
+    uint64_t seg_size;
+    /* Bumped by a sender after it marks its channel connected, so the owner
+     * finds new senders by reading one line. */
+    _Alignas(SM_LINE) _Atomic uint64_t connect_seq;
+} sm_seg_hdr_t;
+
+/* One registration of the owner's memory, read by peers. gen is odd while
+ * the owner rewrites the entry (a sequence lock); 0 means never used. */
+typedef struct sm_reg_entry {
+    _Atomic uint32_t gen;
+    uint32_t access;
+    uint64_t base;
+    uint64_t len;
+    uint64_t reserved;
+} sm_reg_entry_t;
+
+/* The channel from one sender, in the receiver's segment. */
+typedef struct sm_chan {
+    _Alignas(SM_LINE) _Atomic uint64_t tail; /* bytes consumed: written by the receiver */
+    _Alignas(SM_LINE) _Atomic uint32_t connected; /* written by the sender */
+    int32_t sender_pid;
+    _Alignas(SM_LINE) unsigned char ring[];
+} sm_chan_t;
+
+/* What a process publishes in the modex under "btl.sm". */
+typedef struct sm_addr {
+    char name[320];
+    uint64_t seg_size;
+    int32_t pid;
+    uint32_t version;
+} sm_addr_t;
+
+/* Key of a registration as peers see it. */
+typedef struct sm_key {
+    uint32_t slot;
+    uint32_t gen;
+} sm_key_t;
+
+typedef struct sm_put_hdr {
+    uint64_t raddr;
+    sm_key_t key;
+    uint32_t ack; /* the receiver publishes its tail at once */
+    uint32_t reserved;
+} sm_put_hdr_t;
+
+typedef struct sm_get_req {
+    uint64_t raddr;
+    uint64_t len;
+    sm_key_t key;
+    uint64_t cookie; /* names the get at the initiator */
+} sm_get_req_t;
+
+typedef struct sm_get_resp {
+    uint64_t cookie;
+    uint64_t offset;
+    int32_t status;
+    uint32_t reserved;
+} sm_get_resp_t;
+
+/* Operation codes in btl_frag_t.op. */
+enum { SM_OP_SEND, SM_OP_PUT, SM_OP_GET };
+
+typedef struct sm_module sm_module_t;
+typedef struct sm_reg sm_reg_t;
+
+typedef enum { SM_EP_NEW, SM_EP_CONNECTED, SM_EP_FAILED } sm_ep_state_t;
+
+/* A get answered through the ring, on the target. */
+typedef struct sm_get_job {
+    util_list_item_t link;
+    sm_get_req_t req;
+    uint64_t sent;
+    int status;
+} sm_get_job_t;
+
+struct ferry_btl_endpoint {
+    sm_module_t *mod;
+    int rank;
+    sm_ep_state_t state;
+    /* Sending: the peer's segment and our channel in it. */
+    unsigned char *peer_base;
+    size_t peer_size;
+    sm_seg_hdr_t *peer_hdr;
+    sm_chan_t *out;
+    uint64_t head;        /* bytes written into out */
+    uint64_t cached_tail; /* last tail read from out */
+    util_list_t queue;    /* fragments waiting for credits, in order */
+    util_list_t ring_puts; /* puts written, waiting for the peer to consume them */
+    util_list_t gets;      /* ring gets waiting for their data */
+    util_list_t get_jobs;  /* gets this process answers for the peer */
+    /* Receiving: the peer's channel in our segment. */
+    sm_chan_t *in;
+    uint64_t rpos;
+    uint64_t published_tail;
+    bool polled; /* in the module's poll list */
+    bool sending; /* in the module's sending list */
+    bool deleted; /* del_procs ran: refuse new work until added again */
+    util_list_item_t sending_link;
+    /* Failure detection. */
+    pid_t pid;
+    int pidfd;
+    size_t rdma_inflight;
+};
+
+struct sm_reg {
+    ferry_btl_reg_t base;
+    uint32_t magic;
+    uint32_t slot;
+};
+
+typedef struct sm_params {
+    size_t ring_size;
+    size_t eager_limit;
+    size_t max_send_size;
+    size_t cma_threshold;
+    bool cma;
+    long long fail_timeout_ms;
+    size_t reg_slots;
+    size_t free_list_num, free_list_max, free_list_inc;
+    long long max_eager_rdma_peers;
+} sm_params_t;
+
+struct sm_module {
+    ferry_btl_module_t super;
+    sm_params_t p;
+    /* Our segment. */
+    char seg_name[320];
+    unsigned char *seg;
+    size_t seg_size;
+    sm_seg_hdr_t *hdr;
+    sm_reg_entry_t *reg_table;
+    sm_reg_t **regs;       /* local objects by slot */
+    uint64_t seen_connect_seq;
+    /* Peers. */
+    int nranks;
+    ferry_btl_endpoint_t **eps; /* by rank */
+    ferry_btl_endpoint_t **poll; /* endpoints we receive from, hottest first */
+    int npoll;
+    util_list_t sending;   /* endpoints with queued work */
+    util_list_t completed; /* fragments whose completion is due */
+    btl_frags_t frags;
+    bool cma_ok;
+    uint64_t next_cookie;
+    /* Failure checks. */
+    uint32_t progress_calls;
+    uint64_t next_check_ns;
+};
+
+static inline uint64_t sm_align(uint64_t n)
+{
+    return (n + SM_ALIGN - 1) & ~(uint64_t)(SM_ALIGN - 1);
+}
+
+static inline uint64_t sm_hdr_pack(uint32_t len, uint8_t tag, uint8_t type, uint16_t lap)
+{
+    return (uint64_t)len | (uint64_t)tag << 32 | (uint64_t)type << 40 | (uint64_t)lap << 48;
+}
+
+/* The lap number written into headers at ring position pos: never 0, so a
+ * zeroed ring holds no message. */
+static inline uint16_t sm_lap(uint64_t pos, uint64_t ring_size)
+{
+    return (uint16_t)((pos / ring_size) % 65535u + 1u);
+}
+
+static inline sm_chan_t *sm_chan_at(unsigned char *seg, const sm_seg_hdr_t *hdr, int rank)
+{
+    return (sm_chan_t *)(seg + hdr->chan_off + (uint64_t)rank * hdr->chan_stride);
+}
+
+/* sm_endpoint.c */
+int sm_ep_connect(sm_module_t *mod, ferry_btl_endpoint_t *ep);
+void sm_ep_fail(sm_module_t *mod, ferry_btl_endpoint_t *ep, const char *why);
+void sm_ep_release(sm_module_t *mod, ferry_btl_endpoint_t *ep);
+int sm_check_peers(sm_module_t *mod);
+void sm_poll_add(sm_module_t *mod, ferry_btl_endpoint_t *ep);
+int sm_scan_new_senders(sm_module_t *mod);
+
+/* sm_ring.c */
+/* Reserves a slot for len payload bytes after the header; false when out of
+ * credits. *slot_out points at the payload. Publish with sm_ring_commit. */
+bool sm_ring_reserve(ferry_btl_endpoint_t *ep, size_t len, unsigned char **slot_out,
+                     uint64_t *pos_out);
+void sm_ring_commit(ferry_btl_endpoint_t *ep, uint64_t pos, uint32_t len, uint8_t tag,
+                    uint8_t type);
+int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep);
+int sm_drain_queue(sm_module_t *mod, ferry_btl_endpoint_t *ep);
+void sm_complete(sm_module_t *mod, btl_frag_t *frag, int status);
+void sm_mark_sending(sm_module_t *mod, ferry_btl_endpoint_t *ep);
+
+/* sm_rdma.c */
+int sm_put(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
+int sm_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
+int sm_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *base, size_t len,
+                    uint32_t access, ferry_btl_reg_t **reg_out);
+int sm_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
+/* Writes as much of a queued ring put or get request as credits allow;
+ * returns true when the fragment has left the queue's head. */
+bool sm_rdma_push(sm_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag);
+void sm_rdma_handle(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint8_t type,
+                    const unsigned char *msg, uint32_t len);
+int sm_rdma_progress(sm_module_t *mod, ferry_btl_endpoint_t *ep);
+void sm_rdma_fail(sm_module_t *mod, ferry_btl_endpoint_t *ep, int status);
+
+
+#endif /* BTL_SM_H */

@@ -1,0 +1,247 @@
+/*
+ * Endpoints: lazy connection to a peer's segment, discovery of new senders,
+ * and failure detection.
+ *
+ * A peer's death is seen through a pidfd (readable once the process has
+ * exited, zombie or not, and immune to pid reuse), polled at most every
+ * FERRY_SM_FAIL_TIMEOUT/4 from progress. Where pidfd_open is missing, kill(pid, 0)
+ * stands in.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "btl/sm/sm.h"
+#include "rt/modex.h"
+
+static int open_pidfd(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/* Checks a mapped peer header against what we expect of it. */
+static int check_peer_hdr(sm_module_t *mod, ferry_btl_endpoint_t *ep, const sm_seg_hdr_t *h,
+                          size_t size)
+{
+    const char *what = NULL;
+    if (h->magic != SM_MAGIC || h->version != SM_VERSION)
+        what = "not a ferry sm segment of this version";
+    else if (h->rank != ep->rank || h->nchan != (uint32_t)mod->nranks)
+        what = "belongs to another rank or job";
+    else if (h->ring_size != mod->p.ring_size)
+        what = "has another ring size (FERRY_SM_RING_SIZE must agree across ranks)";
+    else if (h->seg_size > size || h->chan_off > size ||
+             h->chan_stride < sizeof(sm_chan_t) + h->ring_size ||
+             (size - h->chan_off) / h->chan_stride < h->nchan ||
+             h->reg_off > size ||
+             (size - h->reg_off) / sizeof(sm_reg_entry_t) < h->reg_slots)
+        what = "has an inconsistent layout";
+    if (what != NULL) {
+        rt_log(&mod->super.ctx->log, RT_LOG_ERROR, "sm: segment of rank %d %s", ep->rank, what);
+        return FERRY_ERR_PROTO;
+    }
+    return FERRY_OK;
+}
+
+int sm_ep_connect(sm_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    ferry_ctx_t *ctx = mod->super.ctx;
+    if (ep->state == SM_EP_CONNECTED)
+        return FERRY_OK;
+    if (ep->state == SM_EP_FAILED)
+        return FERRY_ERR_UNREACH;
+
+    if (ep->rank == ctx->rank) {
+        ep->peer_base = mod->seg;
+        ep->peer_size = mod->seg_size;
+        ep->pid = getpid();
+    } else {
+        void *val = NULL;
+        size_t len = 0;
+        sm_addr_t addr;
+        int rc = rt_modex_get(ctx->modex, ep->rank, "btl.sm", &val, &len);
+        if (rc != FERRY_OK)
+            return rc == FERRY_ERR_NOT_FOUND ? FERRY_ERR_UNREACH : rc;
+        if (len != sizeof(addr)) {
+            free(val);
+            rt_log(&ctx->log, RT_LOG_ERROR, "sm: rank %d published a malformed address",
+                   ep->rank);
+            return FERRY_ERR_PROTO;
+        }
+        memcpy(&addr, val, sizeof(addr));
+        free(val);
+        addr.name[sizeof(addr.name) - 1] = '\0';
+        int fd = shm_open(addr.name, O_RDWR, 0);
+        if (fd < 0)
+            return rt_log_errno(&ctx->log, "sm: opening a peer's segment", errno);
+        struct stat st;
+        if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < addr.seg_size ||
+            addr.seg_size < sizeof(sm_seg_hdr_t)) {
+            close(fd);
+            rt_log(&ctx->log, RT_LOG_ERROR, "sm: segment of rank %d is truncated", ep->rank);
+            return FERRY_ERR_PROTO;
+        }
+        void *base = mmap(NULL, addr.seg_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (base == MAP_FAILED)
+            return rt_log_errno(&ctx->log, "sm: mapping a peer's segment", errno);
+        ep->peer_base = base;
+        ep->peer_size = addr.seg_size;
+        ep->pid = addr.pid;
+        int crc = check_peer_hdr(mod, ep, base, addr.seg_size);
+        if (crc != FERRY_OK) {
+            munmap(base, addr.seg_size);
+            ep->peer_base = NULL;
+            return crc;
+        }
+    }
+    ep->peer_hdr = (sm_seg_hdr_t *)ep->peer_base;
+    ep->out = sm_chan_at(ep->peer_base, ep->peer_hdr, ctx->rank);
+    /* Resume where an earlier connection of ours stopped (rings outlive
+     * del_procs): the receiver's position is exactly what we wrote. */
+    ep->cached_tail = atomic_load_explicit(&ep->out->tail, memory_order_acquire);
+    if (ep->head < ep->cached_tail)
+        ep->head = ep->cached_tail;
+    ep->out->sender_pid = getpid();
+    atomic_store_explicit(&ep->out->connected, 1, memory_order_release);
+    atomic_fetch_add_explicit(&ep->peer_hdr->connect_seq, 1, memory_order_acq_rel);
+    if (ep->pidfd < 0 && ep->rank != ctx->rank)
+        ep->pidfd = open_pidfd(ep->pid);
+    ep->state = SM_EP_CONNECTED;
+    return FERRY_OK;
+}
+
+void sm_poll_add(sm_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    if (ep->polled)
+        return;
+    ep->in = sm_chan_at(mod->seg, mod->hdr, ep->rank);
+    mod->poll[mod->npoll++] = ep;
+    ep->polled = true;
+}
+
+static void poll_remove(sm_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    for (int i = 0; i < mod->npoll; i++) {
+        if (mod->poll[i] == ep) {
+            memmove(&mod->poll[i], &mod->poll[i + 1],
+                    (size_t)(mod->npoll - i - 1) * sizeof(mod->poll[0]));
+            mod->npoll--;
+            break;
+        }
+    }
+    ep->polled = false;
+}
+
+int sm_scan_new_senders(sm_module_t *mod)
+{
+    uint64_t seq = atomic_load_explicit(&mod->hdr->connect_seq, memory_order_acquire);
+    int found = 0;
+    if (seq == mod->seen_connect_seq)
+        return 0;
+    mod->seen_connect_seq = seq;
+    for (int r = 0; r < mod->nranks; r++) {
+        ferry_btl_endpoint_t *ep = mod->eps[r];
+        sm_chan_t *ch = sm_chan_at(mod->seg, mod->hdr, r);
+        if (ep == NULL || ep->polled || ep->state == SM_EP_FAILED ||
+            !atomic_load_explicit(&ch->connected, memory_order_acquire))
+            continue;
+        if (ep->pidfd < 0 && r != mod->super.ctx->rank) {
+            ep->pid = ch->sender_pid;
+            ep->pidfd = open_pidfd(ep->pid);
+        }
+        sm_poll_add(mod, ep);
+        found++;
+    }
+    return found;
+}
+
+static void fail_list(sm_module_t *mod, util_list_t *list, int status)
+{
+    util_list_item_t *it;
+    while ((it = util_list_pop_front(list)) != NULL)
+        sm_complete(mod, UTIL_CONTAINER_OF(it, btl_frag_t, link), status);
+}
+
+void sm_ep_fail(sm_module_t *mod, ferry_btl_endpoint_t *ep, const char *why)
+{
+    if (ep->state == SM_EP_FAILED)
+        return;
+    ep->state = SM_EP_FAILED;
+    fail_list(mod, &ep->queue, FERRY_ERR_UNREACH);
+    sm_rdma_fail(mod, ep, FERRY_ERR_UNREACH);
+    if (ep->polled)
+        poll_remove(mod, ep);
+    btl_base_report_error(&mod->super, FERRY_ERR_UNREACH, ep->rank, "rank %d (pid %d): %s",
+                          ep->rank, (int)ep->pid, why);
+}
+
+void sm_ep_release(sm_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    fail_list(mod, &ep->queue, FERRY_ERR_UNREACH);
+    sm_rdma_fail(mod, ep, FERRY_ERR_UNREACH);
+    if (ep->polled)
+        poll_remove(mod, ep);
+    if (ep->sending) {
+        util_list_remove(&mod->sending, &ep->sending_link);
+        ep->sending = false;
+    }
+    if (ep->peer_base != NULL && ep->peer_base != mod->seg)
+        munmap(ep->peer_base, ep->peer_size);
+    if (ep->pidfd >= 0)
+        close(ep->pidfd);
+    free(ep);
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static bool peer_dead(const ferry_btl_endpoint_t *ep)
+{
+    if (ep->pidfd >= 0) {
+        struct pollfd pfd = {.fd = ep->pidfd, .events = POLLIN};
+        return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLIN | POLLHUP | POLLERR));
+    }
+    return ep->pid > 0 && kill(ep->pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Called from progress: every so often, looks for peers that have died. */
+int sm_check_peers(sm_module_t *mod)
+{
+    uint64_t now = now_ns();
+    if (now < mod->next_check_ns)
+        return 0;
+    mod->next_check_ns = now + (uint64_t)mod->p.fail_timeout_ms * 1000000u / 4;
+    int n = 0;
+    for (int r = 0; r < mod->nranks; r++) {
+        ferry_btl_endpoint_t *ep = mod->eps[r];
+        if (ep == NULL || ep->state == SM_EP_FAILED || r == mod->super.ctx->rank)
+            continue;
+        if ((ep->state != SM_EP_CONNECTED && !ep->polled) || !peer_dead(ep))
+            continue;
+        /* What it sent before it died is still good: take it first. */
+        if (ep->polled)
+            while (sm_poll_channel(mod, ep) > 0)
+                ;
+        sm_ep_fail(mod, ep, "process exited");
+        n++;
+    }
+    return n;
+}

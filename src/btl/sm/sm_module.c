@@ -1,0 +1,555 @@
+/*
+ * The sm module's operations and its component: parameters, the segment,
+ * and the modex address.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "btl/sm/sm.h"
+#include "rt/modex.h"
+
+static sm_module_t *sm_of(ferry_btl_module_t *btl)
+{
+    return (sm_module_t *)btl;
+}
+
+/* ---- endpoints ---- */
+
+static ferry_btl_endpoint_t *ep_new(sm_module_t *mod, int rank)
+{
+    ferry_btl_endpoint_t *ep = calloc(1, sizeof(*ep));
+    if (ep == NULL)
+        return NULL;
+    ep->mod = mod;
+    ep->rank = rank;
+    ep->state = SM_EP_NEW;
+    ep->pidfd = -1;
+    util_list_init(&ep->queue);
+    util_list_init(&ep->ring_puts);
+    util_list_init(&ep->gets);
+    util_list_init(&ep->get_jobs);
+    return ep;
+}
+
+static int sm_add_procs(ferry_btl_module_t *btl, size_t n, const ferry_btl_proc_t *procs,
+                        ferry_btl_endpoint_t **eps_out, struct ferry_bitmap *reachable)
+{
+    sm_module_t *mod = sm_of(btl);
+    if (btl == NULL || (n > 0 && (procs == NULL || eps_out == NULL)))
+        return FERRY_ERR_INVALID;
+    for (size_t i = 0; i < n; i++) {
+        int r = procs[i].rank;
+        eps_out[i] = NULL;
+        if (r < 0 || r >= mod->nranks || !(procs[i].same_host || r == btl->ctx->rank))
+            continue;
+        if (mod->eps[r] == NULL) {
+            mod->eps[r] = ep_new(mod, r);
+            if (mod->eps[r] == NULL)
+                return FERRY_ERR_NO_MEMORY;
+        }
+        mod->eps[r]->deleted = false;
+        eps_out[i] = mod->eps[r];
+        if (reachable != NULL)
+            util_bitmap_set(reachable, i);
+    }
+    return FERRY_OK;
+}
+
+/* Endpoints live as long as the module (their ring positions must survive a
+ * later add_procs); del_procs fails what is pending and refuses new work. */
+static int sm_del_procs(ferry_btl_module_t *btl, size_t n, ferry_btl_endpoint_t **eps)
+{
+    sm_module_t *mod = sm_of(btl);
+    if (btl == NULL || (n > 0 && eps == NULL))
+        return FERRY_ERR_INVALID;
+    for (size_t i = 0; i < n; i++) {
+        ferry_btl_endpoint_t *ep = eps[i];
+        if (ep == NULL || ep->mod != mod)
+            continue;
+        util_list_item_t *it;
+        while ((it = util_list_pop_front(&ep->queue)) != NULL)
+            sm_complete(mod, UTIL_CONTAINER_OF(it, btl_frag_t, link), FERRY_ERR_UNREACH);
+        sm_rdma_fail(mod, ep, FERRY_ERR_UNREACH);
+        ep->deleted = true;
+    }
+    return FERRY_OK;
+}
+
+/* ---- descriptors ---- */
+
+static int sm_alloc(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, size_t size,
+                    uint32_t flags, ferry_btl_desc_t **des_out)
+{
+    return btl == NULL ? FERRY_ERR_INVALID
+                       : btl_frags_alloc(&sm_of(btl)->frags, size, flags, des_out);
+}
+
+static int sm_free(ferry_btl_module_t *btl, ferry_btl_desc_t *des)
+{
+    return btl == NULL ? FERRY_ERR_INVALID : btl_frags_free(&sm_of(btl)->frags, des);
+}
+
+static int sm_prepare_src(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                          ferry_btl_reg_t *reg, ferry_convertor_t *conv, size_t reserve,
+                          size_t *size, uint32_t flags, ferry_btl_desc_t **des_out)
+{
+    return btl == NULL ? FERRY_ERR_INVALID
+                       : btl_frags_prepare_src(&sm_of(btl)->frags, ep, reg, conv, reserve, size,
+                                               flags, des_out);
+}
+
+static int sm_prepare_dst(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                          ferry_btl_reg_t *reg, ferry_convertor_t *conv, size_t reserve,
+                          size_t *size, uint32_t flags, ferry_btl_desc_t **des_out)
+{
+    return btl == NULL ? FERRY_ERR_INVALID
+                       : btl_frags_prepare_dst(&sm_of(btl)->frags, ep, reg, conv, reserve, size,
+                                               flags, des_out);
+}
+
+/* ---- sending ---- */
+
+/* Checks an endpoint before new work goes to it, connecting it lazily. */
+static int ep_ready(sm_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    if (ep == NULL || ep->mod != mod)
+        return FERRY_ERR_INVALID;
+    if (ep->deleted || ep->state == SM_EP_FAILED)
+        return FERRY_ERR_UNREACH;
+    return ep->state == SM_EP_CONNECTED ? FERRY_OK : sm_ep_connect(mod, ep);
+}
+
+static int sm_send(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des,
+                   uint8_t tag)
+{
+    sm_module_t *mod = sm_of(btl);
+    if (btl == NULL || tag >= FERRY_BTL_TAG_BTL_MIN || !btl_frag_valid(des) ||
+        (des->flags & FERRY_BTL_DES_INFLIGHT) || des->src == NULL || des->src_cnt != 1 ||
+        des->src[0].len > btl->attr.max_send_size)
+        return FERRY_ERR_INVALID;
+    int rc = ep_ready(mod, ep);
+    if (rc != FERRY_OK)
+        return rc;
+    btl_frag_t *frag = btl_frag_of(des);
+    frag->op = SM_OP_SEND;
+    frag->tag = tag;
+    frag->ep = ep;
+    des->flags |= FERRY_BTL_DES_INFLIGHT;
+    if (util_list_empty(&ep->queue)) {
+        size_t len = des->src[0].len;
+        unsigned char *slot;
+        uint64_t pos;
+        if (sm_ring_reserve(ep, len, &slot, &pos)) {
+            memcpy(slot, ferry_btl_seg_ptr(&des->src[0]), len);
+            sm_ring_commit(ep, pos, (uint32_t)len, tag, SM_T_DATA);
+            sm_complete(mod, frag, FERRY_OK);
+            return FERRY_OK;
+        }
+        if (ep->state == SM_EP_FAILED) {
+            des->flags &= ~(uint32_t)FERRY_BTL_DES_INFLIGHT;
+            return FERRY_ERR_UNREACH;
+        }
+    }
+    /* Out of credits: the fragment waits its turn on the endpoint. */
+    util_list_append(&ep->queue, &frag->link);
+    sm_mark_sending(mod, ep);
+    return FERRY_OK;
+}
+
+static int sm_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void *header,
+                    size_t header_len, const void *payload, size_t payload_len, uint8_t tag)
+{
+    sm_module_t *mod = sm_of(btl);
+    if (btl == NULL || tag >= FERRY_BTL_TAG_BTL_MIN || (header == NULL && header_len > 0) ||
+        (payload == NULL && payload_len > 0) || header_len > btl->attr.max_send_size ||
+        payload_len > btl->attr.max_send_size - header_len)
+        return FERRY_ERR_INVALID;
+    if (ep == NULL || ep->mod != mod)
+        return FERRY_ERR_INVALID;
+    if (ep->state != SM_EP_CONNECTED) {
+        int rc = ep_ready(mod, ep);
+        if (rc != FERRY_OK)
+            return rc;
+    }
+    if (ep->deleted)
+        return FERRY_ERR_UNREACH;
+    /* Nothing may overtake what is queued. */
+    if (!util_list_empty(&ep->queue))
+        return FERRY_ERR_NO_RESOURCE;
+    size_t len = header_len + payload_len;
+    unsigned char *slot;
+    uint64_t pos;
+    if (!sm_ring_reserve(ep, len, &slot, &pos))
+        return ep->state == SM_EP_FAILED ? FERRY_ERR_UNREACH : FERRY_ERR_NO_RESOURCE;
+    if (header_len > 0)
+        memcpy(slot, header, header_len);
+    if (payload_len > 0)
+        memcpy(slot + header_len, payload, payload_len);
+    sm_ring_commit(ep, pos, (uint32_t)len, tag, SM_T_DATA);
+    return FERRY_OK;
+}
+
+/* ---- progress ---- */
+
+static int run_completions(sm_module_t *mod)
+{
+    int n = 0;
+    util_list_item_t *it;
+    /* Only those due now: a callback may start work that completes at once. */
+    size_t due = util_list_len(&mod->completed);
+    while (due-- > 0 && (it = util_list_pop_front(&mod->completed)) != NULL) {
+        btl_frag_t *frag = UTIL_CONTAINER_OF(it, btl_frag_t, link);
+        ferry_btl_desc_t *des = &frag->base;
+        uint32_t flags = des->flags;
+        ferry_btl_endpoint_t *ep = frag->ep;
+        if (frag->op != SM_OP_SEND && ep != NULL)
+            ep->rdma_inflight--;
+        des->flags &= ~(uint32_t)FERRY_BTL_DES_INFLIGHT;
+        if (des->cbfunc != NULL)
+            des->cbfunc(&mod->super, ep, des, frag->status);
+        if (flags & FERRY_BTL_DES_OWNERSHIP)
+            btl_frag_put(&mod->frags, frag);
+        n++;
+    }
+    return n;
+}
+
+static int sm_progress(ferry_btl_module_t *btl)
+{
+    sm_module_t *mod = sm_of(btl);
+    int n = 0;
+
+    sm_scan_new_senders(mod);
+    /* The hottest peers are polled every call, the rest every eighth. */
+    bool all = (++mod->progress_calls & 7) == 0;
+    int hot = (int)mod->p.max_eager_rdma_peers;
+    for (int i = 0; i < mod->npoll; i++) {
+        if (i >= hot && !all)
+            break;
+        ferry_btl_endpoint_t *ep = mod->poll[i];
+        int got = sm_poll_channel(mod, ep);
+        if (got > 0 && i >= hot && i > 0 && mod->poll[i] == ep) {
+            /* Busy peers move up, one place at a time. */
+            mod->poll[i] = mod->poll[i - 1];
+            mod->poll[i - 1] = ep;
+        }
+        n += got;
+    }
+
+    util_list_item_t *it = util_list_first(&mod->sending);
+    while (it != NULL) {
+        ferry_btl_endpoint_t *ep = UTIL_CONTAINER_OF(it, ferry_btl_endpoint_t, sending_link);
+        it = util_list_next(&mod->sending, it);
+        if (ep->state == SM_EP_CONNECTED) {
+            n += sm_drain_queue(mod, ep);
+            n += sm_rdma_progress(mod, ep);
+        } else if (!util_list_empty(&ep->get_jobs) && ep->state != SM_EP_FAILED) {
+            n += sm_rdma_progress(mod, ep);
+        }
+        if (util_list_empty(&ep->queue) && util_list_empty(&ep->ring_puts) &&
+            util_list_empty(&ep->gets) && util_list_empty(&ep->get_jobs)) {
+            util_list_remove(&mod->sending, &ep->sending_link);
+            ep->sending = false;
+        }
+    }
+    if (!util_list_empty(&mod->completed))
+        n += run_completions(mod);
+    if ((mod->progress_calls & 15) == 0)
+        n += sm_check_peers(mod);
+    return n;
+}
+
+static int sm_flush(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep)
+{
+    sm_module_t *mod = sm_of(btl);
+    if (btl == NULL || (ep != NULL && ep->mod != mod))
+        return FERRY_ERR_INVALID;
+    for (int r = 0; r < mod->nranks; r++) {
+        ferry_btl_endpoint_t *e = mod->eps[r];
+        if (e == NULL || (ep != NULL && e != ep))
+            continue;
+        unsigned idle = 0;
+        while (e->rdma_inflight > 0) {
+            if (sm_progress(btl) == 0)
+                rt_idle(&idle);
+            else
+                idle = 0;
+        }
+    }
+    return FERRY_OK;
+}
+
+static void sm_dump(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, int verbose)
+{
+    sm_module_t *mod = sm_of(btl);
+    for (int r = 0; r < mod->nranks; r++) {
+        ferry_btl_endpoint_t *e = mod->eps[r];
+        if (e == NULL || (ep != NULL && e != ep))
+            continue;
+        rt_log(&btl->ctx->log, RT_LOG_ERROR,
+               "sm: rank %d state %d head %llu tail %llu rpos %llu queued %zu puts %zu gets %zu "
+               "jobs %zu rdma %zu",
+               r, (int)e->state, (unsigned long long)e->head,
+               (unsigned long long)e->cached_tail, (unsigned long long)e->rpos,
+               util_list_len(&e->queue), util_list_len(&e->ring_puts), util_list_len(&e->gets),
+               util_list_len(&e->get_jobs), e->rdma_inflight);
+    }
+}
+
+static int sm_finalize(ferry_btl_module_t *btl)
+{
+    sm_module_t *mod = sm_of(btl);
+    if (mod == NULL)
+        return FERRY_OK;
+    if (mod->eps != NULL) {
+        for (int r = 0; r < mod->nranks; r++)
+            if (mod->eps[r] != NULL)
+                sm_ep_release(mod, mod->eps[r]);
+    }
+    /* Callbacks for what was failed above. */
+    run_completions(mod);
+    int rc = btl_frags_fini(&mod->frags);
+    if (mod->regs != NULL)
+        for (size_t i = 0; i < mod->p.reg_slots; i++)
+            free(mod->regs[i]);
+    free(mod->regs);
+    free(mod->eps);
+    free(mod->poll);
+    if (mod->seg != NULL) {
+        munmap(mod->seg, mod->seg_size);
+        shm_unlink(mod->seg_name);
+    }
+    free(mod);
+    return rc;
+}
+
+static const ferry_btl_ops_t sm_ops = {
+    .add_procs = sm_add_procs,
+    .del_procs = sm_del_procs,
+    .register_am = btl_base_register_am,
+    .register_error = btl_base_register_error,
+    .finalize = sm_finalize,
+    .alloc = sm_alloc,
+    .free = sm_free,
+    .prepare_src = sm_prepare_src,
+    .prepare_dst = sm_prepare_dst,
+    .send = sm_send,
+    .sendi = sm_sendi,
+    .put = sm_put,
+    .get = sm_get,
+    .register_mem = sm_register_mem,
+    .deregister_mem = sm_deregister_mem,
+    .flush = sm_flush,
+    .progress = sm_progress,
+    .dump = sm_dump,
+};
+
+/* ---- component ---- */
+
+static int sm_read_params(ferry_ctx_t *ctx, sm_params_t *p)
+{
+    rt_params_t *r = &ctx->params;
+    int rc;
+    if ((rc = rt_param_register_size(r, "sm_ring_size", 256 * 1024, 16 * 1024, 1u << 30,
+                                     "Bytes of the ring each sender has in each local peer's "
+                                     "segment (a power of two)",
+                                     &p->ring_size)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "sm_eager_limit", 4096, 64, 1u << 20,
+                                     "Largest sm fragment taken from the eager pool (bytes)",
+                                     &p->eager_limit)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "sm_max_send_size", 32 * 1024, 256, 256u << 20,
+                                     "Largest single sm send (bytes); at most a quarter of "
+                                     "FERRY_SM_RING_SIZE",
+                                     &p->max_send_size)) != FERRY_OK ||
+        (rc = rt_param_register_bool(r, "sm_cma", true,
+                                     "Use cross-memory attach (process_vm_readv/writev) for "
+                                     "single-copy put and get",
+                                     &p->cma)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "sm_cma_threshold", 16 * 1024, 0, 0,
+                                     "Put/get of this many bytes or more use cross-memory "
+                                     "attach; smaller ones go through the ring",
+                                     &p->cma_threshold)) != FERRY_OK ||
+        (rc = rt_param_register_int(r, "sm_fail_timeout", 500, 10, 600000,
+                                    "Milliseconds within which a dead local peer is noticed",
+                                    &p->fail_timeout_ms)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "sm_reg_slots", 4096, 16, 1u << 20,
+                                     "Memory registrations each process can hold for sm",
+                                     &p->reg_slots)) != FERRY_OK ||
+        (rc = rt_param_register_int(r, "sm_max_eager_rdma_peers", 8, 1, 1 << 20,
+                                    "Peers whose rings are polled on every progress call "
+                                    "(the others every eighth)",
+                                    &p->max_eager_rdma_peers)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "sm_free_list_num", 16, 1, 1u << 20,
+                                     "Descriptors each sm pool allocates at start",
+                                     &p->free_list_num)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "sm_free_list_max", 1024, 1, 1u << 20,
+                                     "Most descriptors in each sm pool (back pressure beyond)",
+                                     &p->free_list_max)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "sm_free_list_inc", 64, 1, 1u << 20,
+                                     "Descriptors added when an sm pool runs dry",
+                                     &p->free_list_inc)) != FERRY_OK)
+        return rc;
+    const char *bad = NULL;
+    if ((p->ring_size & (p->ring_size - 1)) != 0)
+        bad = "FERRY_SM_RING_SIZE must be a power of two";
+    else if (p->max_send_size > p->ring_size / 4)
+        bad = "FERRY_SM_MAX_SEND_SIZE must be at most a quarter of FERRY_SM_RING_SIZE";
+    else if (p->eager_limit > p->max_send_size)
+        bad = "FERRY_SM_EAGER_LIMIT must not exceed FERRY_SM_MAX_SEND_SIZE";
+    else if (p->free_list_num > p->free_list_max)
+        bad = "FERRY_SM_FREE_LIST_NUM must not exceed FERRY_SM_FREE_LIST_MAX";
+    if (bad != NULL) {
+        rt_log(&ctx->log, RT_LOG_ERROR, "%s (ring %zu, max send %zu, eager %zu)", bad,
+               p->ring_size, p->max_send_size, p->eager_limit);
+        return FERRY_ERR_INVALID;
+    }
+    return FERRY_OK;
+}
+
+static int sm_register_params(ferry_ctx_t *ctx)
+{
+    sm_params_t p;
+    return sm_read_params(ctx, &p);
+}
+
+static size_t page_align(size_t n)
+{
+    return (n + 4095) & ~(size_t)4095;
+}
+
+/* Creates and publishes our segment. */
+static int segment_create(sm_module_t *mod)
+{
+    ferry_ctx_t *ctx = mod->super.ctx;
+    size_t nranks = (size_t)mod->nranks;
+    size_t chan_stride = page_align(sizeof(sm_chan_t) + mod->p.ring_size);
+    size_t reg_off = page_align(sizeof(sm_seg_hdr_t));
+    size_t chan_off = reg_off + page_align(mod->p.reg_slots * sizeof(sm_reg_entry_t));
+    if (nranks > (SIZE_MAX - chan_off) / chan_stride)
+        return FERRY_ERR_NO_MEMORY;
+    size_t size = chan_off + nranks * chan_stride;
+
+    snprintf(mod->seg_name, sizeof(mod->seg_name), "/ferry-%s-%d",
+             rt_modex_job_id(ctx->modex), ctx->rank);
+    int fd = shm_open(mod->seg_name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 && errno == EEXIST) {
+        /* A leftover of a crashed job with the same id: ours now. */
+        shm_unlink(mod->seg_name);
+        fd = shm_open(mod->seg_name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    }
+    if (fd < 0)
+        return rt_log_errno(&ctx->log, "sm: creating the shared segment", errno);
+    if (ftruncate(fd, (off_t)size) != 0) {
+        int err = errno;
+        close(fd);
+        shm_unlink(mod->seg_name);
+        return rt_log_errno(&ctx->log, "sm: sizing the shared segment", err);
+    }
+    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) {
+        int err = errno;
+        shm_unlink(mod->seg_name);
+        return rt_log_errno(&ctx->log, "sm: mapping the shared segment", err);
+    }
+    mod->seg = base;
+    mod->seg_size = size;
+    mod->hdr = base;
+    mod->hdr->magic = SM_MAGIC;
+    mod->hdr->version = SM_VERSION;
+    mod->hdr->rank = ctx->rank;
+    mod->hdr->pid = (int32_t)getpid();
+    mod->hdr->nchan = (uint32_t)nranks;
+    mod->hdr->ring_size = mod->p.ring_size;
+    mod->hdr->chan_off = chan_off;
+    mod->hdr->chan_stride = chan_stride;
+    mod->hdr->reg_off = reg_off;
+    mod->hdr->reg_slots = (uint32_t)mod->p.reg_slots;
+    mod->hdr->seg_size = size;
+    mod->reg_table = (sm_reg_entry_t *)(mod->seg + reg_off);
+
+    sm_addr_t addr = {.seg_size = size, .pid = (int32_t)getpid(), .version = SM_VERSION};
+    snprintf(addr.name, sizeof(addr.name), "%s", mod->seg_name);
+    return rt_modex_put(ctx->modex, "btl.sm", &addr, sizeof(addr));
+}
+
+extern const ferry_btl_component_t btl_sm_component;
+
+static int sm_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *count_out)
+{
+    sm_params_t p;
+    int rc = sm_read_params(ctx, &p);
+    if (rc != FERRY_OK)
+        return rc;
+    sm_module_t *mod = calloc(1, sizeof(*mod));
+    ferry_btl_module_t **list = calloc(1, sizeof(*list));
+    if (mod == NULL || list == NULL) {
+        free(mod);
+        free(list);
+        return FERRY_ERR_NO_MEMORY;
+    }
+    const ferry_btl_attr_t attr = {
+        .name = "sm",
+        .eager_limit = p.eager_limit,
+        .max_send_size = p.max_send_size,
+        .rdma_pipeline_frag_size = 4u << 20,
+        .min_rdma_size = 0,
+        .max_rdma_size = SIZE_MAX,
+        .exclusivity = 32768,
+        .latency = 200,
+        .bandwidth = 10000,
+        .flags = FERRY_BTL_FLAG_SEND | FERRY_BTL_FLAG_SEND_INPLACE | FERRY_BTL_FLAG_PUT |
+                 FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI,
+        .reg_handle_size = sizeof(sm_key_t),
+    };
+    rc = btl_base_module_init(&mod->super, &btl_sm_component, ctx, &attr, &sm_ops);
+    if (rc != FERRY_OK) {
+        free(mod);
+        free(list);
+        return rc;
+    }
+    mod->p = p;
+    mod->cma_ok = p.cma;
+    mod->nranks = ctx->size;
+    util_list_init(&mod->sending);
+    util_list_init(&mod->completed);
+    mod->eps = calloc((size_t)ctx->size, sizeof(*mod->eps));
+    mod->poll = calloc((size_t)ctx->size, sizeof(*mod->poll));
+    mod->regs = calloc(p.reg_slots, sizeof(*mod->regs));
+    if (mod->eps == NULL || mod->poll == NULL || mod->regs == NULL) {
+        rc = FERRY_ERR_NO_MEMORY;
+        goto err_finalize;
+    }
+    const btl_frag_params_t fp = {
+        .eager_size = p.eager_limit,
+        .max_size = p.max_send_size,
+        .num = p.free_list_num,
+        .max = p.free_list_max,
+        .inc = p.free_list_inc,
+        .max_frags = p.free_list_max < 256 ? p.free_list_max : 256,
+    };
+    if ((rc = btl_frags_init(&mod->frags, &mod->super, &fp)) != FERRY_OK ||
+        (rc = segment_create(mod)) != FERRY_OK)
+        goto err_finalize;
+    list[0] = &mod->super;
+    *modules_out = list;
+    *count_out = 1;
+    return FERRY_OK;
+
+err_finalize:
+    free(list);
+    sm_finalize(&mod->super);
+    return rc;
+}
+
+const ferry_btl_component_t btl_sm_component = {
+    .name = "sm",
+    .description = "shared memory between processes of one host",
+    .register_params = sm_register_params,
+    .open = sm_open,
+};

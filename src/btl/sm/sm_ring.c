@@ -1,0 +1,166 @@
+/*
+ * The rings: writing messages into a peer's channel, reading our own
+ * channels, and the queue of fragments waiting for credits.
+ */
+#include <string.h>
+
+#include "btl/sm/sm.h"
+
+static inline _Atomic uint64_t *hdr_at(unsigned char *ring, uint64_t off)
+{
+    return (_Atomic uint64_t *)(void *)(ring + off);
+}
+
+bool sm_ring_reserve(ferry_btl_endpoint_t *ep, size_t len, unsigned char **slot_out,
+                     uint64_t *pos_out)
+{
+    const uint64_t ring = ep->mod->p.ring_size;
+    const uint64_t size = sm_align(SM_HDR_SIZE + len);
+    uint64_t off = ep->head & (ring - 1);
+    uint64_t skip = off + size > ring ? ring - off : 0;
+
+    if (ep->head + skip + size - ep->cached_tail > ring) {
+        uint64_t tail = atomic_load_explicit(&ep->out->tail, memory_order_acquire);
+        /* The tail is the peer's word: it may never pass what we wrote. */
+        if (tail > ep->head || tail < ep->cached_tail) {
+            sm_ep_fail(ep->mod, ep, "its channel's tail is corrupt");
+            return false;
+        }
+        ep->cached_tail = tail;
+        if (ep->head + skip + size - tail > ring)
+            return false;
+    }
+    if (skip > 0) {
+        atomic_store_explicit(hdr_at(ep->out->ring, off),
+                              sm_hdr_pack((uint32_t)(skip - SM_HDR_SIZE), 0, SM_T_SKIP,
+                                          sm_lap(ep->head, ring)),
+                              memory_order_release);
+        ep->head += skip;
+        off = 0;
+    }
+    *slot_out = ep->out->ring + off + SM_HDR_SIZE;
+    *pos_out = ep->head;
+    ep->head += size;
+    return true;
+}
+
+void sm_ring_commit(ferry_btl_endpoint_t *ep, uint64_t pos, uint32_t len, uint8_t tag,
+                    uint8_t type)
+{
+    const uint64_t ring = ep->mod->p.ring_size;
+    atomic_store_explicit(hdr_at(ep->out->ring, pos & (ring - 1)),
+                          sm_hdr_pack(len, tag, type, sm_lap(pos, ring)), memory_order_release);
+}
+
+static void publish_tail(ferry_btl_endpoint_t *ep)
+{
+    atomic_store_explicit(&ep->in->tail, ep->rpos, memory_order_release);
+    ep->published_tail = ep->rpos;
+}
+
+/* Reads what has arrived from ep, at most a batch, handing each message to
+ * its handler while it still sits in the ring. */
+int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    const uint64_t ring = mod->p.ring_size;
+    unsigned char *base = ep->in->ring;
+    bool publish_now = false;
+    int n = 0;
+
+    while (n < 64 && ep->polled) {
+        uint64_t off = ep->rpos & (ring - 1);
+        uint64_t h = atomic_load_explicit(hdr_at(base, off), memory_order_acquire);
+        if ((uint16_t)(h >> 48) != sm_lap(ep->rpos, ring))
+            break;
+        uint32_t len = (uint32_t)h;
+        uint8_t tag = (uint8_t)(h >> 32);
+        uint8_t type = (uint8_t)(h >> 40);
+        /* A peer's header is untrusted: the message must lie inside this lap. */
+        if (len > ring - off - SM_HDR_SIZE) {
+            sm_ep_fail(mod, ep, "it sent a message longer than the ring");
+            return n;
+        }
+        const unsigned char *msg = base + off + SM_HDR_SIZE;
+        switch (type) {
+        case SM_T_SKIP:
+            ep->rpos += ring - off;
+            continue;
+        case SM_T_DATA: {
+            if (tag >= FERRY_BTL_TAG_BTL_MIN) {
+                sm_ep_fail(mod, ep, "it sent a message on a reserved tag");
+                return n;
+            }
+            ferry_btl_segment_t seg = {.addr = (uint64_t)(uintptr_t)msg, .len = len};
+            ferry_btl_recv_desc_t rd = {
+                .ep = ep, .peer = ep->rank, .tag = tag, .segs = &seg, .seg_cnt = 1};
+            btl_base_deliver(&mod->super, &rd);
+            break;
+        }
+        case SM_T_PUT:
+        case SM_T_GET_REQ:
+        case SM_T_GET_RESP:
+            sm_rdma_handle(mod, ep, type, msg, len);
+            /* A ring put completes at its initiator when our tail passes it. */
+            publish_now = publish_now || type == SM_T_PUT;
+            break;
+        default:
+            sm_ep_fail(mod, ep, "it sent a message of unknown type");
+            return n;
+        }
+        ep->rpos += sm_align(SM_HDR_SIZE + len);
+        n++;
+    }
+    /* Credits go back in batches (the seed's sr_win), or at once when an
+     * initiator waits on them. */
+    if (ep->rpos - ep->published_tail >= ring / 8 || (publish_now && ep->rpos != ep->published_tail))
+        publish_tail(ep);
+    return n;
+}
+
+/* Completion of a fragment: callbacks run from progress only, so a
+ * fragment with a callback waits in the completed list. */
+void sm_complete(sm_module_t *mod, btl_frag_t *frag, int status)
+{
+    ferry_btl_desc_t *des = &frag->base;
+    frag->status = status;
+    if (des->cbfunc == NULL && frag->op == SM_OP_SEND) {
+        des->flags &= ~(uint32_t)FERRY_BTL_DES_INFLIGHT;
+        if (des->flags & FERRY_BTL_DES_OWNERSHIP)
+            btl_frag_put(&mod->frags, frag);
+        return;
+    }
+    util_list_append(&mod->completed, &frag->link);
+}
+
+void sm_mark_sending(sm_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    if (!ep->sending) {
+        ep->sending = true;
+        util_list_append(&mod->sending, &ep->sending_link);
+    }
+}
+
+/* Writes queued fragments while credits last. Returns how many left. */
+int sm_drain_queue(sm_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    int n = 0;
+    util_list_item_t *it;
+    while (ep->state == SM_EP_CONNECTED && (it = util_list_first(&ep->queue)) != NULL) {
+        btl_frag_t *frag = UTIL_CONTAINER_OF(it, btl_frag_t, link);
+        if (frag->op == SM_OP_SEND) {
+            size_t len = frag->base.src[0].len;
+            unsigned char *slot;
+            uint64_t pos;
+            if (!sm_ring_reserve(ep, len, &slot, &pos))
+                break;
+            memcpy(slot, ferry_btl_seg_ptr(&frag->base.src[0]), len);
+            sm_ring_commit(ep, pos, (uint32_t)len, frag->tag, SM_T_DATA);
+            util_list_remove(&ep->queue, it);
+            sm_complete(mod, frag, FERRY_OK);
+        } else if (!sm_rdma_push(mod, ep, frag)) {
+            break;
+        }
+        n++;
+    }
+    return n;
+}
