@@ -437,6 +437,11 @@ int ferry_barrier(ferry_ctx_t *ctx)
         return FERRY_ERR_BUSY;
     if (ctx->size == 1)
         return FERRY_OK;
+    if (ctx->api != NULL) {
+        for (int r = 0; r < ctx->size; r++)
+            if (ctx->peers[r].failed)
+                return FERRY_ERR_UNREACH; /* it would never arrive */
+    }
     if (ctx->api == NULL || !all_reachable(ctx))
         return rt_modex_fence(ctx->modex);
 

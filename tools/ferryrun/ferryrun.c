@@ -81,6 +81,8 @@ static void fr_usage(FILE *out)
             "  -x VAR            pass VAR's current value on (the default for all)\n"
             "  --timeout S       kill the job after S seconds and exit with 124\n"
             "  --tag-output      prefix every line of output with \"[rank] \"\n"
+            "  --keep-going      a rank that fails does not end the job; ferryrun still\n"
+            "                    exits with the first failed rank's status\n"
             "  -h, --help        show this help\n",
             FR_NP_MAX);
 }
@@ -115,7 +117,7 @@ static bool fr_env_name_ok(const char *name, size_t len)
     return true;
 }
 
-enum { FR_OPT_BIND = 256, FR_OPT_TIMEOUT, FR_OPT_TAG };
+enum { FR_OPT_BIND = 256, FR_OPT_TIMEOUT, FR_OPT_TAG, FR_OPT_KEEP_GOING };
 
 /* Fills opt from the command line. Returns -1 to go on, or the status to
  * exit with (0 after --help, FR_EXIT_USAGE after a mistake). */
@@ -125,6 +127,7 @@ static int fr_parse_args(int argc, char **argv, fr_opts_t *opt)
         {"bind-to", required_argument, NULL, FR_OPT_BIND},
         {"timeout", required_argument, NULL, FR_OPT_TIMEOUT},
         {"tag-output", no_argument, NULL, FR_OPT_TAG},
+        {"keep-going", no_argument, NULL, FR_OPT_KEEP_GOING},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -177,6 +180,9 @@ static int fr_parse_args(int argc, char **argv, fr_opts_t *opt)
         }
         case FR_OPT_TAG:
             opt->tag_output = true;
+            break;
+        case FR_OPT_KEEP_GOING:
+            opt->keep_going = true;
             break;
         case 'h':
             fr_usage(stdout);
@@ -459,17 +465,25 @@ static void fr_rank_ended(fr_job_t *job, fr_rank_t *r)
     if (job->ending) {
         return;
     }
+    const char *then = job->opt.keep_going ? "the others go on" : "killing the job";
+    int code = 0;
     if (WIFEXITED(st) && WEXITSTATUS(st) != 0) {
-        fprintf(stderr, "ferryrun: rank %d (pid %ld) exited with status %d; killing the job\n",
-                r->rank, (long)r->pid, WEXITSTATUS(st));
-        fr_job_fail(job, WEXITSTATUS(st));
+        fprintf(stderr, "ferryrun: rank %d (pid %ld) exited with status %d; %s\n", r->rank,
+                (long)r->pid, WEXITSTATUS(st), then);
+        code = WEXITSTATUS(st);
     } else if (WIFSIGNALED(st)) {
         char name[32];
-        fprintf(stderr, "ferryrun: rank %d (pid %ld) killed by signal %s%s; killing the job\n",
-                r->rank, (long)r->pid, fr_signal_name(WTERMSIG(st), name),
-                WCOREDUMP(st) ? " (core dumped)" : "");
-        fr_job_fail(job, 128 + WTERMSIG(st));
+        fprintf(stderr, "ferryrun: rank %d (pid %ld) killed by signal %s%s; %s\n", r->rank,
+                (long)r->pid, fr_signal_name(WTERMSIG(st), name),
+                WCOREDUMP(st) ? " (core dumped)" : "", then);
+        code = 128 + WTERMSIG(st);
     }
+    if (code == 0)
+        return;
+    if (!job->opt.keep_going)
+        fr_job_fail(job, code);
+    else if (job->first_failure == 0)
+        job->first_failure = code;
 }
 
 static void fr_reap(fr_job_t *job)
@@ -533,20 +547,27 @@ static long long fr_check_barrier(fr_job_t *job, long long now)
 
 /* Removes the shared-memory files the job's ranks named after the job id:
  * ranks that were killed had no chance to. */
-static void fr_remove_shm(const fr_job_t *job)
+static void fr_remove_shm(const fr_job_t *job, int exit_code)
 {
     DIR *dir = opendir("/dev/shm");
     if (dir == NULL) {
         return;
     }
     int dfd = dirfd(dir);
+    int removed = 0;
     struct dirent *ent;
     while ((ent = readdir(dir)) != NULL) {
-        if (strstr(ent->d_name, job->job_id) != NULL) {
-            (void)unlinkat(dfd, ent->d_name, 0);
+        if (strstr(ent->d_name, job->job_id) != NULL && unlinkat(dfd, ent->d_name, 0) == 0) {
+            removed++;
         }
     }
     closedir(dir);
+    /* After a clean job there should be nothing to remove: say so, since it
+     * means a rank leaked a segment. */
+    if (removed > 0 && exit_code == 0) {
+        fprintf(stderr, "ferryrun: removed %d shared-memory file(s) job %s left behind\n",
+                removed, job->job_id);
+    }
 }
 
 /* ---- The event loop ----------------------------------------------------------- */
@@ -714,7 +735,7 @@ static int fr_run(fr_job_t *job, int sig_fd)
     }
     free(pfds);
     free(who);
-    return job->ending ? job->exit_code : 0;
+    return job->ending ? job->exit_code : job->first_failure;
 }
 
 /* Opens /dev/null on any of descriptors 0, 1 and 2 that is closed, so that
@@ -812,7 +833,7 @@ int main(int argc, char **argv)
         fr_stream_close(&job, &job.ranks[i], &job.ranks[i].out);
         fr_stream_close(&job, &job.ranks[i], &job.ranks[i].err);
     }
-    fr_remove_shm(&job);
+    fr_remove_shm(&job, status);
     fr_kvs_fini(&job.kvs);
     close(sig_fd);
 err_restore_mask:

@@ -80,6 +80,7 @@ typedef struct fr_opts {
     int np;
     bool bind_core;
     bool tag_output;
+    bool keep_going; /* a failed rank does not end the job */
     double timeout_s; /* 0: none */
     char **xvars; /* -x arguments, as given */
     int n_xvars;
@@ -99,6 +100,7 @@ typedef struct fr_job {
      * sent SIGTERM and, after a grace period, SIGKILL. */
     bool ending;
     int exit_code;
+    int first_failure; /* --keep-going: the status of the first failed rank, else 0 */
     long long term_ms; /* when SIGTERM went out */
     bool killed;       /* SIGKILL went out */
 } fr_job_t;

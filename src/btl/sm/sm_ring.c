@@ -58,6 +58,17 @@ static void publish_tail(ferry_btl_endpoint_t *ep)
     ep->published_tail = ep->rpos;
 }
 
+/* Zeroes the first word of every slot a consumed message covered. A header
+ * is valid only if its lap matches, but a stale payload word from an earlier
+ * lap could match by chance; with every slot boundary cleared before the
+ * tail (and so the space) goes back to the sender, the word at the read
+ * position is either zero or a header written in this lap. */
+static void clear_slots(unsigned char *ring, uint64_t off, uint64_t size)
+{
+    for (uint64_t o = off; o < off + size; o += SM_ALIGN)
+        atomic_store_explicit(hdr_at(ring, o), 0, memory_order_relaxed);
+}
+
 /* Reads what has arrived from ep, at most a batch, handing each message to
  * its handler while it still sits in the ring. */
 int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
@@ -83,6 +94,7 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
         const unsigned char *msg = base + off + SM_HDR_SIZE;
         switch (type) {
         case SM_T_SKIP:
+            clear_slots(base, off, ring - off);
             ep->rpos += ring - off;
             continue;
         case SM_T_DATA: {
@@ -107,6 +119,9 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
             sm_ep_fail(mod, ep, "it sent a message of unknown type");
             return n;
         }
+        if (!ep->polled)
+            return n; /* a handler failed the endpoint */
+        clear_slots(base, off, sm_align(SM_HDR_SIZE + len));
         ep->rpos += sm_align(SM_HDR_SIZE + len);
         n++;
     }
