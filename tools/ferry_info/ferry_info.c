@@ -1,0 +1,294 @@
+/*
+ * ferry_info: the transports this build of ferry contains, what each one
+ * reports about itself (limits, capabilities), and with -a every parameter
+ * with its current value, its default and its help.
+ *
+ * It builds a context the way ferry_init does, up to opening the transports,
+ * but never joins a job: it forces the singleton launcher backend, so running
+ * it inside a ferryrun job or a hydra allocation inspects this process alone.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ferry/ferry.h>
+
+#include "rt/ctx.h"
+#include "rt/modex.h"
+#include "rt/params.h"
+
+typedef struct info_opts {
+    bool all_params;
+} info_opts_t;
+
+static void print_usage(FILE *out, const char *prog)
+{
+    fprintf(out,
+            "usage: %s [-a] [-h]\n"
+            "Lists the transports built into ferry and what each reports about itself.\n"
+            "  -a, --all   also list every parameter: its environment variable, current\n"
+            "              value, default, type and help\n"
+            "  -h, --help  show this help\n"
+            "Parameters are set through the environment, e.g. FERRY_LOG_LEVEL=debug.\n",
+            prog);
+}
+
+/* Returns 0 to go on, 1 when the help was printed, 2 for a usage error. */
+static int parse_args(int argc, char **argv, info_opts_t *opts_out)
+{
+    static const struct option longopts[] = {
+        {"all", no_argument, NULL, 'a'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    info_opts_t opts = {.all_params = false};
+    int c;
+
+    /* getopt prints its own message for an unknown option; the usage follows. */
+    while ((c = getopt_long(argc, argv, "ah", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'a':
+            opts.all_params = true;
+            break;
+        case 'h':
+            print_usage(stdout, argv[0]);
+            return 1;
+        default:
+            print_usage(stderr, argv[0]);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], argv[optind]);
+        print_usage(stderr, argv[0]);
+        return 2;
+    }
+    *opts_out = opts;
+    return 0;
+}
+
+static const char *param_type_name(rt_param_type_t type)
+{
+    switch (type) {
+    case RT_PARAM_INT:
+        return "int";
+    case RT_PARAM_SIZE:
+        return "size";
+    case RT_PARAM_BOOL:
+        return "bool";
+    case RT_PARAM_STRING:
+        return "string";
+    }
+    return "?";
+}
+
+/* Writes a byte count the way people read it: exact bytes, with the
+ * power-of-1024 form alongside when it is a whole number of KiB/MiB/GiB. */
+static void format_size(size_t n, char *buf, size_t buflen)
+{
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+    size_t scaled = n;
+    int unit = -1;
+
+    if (n == SIZE_MAX) {
+        snprintf(buf, buflen, "unlimited");
+        return;
+    }
+    while (scaled >= 1024 && scaled % 1024 == 0 && unit < 3) {
+        scaled /= 1024;
+        unit++;
+    }
+    if (unit < 0) {
+        snprintf(buf, buflen, "%zu B", n);
+    } else {
+        snprintf(buf, buflen, "%zu B (%zu %s)", n, scaled, units[unit]);
+    }
+}
+
+static void print_flags(uint32_t flags)
+{
+    static const struct {
+        uint32_t bit;
+        const char *name;
+    } names[] = {
+        {FERRY_BTL_FLAG_SEND, "send"},
+        {FERRY_BTL_FLAG_SEND_INPLACE, "send-inplace"},
+        {FERRY_BTL_FLAG_PUT, "put"},
+        {FERRY_BTL_FLAG_GET, "get"},
+        {FERRY_BTL_FLAG_ATOMICS, "atomics"},
+        {FERRY_BTL_FLAG_SENDI, "sendi"},
+    };
+    uint32_t known = 0;
+    bool first = true;
+
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        known |= names[i].bit;
+        if (flags & names[i].bit) {
+            printf("%s%s", first ? "" : " ", names[i].name);
+            first = false;
+        }
+    }
+    if (flags & ~known) {
+        printf("%s0x%x", first ? "" : " ", (unsigned)(flags & ~known));
+        first = false;
+    }
+    if (first) {
+        printf("none");
+    }
+    printf("\n");
+}
+
+static void print_attr(const ferry_btl_attr_t *attr)
+{
+    char buf[64];
+
+    format_size(attr->eager_limit, buf, sizeof buf);
+    printf("    %-24s %s\n", "eager limit", buf);
+    format_size(attr->max_send_size, buf, sizeof buf);
+    printf("    %-24s %s\n", "max send size", buf);
+    format_size(attr->rdma_pipeline_frag_size, buf, sizeof buf);
+    printf("    %-24s %s\n", "rdma pipeline fragment", buf);
+    format_size(attr->min_rdma_size, buf, sizeof buf);
+    printf("    %-24s %s\n", "min rdma size", buf);
+    format_size(attr->max_rdma_size, buf, sizeof buf);
+    printf("    %-24s %s\n", "max rdma size", buf);
+    printf("    %-24s %u\n", "exclusivity", (unsigned)attr->exclusivity);
+    printf("    %-24s %u ns\n", "latency (nominal)", (unsigned)attr->latency);
+    printf("    %-24s %u MB/s\n", "bandwidth (nominal)", (unsigned)attr->bandwidth);
+    printf("    %-24s %zu B\n", "registration key size", attr->reg_handle_size);
+    printf("    %-24s ", "capabilities");
+    print_flags(attr->flags);
+}
+
+/* ctx is NULL when the transports could not be opened: the components are
+ * then listed without modules. */
+static void print_transports(const ferry_ctx_t *ctx)
+{
+    int n_components = 0;
+
+    printf("transports built:");
+    for (const ferry_btl_component_t *const *c = btl_components; *c != NULL; c++) {
+        printf(" %s", (*c)->name);
+        n_components++;
+    }
+    printf("%s\n", n_components == 0 ? " none" : "");
+
+    for (const ferry_btl_component_t *const *c = btl_components; *c != NULL; c++) {
+        int found = 0;
+
+        printf("\n%s: %s\n", (*c)->name, (*c)->description != NULL ? (*c)->description : "");
+        if (ctx == NULL) {
+            printf("  (not opened)\n");
+            continue;
+        }
+        for (int i = 0; i < ctx->n_modules; i++) {
+            const ferry_btl_module_t *m = ctx->modules[i];
+
+            if (m == NULL || m->component != *c) {
+                continue;
+            }
+            printf("  module %d (%s)\n", found, m->attr.name != NULL ? m->attr.name : "?");
+            print_attr(&m->attr);
+            found++;
+        }
+        if (found == 0) {
+            /* The component logs why at info level when it opens nothing. */
+            printf("  not available on this host (FERRY_LOG_LEVEL=info says why)\n");
+        }
+    }
+}
+
+static int count_params(const rt_params_t *params)
+{
+    int n = 0;
+
+    for (const rt_param_t *p = params->head; p != NULL; p = p->next) {
+        n++;
+    }
+    return n;
+}
+
+static void print_params(const rt_params_t *params)
+{
+    printf("\nparameters (set through the environment):\n");
+    for (const rt_param_t *p = params->head; p != NULL; p = p->next) {
+        const char *value = p->value_text != NULL ? p->value_text : "";
+        const char *def = p->def_text != NULL ? p->def_text : "";
+        const char *quote = p->type == RT_PARAM_STRING ? "\"" : "";
+
+        printf("  %s = %s%s%s (default %s%s%s, %s%s): %s\n", p->env, quote, value, quote, quote,
+               def, quote, param_type_name(p->type), p->from_env ? ", from the environment" : "",
+               p->help != NULL ? p->help : "");
+    }
+}
+
+int main(int argc, char **argv)
+{
+    info_opts_t opts;
+    ferry_ctx_t *ctx = NULL;
+    int exit_code = 0;
+    int rc;
+
+    rc = parse_args(argc, argv, &opts);
+    if (rc == 1) {
+        return 0;
+    }
+    if (rc != 0) {
+        return 2;
+    }
+
+    /* ferry_info describes this process only; it must not try to join (or
+     * hang waiting for) a job whose launcher variables it inherited. */
+    if (setenv("FERRY_MODEX", "singleton", 1) != 0) {
+        perror("ferry_info: setenv");
+        return 1;
+    }
+
+    printf("ferry %d.%d\n", FERRY_VERSION_MAJOR, FERRY_VERSION_MINOR);
+
+    rc = rt_ctx_create(NULL, true, &ctx);
+    if (rc != FERRY_OK) {
+        exit_code = 1;
+        ctx = NULL;
+        if (rc == FERRY_ERR_INVALID) {
+            /* A parameter is wrong; the log line above names it, and reading
+             * the parameters again would only fail the same way. */
+            fprintf(stderr, "ferry_info: a parameter is invalid: %s\n", ferry_strerror(rc));
+        } else {
+            /* Still show what was built and the parameters, which may explain
+             * why a transport would not open. */
+            fprintf(stderr, "ferry_info: could not open the transports: %s\n",
+                    ferry_strerror(rc));
+            rc = rt_ctx_create(NULL, false, &ctx);
+            if (rc != FERRY_OK) {
+                fprintf(stderr, "ferry_info: could not read the parameters: %s\n",
+                        ferry_strerror(rc));
+                ctx = NULL;
+            }
+        }
+        print_transports(NULL);
+    } else {
+        print_transports(ctx);
+    }
+
+    if (ctx != NULL) {
+        if (opts.all_params) {
+            print_params(&ctx->params);
+        } else {
+            printf("\n%d parameters; `ferry_info -a` lists them with their values, defaults "
+                   "and help.\n",
+                   count_params(&ctx->params));
+        }
+        rc = ferry_finalize(ctx);
+        if (rc != FERRY_OK) {
+            fprintf(stderr, "ferry_info: closing the transports: %s\n", ferry_strerror(rc));
+            exit_code = 1;
+        }
+    }
+    if (fflush(stdout) != 0) {
+        perror("ferry_info: writing the output");
+        exit_code = 1;
+    }
+    return exit_code;
+}
