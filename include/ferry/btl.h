@@ -58,7 +58,8 @@ enum {
     FERRY_BTL_FLAG_PUT = 1u << 2,
     FERRY_BTL_FLAG_GET = 1u << 3,
     FERRY_BTL_FLAG_ATOMICS = 1u << 4,
-    FERRY_BTL_FLAG_SENDI = 1u << 5 /* sendi can succeed (not the unsupported stub) */
+    FERRY_BTL_FLAG_SENDI = 1u << 5, /* sendi can succeed (not the unsupported stub) */
+    FERRY_BTL_FLAG_MEM_ALLOC = 1u << 6 /* mem_alloc gives memory peers reach faster */
 };
 
 /* Limits and capabilities, as data. */
@@ -74,6 +75,7 @@ typedef struct ferry_btl_attr {
     uint32_t bandwidth;             /* nominal bandwidth, MB/s */
     uint32_t flags;                 /* FERRY_BTL_FLAG_* */
     size_t reg_handle_size;         /* bytes of key a registration needs (<= KEY_MAX) */
+    size_t mem_per_peer;            /* bytes of memory each reachable peer costs */
 } ferry_btl_attr_t;
 
 /* A piece of memory. Local segments hold a pointer (ferry_btl_seg_ptr);
@@ -236,6 +238,16 @@ typedef struct ferry_btl_ops {
 
     /* Releases a registration; later accesses through its key are refused. */
     int (*deregister_mem)(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
+
+    /* Allocates len bytes (page aligned) that peers of this module reach
+     * faster than ordinary memory (for sm: shared memory they copy into
+     * directly), registered with FERRY_ACCESS_* rights. Optional. */
+    int (*mem_alloc)(ferry_btl_module_t *btl, size_t len, uint32_t access, void **addr_out,
+                     ferry_btl_reg_t **reg_out);
+
+    /* Frees memory from mem_alloc with its registration; later accesses
+     * through its key are refused. */
+    int (*mem_free)(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
 
     /* Progresses until every put/get started on ep (all endpoints when NULL)
      * has completed. */

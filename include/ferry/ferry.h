@@ -139,8 +139,22 @@ int ferry_mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access
                        ferry_mem_t **mem_out);
 
 /* Releases a registration. Operations still in flight on it must have
- * completed. mem may be NULL. */
+ * completed. mem may be NULL; memory from ferry_mem_alloc is refused with
+ * FERRY_ERR_INVALID (use ferry_mem_free). */
 int ferry_mem_deregister(ferry_ctx_t *ctx, ferry_mem_t *mem);
+
+/*
+ * Allocates len bytes (page aligned) registered with access, from memory the
+ * transports can reach fastest: with sm, a shared heap that peers on this
+ * host map and copy into directly, so a put or get on it is one memcpy. On a
+ * transport without such memory it is ordinary memory, registered. Free it
+ * with ferry_mem_free (ferry_mem_deregister refuses it).
+ */
+int ferry_mem_alloc(ferry_ctx_t *ctx, size_t len, unsigned access, void **addr_out,
+                    ferry_mem_t **mem_out);
+
+/* Frees memory from ferry_mem_alloc. mem may be NULL. */
+int ferry_mem_free(ferry_ctx_t *ctx, ferry_mem_t *mem);
 
 /* Writes the remote key of a registration, for sending to peers. */
 int ferry_mem_rkey(const ferry_mem_t *mem, ferry_rkey_t *rkey_out);

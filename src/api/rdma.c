@@ -4,7 +4,9 @@
  * do RDMA; a remote key carries each of their keys, found again on the
  * initiator by the transport's name and instance.
  */
+#include <errno.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 
 #include "api/api.h"
@@ -19,6 +21,10 @@ struct ferry_mem {
     unsigned access;
     int n_modules;
     ferry_btl_reg_t **regs; /* per module; NULL where the module has no RDMA */
+    /* ferry_mem_alloc: the module whose mem_alloc made it (-1: plain pages
+     * from mmap), else not allocated. */
+    bool allocated;
+    int alloc_module;
 };
 
 /* Packed layout of ferry_rkey_t, all little-endian host order (ranks of one
@@ -62,6 +68,99 @@ static bool module_does_rdma(const ferry_btl_module_t *btl)
     return (btl->attr.flags & (FERRY_BTL_FLAG_PUT | FERRY_BTL_FLAG_GET)) != 0;
 }
 
+static int mem_release(ferry_ctx_t *ctx, ferry_mem_t *mem);
+
+/* Registers mem's range with every RDMA module but skip (-1: none). */
+static int mem_register_all(ferry_ctx_t *ctx, ferry_mem_t *mem, int skip)
+{
+    for (int m = 0; m < ctx->n_modules; m++) {
+        ferry_btl_module_t *btl = ctx->modules[m];
+        if (m == skip || !module_does_rdma(btl))
+            continue;
+        int rc = btl->ops->register_mem(btl, NULL, mem->addr, mem->len,
+                                        mem->access | FERRY_ACCESS_LOCAL, &mem->regs[m]);
+        if (rc != FERRY_OK) {
+            rt_log(&ctx->log, RT_LOG_ERROR, "%s: registering %zu bytes failed: %s",
+                   btl->attr.name, mem->len, ferry_strerror(rc));
+            mem->regs[m] = NULL;
+            return rc;
+        }
+    }
+    return FERRY_OK;
+}
+
+static ferry_mem_t *mem_new(ferry_ctx_t *ctx)
+{
+    ferry_mem_t *mem = calloc(1, sizeof(*mem));
+    if (mem == NULL)
+        return NULL;
+    mem->regs = calloc((size_t)ctx->n_modules + 1, sizeof(*mem->regs));
+    if (mem->regs == NULL) {
+        free(mem);
+        return NULL;
+    }
+    mem->ctx = ctx;
+    mem->n_modules = ctx->n_modules;
+    mem->alloc_module = -1;
+    return mem;
+}
+
+int ferry_mem_alloc(ferry_ctx_t *ctx, size_t len, unsigned access, void **addr_out,
+                    ferry_mem_t **mem_out)
+{
+    const unsigned known = FERRY_ACCESS_LOCAL | FERRY_ACCESS_REMOTE_READ |
+                           FERRY_ACCESS_REMOTE_WRITE;
+    if (ctx == NULL || len == 0 || (access & ~known) != 0 || addr_out == NULL ||
+        mem_out == NULL || len > SIZE_MAX / 2)
+        return FERRY_ERR_INVALID;
+    ferry_mem_t *mem = mem_new(ctx);
+    if (mem == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    mem->allocated = true;
+    mem->access = access;
+    /* The module with the fastest memory for its peers provides it. */
+    for (int m = 0; m < ctx->n_modules; m++) {
+        ferry_btl_module_t *btl = ctx->modules[m];
+        if (!(btl->attr.flags & FERRY_BTL_FLAG_MEM_ALLOC))
+            continue;
+        if (btl->ops->mem_alloc(btl, len, access | FERRY_ACCESS_LOCAL, &mem->addr,
+                                &mem->regs[m]) == FERRY_OK) {
+            mem->alloc_module = m;
+            mem->len = mem->regs[m]->len;
+            break;
+        }
+        mem->regs[m] = NULL;
+    }
+    if (mem->alloc_module < 0) {
+        size_t size = (len + 4095) & ~(size_t)4095;
+        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+            free(mem->regs);
+            free(mem);
+            return FERRY_ERR_NO_MEMORY;
+        }
+        mem->addr = p;
+        mem->len = size;
+    }
+    int rc = mem_register_all(ctx, mem, mem->alloc_module);
+    if (rc != FERRY_OK) {
+        mem_release(ctx, mem);
+        return rc;
+    }
+    *addr_out = mem->addr;
+    *mem_out = mem;
+    return FERRY_OK;
+}
+
+int ferry_mem_free(ferry_ctx_t *ctx, ferry_mem_t *mem)
+{
+    if (mem == NULL)
+        return FERRY_OK;
+    if (ctx == NULL || mem->ctx != ctx || !mem->allocated)
+        return FERRY_ERR_INVALID;
+    return mem_release(ctx, mem);
+}
+
 int ferry_mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access,
                        ferry_mem_t **mem_out)
 {
@@ -70,54 +169,56 @@ int ferry_mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access
     if (ctx == NULL || addr == NULL || len == 0 || (access & ~known) != 0 || mem_out == NULL ||
         (uintptr_t)addr > UINTPTR_MAX - len)
         return FERRY_ERR_INVALID;
-    ferry_mem_t *mem = calloc(1, sizeof(*mem));
+    ferry_mem_t *mem = mem_new(ctx);
     if (mem == NULL)
         return FERRY_ERR_NO_MEMORY;
-    mem->regs = calloc((size_t)ctx->n_modules + 1, sizeof(*mem->regs));
-    if (mem->regs == NULL) {
-        free(mem);
-        return FERRY_ERR_NO_MEMORY;
-    }
-    mem->ctx = ctx;
     mem->addr = addr;
     mem->len = len;
     mem->access = access;
-    mem->n_modules = ctx->n_modules;
-    for (int m = 0; m < ctx->n_modules; m++) {
-        ferry_btl_module_t *btl = ctx->modules[m];
-        if (!module_does_rdma(btl))
-            continue;
-        int rc = btl->ops->register_mem(btl, NULL, addr, len, access | FERRY_ACCESS_LOCAL,
-                                        &mem->regs[m]);
-        if (rc != FERRY_OK) {
-            rt_log(&ctx->log, RT_LOG_ERROR, "%s: registering %zu bytes failed: %s",
-                   btl->attr.name, len, ferry_strerror(rc));
-            mem->regs[m] = NULL;
-            ferry_mem_deregister(ctx, mem);
-            return rc;
-        }
+    int rc = mem_register_all(ctx, mem, -1);
+    if (rc != FERRY_OK) {
+        mem_release(ctx, mem);
+        return rc;
     }
     *mem_out = mem;
     return FERRY_OK;
 }
 
-int ferry_mem_deregister(ferry_ctx_t *ctx, ferry_mem_t *mem)
+/* Deregisters from every module, frees allocated memory, frees mem. Returns
+ * the first error. */
+static int mem_release(ferry_ctx_t *ctx, ferry_mem_t *mem)
 {
-    if (mem == NULL)
-        return FERRY_OK;
-    if (ctx == NULL || mem->ctx != ctx)
-        return FERRY_ERR_INVALID;
     int rc = FERRY_OK;
     for (int m = 0; m < mem->n_modules; m++) {
-        if (mem->regs[m] == NULL)
+        if (mem->regs[m] == NULL || m == mem->alloc_module)
             continue;
         int mrc = ctx->modules[m]->ops->deregister_mem(ctx->modules[m], mem->regs[m]);
+        if (mrc != FERRY_OK && rc == FERRY_OK)
+            rc = mrc;
+    }
+    if (mem->allocated) {
+        int mrc = FERRY_OK;
+        if (mem->alloc_module >= 0) {
+            ferry_btl_module_t *btl = ctx->modules[mem->alloc_module];
+            mrc = btl->ops->mem_free(btl, mem->regs[mem->alloc_module]);
+        } else if (mem->addr != NULL && munmap(mem->addr, mem->len) != 0) {
+            mrc = rt_status_from_errno(errno);
+        }
         if (mrc != FERRY_OK && rc == FERRY_OK)
             rc = mrc;
     }
     free(mem->regs);
     free(mem);
     return rc;
+}
+
+int ferry_mem_deregister(ferry_ctx_t *ctx, ferry_mem_t *mem)
+{
+    if (mem == NULL)
+        return FERRY_OK;
+    if (ctx == NULL || mem->ctx != ctx || mem->allocated)
+        return FERRY_ERR_INVALID;
+    return mem_release(ctx, mem);
 }
 
 int ferry_mem_rkey(const ferry_mem_t *mem, ferry_rkey_t *rkey_out)

@@ -32,6 +32,8 @@ int btl_base_module_init(ferry_btl_module_t *btl, const ferry_btl_component_t *c
         {"get", (const void *)ops->get},
         {"register_mem", (const void *)ops->register_mem},
         {"deregister_mem", (const void *)ops->deregister_mem},
+        {"mem_alloc", (const void *)ops->mem_alloc},
+        {"mem_free", (const void *)ops->mem_free},
         {"flush", (const void *)ops->flush},
         {"progress", (const void *)ops->progress},
         {"dump", (const void *)ops->dump},
@@ -130,6 +132,17 @@ int btl_base_unsupported_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoin
 }
 
 int btl_base_unsupported_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *reg)
+{
+    return FERRY_ERR_NOT_SUPPORTED;
+}
+
+int btl_base_unsupported_mem_alloc(ferry_btl_module_t *btl, size_t len, uint32_t access,
+                                   void **addr_out, ferry_btl_reg_t **reg_out)
+{
+    return FERRY_ERR_NOT_SUPPORTED;
+}
+
+int btl_base_unsupported_mem_free(ferry_btl_module_t *btl, ferry_btl_reg_t *reg)
 {
     return FERRY_ERR_NOT_SUPPORTED;
 }

@@ -47,6 +47,9 @@ int btl_base_unsupported_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoin
                                       void *base, size_t len, uint32_t access,
                                       ferry_btl_reg_t **reg_out);
 int btl_base_unsupported_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
+int btl_base_unsupported_mem_alloc(ferry_btl_module_t *btl, size_t len, uint32_t access,
+                                   void **addr_out, ferry_btl_reg_t **reg_out);
+int btl_base_unsupported_mem_free(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
 void btl_base_dump_nothing(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, int verbose);
 
 /* The access check every transport makes before touching memory for a peer:

@@ -4,6 +4,7 @@
  * barrier and the no-recursion rule. Runs as one process or under ferryrun;
  * each rank talks to every rank a transport reaches.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -288,8 +289,9 @@ static void on_rkey(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, si
     box->got++;
 }
 
-/* Put and get with the next rank, through whatever transport reaches it. */
-static void test_rdma_peer(ferry_ctx_t *ctx, rkey_box_t *box)
+/* Put and get with the next rank, through whatever transport reaches it,
+ * into ordinary memory or (alloc) memory from ferry_mem_alloc. */
+static void test_rdma_peer(ferry_ctx_t *ctx, rkey_box_t *box, bool alloc)
 {
     int me = ferry_rank(ctx), size = ferry_size(ctx);
     int next = (me + 1) % size, prev = (me + size - 1) % size;
@@ -298,17 +300,34 @@ static void test_rdma_peer(ferry_ctx_t *ctx, rkey_box_t *box)
         return;
     }
     size_t len = (3u << 20) + 5;
-    unsigned char *target = calloc(1, len), *src = malloc(len), *back = malloc(len);
-    CHECK(target != NULL && src != NULL && back != NULL);
+    unsigned char *target, *src = malloc(len), *back = malloc(len);
+    CHECK(src != NULL && back != NULL);
     for (size_t i = 0; i < len; i++)
         src[i] = (unsigned char)(i * 3 + (size_t)me);
     ferry_mem_t *tmem;
-    CHECK(ferry_mem_register(ctx, target, len,
-                             FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE, &tmem) == 0);
-    rkey_msg_t mine = {.addr = (uint64_t)(uintptr_t)target, .len = len};
+    const unsigned rw = FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE;
+    if (alloc) {
+        void *p;
+        CHECK(ferry_mem_alloc(ctx, len, rw, &p, &tmem) == FERRY_OK);
+        target = p;
+        CHECK(((uintptr_t)target & 4095) == 0);
+        memset(target, 0, len);
+        CHECK(ferry_mem_deregister(ctx, tmem) == FERRY_ERR_INVALID);
+    } else {
+        target = calloc(1, len);
+        CHECK(target != NULL);
+        CHECK(ferry_mem_register(ctx, target, len, rw, &tmem) == FERRY_OK);
+    }
+    /* The peer's key may arrive before we look (even during the barrier
+     * that ended the previous round): count rounds, not arrivals. */
+    static int round;
+    round++;
+    /* Allocated memory is registered whole pages. */
+    size_t reg_len = alloc ? (len + 4095) & ~(size_t)4095 : len;
+    rkey_msg_t mine = {.addr = (uint64_t)(uintptr_t)target, .len = reg_len};
     CHECK(ferry_mem_rkey(tmem, &mine.rkey) == FERRY_OK);
     CHECK(send_retry(ctx, prev, TAG_RKEY, &mine, sizeof(mine)) == FERRY_OK);
-    wait_for(ctx, &box->got, 1);
+    wait_for(ctx, &box->got, round);
     const rkey_msg_t *peer = &box->msg;
 
     size_t sizes[] = {1, 8, 1000, 16384, 100000, len};
@@ -332,7 +351,8 @@ static void test_rdma_peer(ferry_ctx_t *ctx, rkey_box_t *box)
     }
     /* Outside the peer's registration: refused before any byte moves. */
     comp_t c = {0, 0};
-    int rc = ferry_put(ctx, next, src, 2, NULL, peer->addr + len - 1, &peer->rkey, on_comp, &c);
+    int rc = ferry_put(ctx, next, src, 2, NULL, peer->addr + peer->len - 1, &peer->rkey,
+                       on_comp, &c);
     if (rc == FERRY_OK)
         CHECK(ferry_flush(ctx, next) == FERRY_ERR_ACCESS);
     else
@@ -352,11 +372,16 @@ static void test_rdma_peer(ferry_ctx_t *ctx, rkey_box_t *box)
         off += n;
     }
     CHECK(ferry_barrier(ctx) == FERRY_OK);
-    CHECK(ferry_mem_deregister(ctx, tmem) == FERRY_OK);
-    free(target);
+    if (alloc) {
+        CHECK(ferry_mem_free(ctx, tmem) == FERRY_OK);
+    } else {
+        CHECK(ferry_mem_free(ctx, tmem) == FERRY_ERR_INVALID);
+        CHECK(ferry_mem_deregister(ctx, tmem) == FERRY_OK);
+        free(target);
+    }
     free(src);
     free(back);
-    printf("ok  rdma to peer\n");
+    printf("ok  rdma to peer%s\n", alloc ? " (ferry_mem_alloc memory)" : "");
 }
 
 static void test_no_recursion(ferry_ctx_t *ctx, am_state_t *st)
@@ -410,7 +435,8 @@ int main(void)
     }
     CHECK(st.bad == 0);
     test_rdma_self(ctx);
-    test_rdma_peer(ctx, &box);
+    test_rdma_peer(ctx, &box, false);
+    test_rdma_peer(ctx, &box, true);
     test_no_recursion(ctx, &st);
     for (int i = 0; i < 3; i++)
         CHECK(ferry_barrier(ctx) == FERRY_OK);

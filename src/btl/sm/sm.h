@@ -75,8 +75,39 @@ typedef struct sm_reg_entry {
     uint32_t access;
     uint64_t base;
     uint64_t len;
-    uint64_t reserved;
+    /* Memory from sm's allocator lives in a shared heap object a peer can map
+     * and copy into directly: its id (0: ordinary memory), the entry's offset
+     * in it and its size. */
+    uint32_t heap_id;
+    uint32_t reserved;
+    uint64_t heap_off;
+    uint64_t heap_len;
 } sm_reg_entry_t;
+
+/* A consistent copy of an entry, read under its sequence lock. */
+typedef struct sm_reg_view {
+    ferry_btl_reg_t reg;
+    uint32_t heap_id;
+    uint64_t heap_off;
+    uint64_t heap_len;
+} sm_reg_view_t;
+
+/* A shared heap object of ours (ferry_mem_alloc). */
+typedef struct sm_heap {
+    uint32_t id;
+    unsigned char *base;
+    size_t len;
+    ferry_btl_reg_t *reg;
+} sm_heap_t;
+
+/* A peer's heap object mapped here. */
+typedef struct sm_heap_map {
+    uint32_t id;
+    unsigned char *base;
+    size_t len;
+} sm_heap_map_t;
+
+#define SM_HEAP_MAPS 16
 
 /* The channel from one sender, in the receiver's segment. */
 typedef struct sm_chan {
@@ -164,6 +195,9 @@ struct ferry_btl_endpoint {
     pid_t pid;
     int pidfd;
     size_t rdma_inflight;
+    /* The peer's heaps we mapped, most recent last. */
+    sm_heap_map_t heaps[SM_HEAP_MAPS];
+    int nheaps;
 };
 
 struct sm_reg {
@@ -205,6 +239,9 @@ struct sm_module {
     btl_frags_t frags;
     bool cma_ok;
     uint64_t next_cookie;
+    sm_heap_t *heaps; /* ours, from mem_alloc */
+    int nheaps;
+    uint32_t next_heap_id;
     /* Failure checks. */
     uint32_t progress_calls;
     uint64_t next_check_ns;
@@ -258,6 +295,11 @@ int sm_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *
 int sm_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *base, size_t len,
                     uint32_t access, ferry_btl_reg_t **reg_out);
 int sm_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
+int sm_mem_alloc(ferry_btl_module_t *btl, size_t len, uint32_t access, void **addr_out,
+                 ferry_btl_reg_t **reg_out);
+int sm_mem_free(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
+void sm_heaps_release(sm_module_t *mod);
+void sm_ep_unmap_heaps(ferry_btl_endpoint_t *ep);
 /* Writes as much of a queued ring put or get request as credits allow;
  * returns true when the fragment has left the queue's head. */
 bool sm_rdma_push(sm_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag);

@@ -199,6 +199,7 @@ void sm_ep_release(sm_module_t *mod, ferry_btl_endpoint_t *ep)
         util_list_remove(&mod->sending, &ep->sending_link);
         ep->sending = false;
     }
+    sm_ep_unmap_heaps(ep);
     if (ep->peer_base != NULL && ep->peer_base != mod->seg)
         munmap(ep->peer_base, ep->peer_size);
     if (ep->pidfd >= 0)

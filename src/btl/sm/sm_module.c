@@ -313,6 +313,7 @@ static int sm_finalize(ferry_btl_module_t *btl)
     }
     /* Callbacks for what was failed above. */
     run_completions(mod);
+    sm_heaps_release(mod);
     int rc = btl_frags_fini(&mod->frags);
     if (mod->regs != NULL)
         for (size_t i = 0; i < mod->p.reg_slots; i++)
@@ -344,6 +345,8 @@ static const ferry_btl_ops_t sm_ops = {
     .get = sm_get,
     .register_mem = sm_register_mem,
     .deregister_mem = sm_deregister_mem,
+    .mem_alloc = sm_mem_alloc,
+    .mem_free = sm_mem_free,
     .flush = sm_flush,
     .progress = sm_progress,
     .dump = sm_dump,
@@ -504,8 +507,9 @@ static int sm_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *cou
         .latency = 200,
         .bandwidth = 10000,
         .flags = FERRY_BTL_FLAG_SEND | FERRY_BTL_FLAG_SEND_INPLACE | FERRY_BTL_FLAG_PUT |
-                 FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI,
+                 FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI | FERRY_BTL_FLAG_MEM_ALLOC,
         .reg_handle_size = sizeof(sm_key_t),
+        .mem_per_peer = 2 * p.ring_size, /* a ring each way */
     };
     rc = btl_base_module_init(&mod->super, &btl_sm_component, ctx, &attr, &sm_ops);
     if (rc != FERRY_OK) {

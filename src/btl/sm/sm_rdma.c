@@ -6,18 +6,25 @@
  * moves. Data then goes one of two ways:
  * - single copy through cross-memory attach (process_vm_writev/readv) above
  *   FERRY_SM_CMA_THRESHOLD, when the kernel allows it;
+ * - a plain copy, when the target's memory came from ferry_mem_alloc: it is
+ *   a shared heap object the initiator maps (once) and copies into directly;
  * - through the ring: a put travels as data messages the target copies out
  *   (and completes once the target's tail passes it); a get is a request the
  *   target answers with data messages. This path serves small transfers and
  *   every transfer when cross-memory attach is refused (FERRY_SM_CMA=0).
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include "btl/sm/sm.h"
+#include "rt/modex.h"
 
 #define SM_REG_MAGIC 0x534d5247u
 
@@ -53,6 +60,19 @@ int sm_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *bas
     e->access = access;
     e->base = (uint64_t)(uintptr_t)base;
     e->len = len;
+    e->heap_id = 0;
+    e->heap_off = 0;
+    e->heap_len = 0;
+    for (int h = 0; h < mod->nheaps; h++) {
+        const sm_heap_t *heap = &mod->heaps[h];
+        if ((unsigned char *)base >= heap->base &&
+            (size_t)((unsigned char *)base - heap->base) <= heap->len &&
+            len <= heap->len - (size_t)((unsigned char *)base - heap->base)) {
+            e->heap_id = heap->id;
+            e->heap_off = (uint64_t)((unsigned char *)base - heap->base);
+            e->heap_len = heap->len;
+        }
+    }
     atomic_store_explicit(&e->gen, gen, memory_order_release);
 
     reg->magic = SM_REG_MAGIC;
@@ -84,23 +104,153 @@ int sm_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *breg)
 }
 
 /* Checks [addr, addr + len) against the entry a key names in a table of
- * nslots (ours or a peer's). */
+ * nslots (ours or a peer's), and copies the entry to *view. */
 static int check_key(const sm_reg_entry_t *table, uint32_t nslots, const uint8_t *keybytes,
-                     uint64_t addr, size_t len, uint32_t need)
+                     uint64_t addr, size_t len, uint32_t need, sm_reg_view_t *view)
 {
     sm_key_t key;
     memcpy(&key, keybytes, sizeof(key));
     if (key.slot >= nslots || (key.gen & 1) || key.gen == 0)
         return FERRY_ERR_ACCESS;
-    const sm_reg_entry_t *e = &table[key.slot];
-    uint32_t g1 = atomic_load_explicit(&((sm_reg_entry_t *)e)->gen, memory_order_acquire);
-    ferry_btl_reg_t view = {
-        .base = (void *)(uintptr_t)e->base, .len = e->len, .access = e->access};
+    sm_reg_entry_t *e = (sm_reg_entry_t *)&table[key.slot];
+    uint32_t g1 = atomic_load_explicit(&e->gen, memory_order_acquire);
+    view->reg.base = (void *)(uintptr_t)e->base;
+    view->reg.len = e->len;
+    view->reg.access = e->access;
+    view->heap_id = e->heap_id;
+    view->heap_off = e->heap_off;
+    view->heap_len = e->heap_len;
     atomic_thread_fence(memory_order_acquire);
-    uint32_t g2 = atomic_load_explicit(&((sm_reg_entry_t *)e)->gen, memory_order_relaxed);
+    uint32_t g2 = atomic_load_explicit(&e->gen, memory_order_relaxed);
     if (g1 != key.gen || g2 != g1)
         return FERRY_ERR_ACCESS;
-    return btl_base_check_access(&view, addr, len, need);
+    /* The owner's word on where its heap lies is checked like the rest. */
+    if (view->heap_id != 0 &&
+        (view->heap_off > view->heap_len || view->reg.len > view->heap_len - view->heap_off))
+        return FERRY_ERR_ACCESS;
+    return btl_base_check_access(&view->reg, addr, len, need);
+}
+
+static void heap_name(char *buf, size_t size, const sm_module_t *mod, int rank, uint32_t id)
+{
+    snprintf(buf, size, "/ferry-%s-%d-h%u", rt_modex_job_id(mod->super.ctx->modex), rank, id);
+}
+
+/* Our mapping of a peer's heap, mapping it on first use; NULL if it cannot
+ * be mapped (the caller falls back to the other paths). */
+static unsigned char *heap_map(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint32_t id,
+                               size_t len)
+{
+    for (int i = 0; i < ep->nheaps; i++)
+        if (ep->heaps[i].id == id && ep->heaps[i].len == len)
+            return ep->heaps[i].base;
+    char name[400];
+    heap_name(name, sizeof(name), mod, ep->rank, id);
+    int fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    void *base = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (uint64_t)st.st_size >= len)
+        base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED)
+        return NULL;
+    if (ep->nheaps == SM_HEAP_MAPS) {
+        /* The oldest mapping goes; a later access maps it again. */
+        munmap(ep->heaps[0].base, ep->heaps[0].len);
+        memmove(&ep->heaps[0], &ep->heaps[1], (SM_HEAP_MAPS - 1) * sizeof(ep->heaps[0]));
+        ep->nheaps--;
+    }
+    ep->heaps[ep->nheaps++] = (sm_heap_map_t){.id = id, .base = base, .len = len};
+    return base;
+}
+
+void sm_ep_unmap_heaps(ferry_btl_endpoint_t *ep)
+{
+    for (int i = 0; i < ep->nheaps; i++)
+        munmap(ep->heaps[i].base, ep->heaps[i].len);
+    ep->nheaps = 0;
+}
+
+int sm_mem_alloc(ferry_btl_module_t *btl, size_t len, uint32_t access, void **addr_out,
+                 ferry_btl_reg_t **reg_out)
+{
+    sm_module_t *mod = (sm_module_t *)btl;
+    ferry_ctx_t *ctx = btl->ctx;
+    if (btl == NULL || len == 0 || addr_out == NULL || reg_out == NULL || len > SIZE_MAX - 4096)
+        return FERRY_ERR_INVALID;
+    size_t size = (len + 4095) & ~(size_t)4095;
+    sm_heap_t *heaps = realloc(mod->heaps, (size_t)(mod->nheaps + 1) * sizeof(*heaps));
+    if (heaps == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    mod->heaps = heaps;
+    uint32_t id = ++mod->next_heap_id;
+    char name[400];
+    heap_name(name, sizeof(name), mod, ctx->rank, id);
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0)
+        return rt_log_errno(&ctx->log, "sm: creating a shared heap", errno);
+    if (ftruncate(fd, (off_t)size) != 0) {
+        int err = errno;
+        close(fd);
+        shm_unlink(name);
+        return rt_log_errno(&ctx->log, "sm: sizing a shared heap", err);
+    }
+    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) {
+        int err = errno;
+        shm_unlink(name);
+        return rt_log_errno(&ctx->log, "sm: mapping a shared heap", err);
+    }
+    sm_heap_t *heap = &mod->heaps[mod->nheaps++];
+    *heap = (sm_heap_t){.id = id, .base = base, .len = size};
+    int rc = sm_register_mem(btl, NULL, base, size, access, &heap->reg);
+    if (rc != FERRY_OK) {
+        mod->nheaps--;
+        munmap(base, size);
+        shm_unlink(name);
+        return rc;
+    }
+    *addr_out = base;
+    *reg_out = heap->reg;
+    return FERRY_OK;
+}
+
+static void heap_destroy(sm_module_t *mod, sm_heap_t *heap)
+{
+    char name[400];
+    heap_name(name, sizeof(name), mod, mod->super.ctx->rank, heap->id);
+    munmap(heap->base, heap->len);
+    shm_unlink(name);
+}
+
+int sm_mem_free(ferry_btl_module_t *btl, ferry_btl_reg_t *reg)
+{
+    sm_module_t *mod = (sm_module_t *)btl;
+    if (btl == NULL || reg == NULL)
+        return FERRY_ERR_INVALID;
+    for (int h = 0; h < mod->nheaps; h++) {
+        if (mod->heaps[h].reg != reg)
+            continue;
+        int rc = sm_deregister_mem(btl, reg);
+        if (rc != FERRY_OK)
+            return rc;
+        heap_destroy(mod, &mod->heaps[h]);
+        mod->heaps[h] = mod->heaps[--mod->nheaps];
+        return FERRY_OK;
+    }
+    return FERRY_ERR_INVALID;
+}
+
+void sm_heaps_release(sm_module_t *mod)
+{
+    for (int h = 0; h < mod->nheaps; h++)
+        heap_destroy(mod, &mod->heaps[h]);
+    free(mod->heaps);
+    mod->heaps = NULL;
+    mod->nheaps = 0;
 }
 
 static const sm_reg_entry_t *peer_table(const ferry_btl_endpoint_t *ep)
@@ -126,9 +276,10 @@ static int rdma_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_desc
     const ferry_btl_segment_t *remote = put ? &des->dst[0] : &des->src[0];
     const ferry_btl_segment_t *local = put ? &des->src[0] : &des->dst[0];
     size_t len = remote->len;
+    sm_reg_view_t view = {.heap_id = 0};
     if (len > 0) {
         rc = check_key(peer_table(ep), ep->peer_hdr->reg_slots, remote->key, remote->addr, len,
-                       put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ);
+                       put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ, &view);
         if (rc != FERRY_OK)
             return rc;
     }
@@ -149,6 +300,19 @@ static int rdma_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_desc
             memmove(ferry_btl_seg_ptr(remote), ferry_btl_seg_ptr(local), len);
         else
             memmove(ferry_btl_seg_ptr(local), ferry_btl_seg_ptr(remote), len);
+        sm_complete(mod, frag, FERRY_OK);
+        return FERRY_OK;
+    }
+    unsigned char *heap = view.heap_id != 0 ? heap_map(mod, ep, view.heap_id, view.heap_len)
+                                            : NULL;
+    if (heap != NULL) {
+        /* The target's memory is mapped here too: a plain copy. */
+        unsigned char *there =
+            heap + view.heap_off + (remote->addr - (uint64_t)(uintptr_t)view.reg.base);
+        if (put)
+            memcpy(there, ferry_btl_seg_ptr(local), len);
+        else
+            memcpy(ferry_btl_seg_ptr(local), there, len);
         sm_complete(mod, frag, FERRY_OK);
         return FERRY_OK;
     }
@@ -271,8 +435,9 @@ void sm_rdma_handle(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint8_t type,
         size_t n = len - sizeof(hdr);
         uint8_t key[FERRY_BTL_KEY_MAX] = {0};
         memcpy(key, &hdr.key, sizeof(hdr.key));
+        sm_reg_view_t view;
         if (check_key(mod->reg_table, (uint32_t)mod->p.reg_slots, key, hdr.raddr, n,
-                      FERRY_ACCESS_REMOTE_WRITE) != FERRY_OK) {
+                      FERRY_ACCESS_REMOTE_WRITE, &view) != FERRY_OK) {
             /* The initiator checked too; this is a registration withdrawn
              * while the put was on its way. */
             rt_log(&ctx->log, RT_LOG_WARN,
@@ -296,11 +461,13 @@ void sm_rdma_handle(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint8_t type,
         }
         uint8_t key[FERRY_BTL_KEY_MAX] = {0};
         memcpy(key, &req.key, sizeof(req.key));
+        sm_reg_view_t view;
         job->req = req;
         job->status = req.len > SIZE_MAX
                           ? FERRY_ERR_ACCESS
                           : check_key(mod->reg_table, (uint32_t)mod->p.reg_slots, key,
-                                      req.raddr, (size_t)req.len, FERRY_ACCESS_REMOTE_READ);
+                                      req.raddr, (size_t)req.len, FERRY_ACCESS_REMOTE_READ,
+                                      &view);
         util_list_append(&ep->get_jobs, &job->link);
         sm_mark_sending(mod, ep);
     } else {
