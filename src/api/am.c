@@ -53,11 +53,10 @@ int ferry_am_send(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size
     ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
     if (len > btl->attr.max_send_size)
         return FERRY_ERR_INVALID;
-    if (len <= btl->attr.eager_limit) {
-        rc = btl->ops->sendi(btl, peer->ep, NULL, 0, data, len, tag);
-        if (rc != FERRY_ERR_NOT_SUPPORTED)
-            return rc;
-    }
+    /* An inline send copies straight from the caller's buffer to the
+     * transport; a descriptor would add a copy. */
+    if (btl->attr.flags & FERRY_BTL_FLAG_SENDI)
+        return btl->ops->sendi(btl, peer->ep, NULL, 0, data, len, tag);
     ferry_convertor_t conv;
     ferry_convertor_init_contig(&conv, data, len);
     size_t size = len;

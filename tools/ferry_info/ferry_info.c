@@ -118,6 +118,7 @@ static void print_flags(uint32_t flags)
         {FERRY_BTL_FLAG_GET, "get"},
         {FERRY_BTL_FLAG_ATOMICS, "atomics"},
         {FERRY_BTL_FLAG_SENDI, "sendi"},
+        {FERRY_BTL_FLAG_MEM_ALLOC, "mem_alloc"},
     };
     uint32_t known = 0;
     bool first = true;
@@ -157,6 +158,8 @@ static void print_attr(const ferry_btl_attr_t *attr)
     printf("    %-24s %u ns\n", "latency (nominal)", (unsigned)attr->latency);
     printf("    %-24s %u MB/s\n", "bandwidth (nominal)", (unsigned)attr->bandwidth);
     printf("    %-24s %zu B\n", "registration key size", attr->reg_handle_size);
+    format_size(attr->mem_per_peer, buf, sizeof buf);
+    printf("    %-24s %s\n", "memory per peer", buf);
     printf("    %-24s ", "capabilities");
     print_flags(attr->flags);
 }

@@ -8,8 +8,9 @@
  * ring and writes its 8-byte header last, with release ordering; the
  * receiver polls the header of its next slot with acquire ordering (the
  * seed's eager RDMA, done for shared memory). Headers carry the lap of the
- * ring they were written in, and the receiver zeroes the slot boundaries of
- * what it consumed, so a stale word is never taken for a header.
+ * ring they were written in, and a sender zeroes the place of the next
+ * header before it publishes one, so a stale word from an earlier lap is
+ * never taken for a header.
  *
  * Flow control is the seed's tokens and credits in byte form: the sender
  * owns the write position and may use the ring up to the receiver's tail,

@@ -18,8 +18,11 @@ bool sm_ring_reserve(ferry_btl_endpoint_t *ep, size_t len, unsigned char **slot_
     const uint64_t size = sm_align(SM_HDR_SIZE + len);
     uint64_t off = ep->head & (ring - 1);
     uint64_t skip = off + size > ring ? ring - off : 0;
+    /* One more slot than the message: the next header's place must be free,
+     * because sm_ring_commit zeroes it. */
+    uint64_t need = skip + size + SM_ALIGN;
 
-    if (ep->head + skip + size - ep->cached_tail > ring) {
+    if (ep->head + need - ep->cached_tail > ring) {
         uint64_t tail = atomic_load_explicit(&ep->out->tail, memory_order_acquire);
         /* The tail is the peer's word: it may never pass what we wrote. */
         if (tail > ep->head || tail < ep->cached_tail) {
@@ -27,10 +30,11 @@ bool sm_ring_reserve(ferry_btl_endpoint_t *ep, size_t len, unsigned char **slot_
             return false;
         }
         ep->cached_tail = tail;
-        if (ep->head + skip + size - tail > ring)
+        if (ep->head + need - tail > ring)
             return false;
     }
     if (skip > 0) {
+        atomic_store_explicit(hdr_at(ep->out->ring, 0), 0, memory_order_relaxed);
         atomic_store_explicit(hdr_at(ep->out->ring, off),
                               sm_hdr_pack((uint32_t)(skip - SM_HDR_SIZE), 0, SM_T_SKIP,
                                           sm_lap(ep->head, ring)),
@@ -48,7 +52,13 @@ void sm_ring_commit(ferry_btl_endpoint_t *ep, uint64_t pos, uint32_t len, uint8_
                     uint8_t type)
 {
     const uint64_t ring = ep->mod->p.ring_size;
-    atomic_store_explicit(hdr_at(ep->out->ring, pos & (ring - 1)),
+    unsigned char *base = ep->out->ring;
+    /* Whatever an earlier lap left where the next header goes could pass
+     * for one (its lap bits may match by chance); zero it first, ordered
+     * before this header by the release below. */
+    uint64_t next = (pos + sm_align(SM_HDR_SIZE + len)) & (ring - 1);
+    atomic_store_explicit(hdr_at(base, next), 0, memory_order_relaxed);
+    atomic_store_explicit(hdr_at(base, pos & (ring - 1)),
                           sm_hdr_pack(len, tag, type, sm_lap(pos, ring)), memory_order_release);
 }
 
@@ -56,17 +66,6 @@ static void publish_tail(ferry_btl_endpoint_t *ep)
 {
     atomic_store_explicit(&ep->in->tail, ep->rpos, memory_order_release);
     ep->published_tail = ep->rpos;
-}
-
-/* Zeroes the first word of every slot a consumed message covered. A header
- * is valid only if its lap matches, but a stale payload word from an earlier
- * lap could match by chance; with every slot boundary cleared before the
- * tail (and so the space) goes back to the sender, the word at the read
- * position is either zero or a header written in this lap. */
-static void clear_slots(unsigned char *ring, uint64_t off, uint64_t size)
-{
-    for (uint64_t o = off; o < off + size; o += SM_ALIGN)
-        atomic_store_explicit(hdr_at(ring, o), 0, memory_order_relaxed);
 }
 
 /* Reads what has arrived from ep, at most a batch, handing each message to
@@ -94,7 +93,6 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
         const unsigned char *msg = base + off + SM_HDR_SIZE;
         switch (type) {
         case SM_T_SKIP:
-            clear_slots(base, off, ring - off);
             ep->rpos += ring - off;
             continue;
         case SM_T_DATA: {
@@ -121,7 +119,6 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
         }
         if (!ep->polled)
             return n; /* a handler failed the endpoint */
-        clear_slots(base, off, sm_align(SM_HDR_SIZE + len));
         ep->rpos += sm_align(SM_HDR_SIZE + len);
         n++;
     }

@@ -1,0 +1,237 @@
+/*
+ * ferry-bench: OSU-style micro-benchmarks of ferry's public API between two
+ * ranks, each figure printed next to the machine's own floor measured in the
+ * same run (cache-line ping-pong, memcpy, process_vm_writev).
+ *
+ * The tool uses only include/ferry/ferry.h and POSIX. Its parts:
+ *   bench_main.c   options, the run, tables and CSV
+ *   bench_comm.c   active-message plumbing: data counting, control messages,
+ *                  chunked sends, bounded waits, timing
+ *   bench_floor.c  the floors and the `limits` mode
+ *   bench_am.c     am-lat, am-bw, am-bibw, am-rate
+ *   bench_rdma.c   put-lat, get-lat, put-bw, get-bw
+ * Everything hangs off one bench_t that main() owns; there is no global
+ * mutable state.
+ */
+#ifndef FERRY_BENCH_H
+#define FERRY_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include <ferry/ferry.h>
+
+/* Operations in flight per window of the bandwidth and rate tests (OSU's). */
+#define BENCH_WINDOW 64
+/* Most sizes one sweep can hold: powers of two fit a 64-bit size. */
+#define BENCH_SIZES_MAX 66
+/* Largest message size accepted with -m, so buffers stay allocatable. */
+#define BENCH_SIZE_LIMIT ((size_t)1 << 30)
+/* Sizes up to this run the full iteration count; larger ones scale it down
+ * in proportion, as OSU's separate "large message" counts do. */
+#define BENCH_LARGE_FROM 8192
+/* Longest control message payload (a remote key and an address fit). */
+#define BENCH_CTRL_MAX 512
+/* Control messages held before the benchmark reads them. The protocol never
+ * has more than a few outstanding; more is a peer's error. */
+#define BENCH_CTRL_SLOTS 16
+
+/* Active-message tags the benchmark uses. */
+enum {
+    BENCH_TAG_DATA = 1, /* payload of the measured messages, counted */
+    BENCH_TAG_ACK = 2,  /* end of a window, counted */
+    BENCH_TAG_CTRL = 3  /* setup and phase messages, queued (bench_ctrl_*) */
+};
+
+/* Kinds of control message. */
+enum {
+    BENCH_CTRL_HELLO = 1,   /* pid, cpu, AM max size */
+    BENCH_CTRL_RKEY = 2,    /* buffer address and remote key */
+    BENCH_CTRL_SHM = 3,     /* name of the cache-line ping-pong mapping */
+    BENCH_CTRL_SHM_OK = 4,  /* the mapping is open (or an errno) */
+    BENCH_CTRL_PVW = 5,     /* pid and buffer for process_vm_writev */
+    BENCH_CTRL_DONE = 6     /* the initiator finished a phase */
+};
+
+typedef enum bench_mode {
+    BENCH_LIMITS = 0,
+    BENCH_AM_LAT,
+    BENCH_AM_BW,
+    BENCH_AM_BIBW,
+    BENCH_AM_RATE,
+    BENCH_PUT_LAT,
+    BENCH_GET_LAT,
+    BENCH_PUT_BW,
+    BENCH_GET_BW,
+    BENCH_MODE_COUNT
+} bench_mode_t;
+
+typedef struct bench_opts {
+    unsigned modes;      /* bit m set: run mode m (they run in enum order) */
+    bool have_range;     /* -m given; otherwise each mode has its own range */
+    size_t min_size;
+    size_t max_size;
+    const char *csv_path;  /* NULL: no CSV */
+    long iters;          /* -1: each mode's default */
+    long warmup;         /* -1: each mode's default */
+    int reps;            /* repetitions whose median is reported */
+    int timeout_s;       /* longest single wait for the peer */
+    bool check;          /* verify the bytes that arrive */
+    bool help;
+} bench_opts_t;
+
+/* What the active-message callbacks have seen. Filled from ferry_progress. */
+typedef struct bench_rx {
+    /* Data units since the last bench_rx_reset: bytes, and one for each
+     * empty message, so zero-byte messages are counted too. */
+    uint64_t units;
+    uint64_t acks;
+    /* --check: the size of the measured messages, and what went wrong. */
+    size_t check_size;
+    uint64_t bad_chunks;
+    size_t bad_offset; /* of the first wrong byte in its message */
+    /* Control messages, in arrival order. */
+    struct {
+        uint32_t kind;
+        uint32_t len;
+        int src;
+        uint8_t body[BENCH_CTRL_MAX];
+    } ctrl[BENCH_CTRL_SLOTS];
+    unsigned ctrl_head;
+    unsigned ctrl_count;
+    /* Set when a peer sent something malformed; reported by the waits. */
+    char proto_error[128];
+} bench_rx_t;
+
+/* The floors measured so far in this run (rank 0 holds the values). */
+typedef struct bench_floors {
+    bool cacheline_done;
+    double cacheline_us; /* half round trip; < 0 when unavailable */
+    bool pvw_setup_done;
+    bool pvw_ok;
+    char pvw_error[96];
+    pid_t peer_pid;
+    uint64_t peer_addr;
+    int n_pvw;
+    size_t pvw_size[BENCH_SIZES_MAX];
+    double pvw_mbs[BENCH_SIZES_MAX];
+} bench_floors_t;
+
+typedef struct bench {
+    ferry_ctx_t *ctx;
+    int rank;
+    int peer;
+    bench_opts_t opts;
+    const char *transport;
+    int cpu;           /* where this rank runs (-1 unknown) */
+    int peer_cpu;
+    pid_t peer_pid;
+    long am_max;       /* ferry_am_max_size to the peer */
+    size_t buf_len;    /* length of every buffer below */
+    uint8_t *pattern;  /* the bytes sent: pattern[i] = bench_pattern_byte(i) */
+    uint8_t *buf;      /* registered for put/get and the target of floors */
+    uint8_t *scratch;  /* receive side of the rdma checks, memcpy target */
+    ferry_mem_t *mem;
+    bool rdma_ready;
+    uint64_t peer_raddr;
+    ferry_rkey_t peer_rkey;
+    bench_rx_t rx;
+    bench_floors_t floors;
+    FILE *csv;
+} bench_t;
+
+/* One result row. floor < 0 prints "n/a" with an empty ratio. */
+typedef struct bench_row {
+    size_t size;
+    double value;
+    double floor;
+} bench_row_t;
+
+/* ---- bench_comm.c ---- */
+
+uint64_t bench_now_ns(void);
+uint8_t bench_pattern_byte(size_t i);
+double bench_median(double *v, int n);
+
+/* Registers the callbacks of the three tags. */
+int bench_comm_init(bench_t *b);
+/* Clears the data and ack counters and sets the size --check expects.
+ * Called before the barrier that starts a size, so no peer data is lost. */
+void bench_rx_reset(bench_t *b, size_t check_size);
+
+/* Sends len bytes as data messages no larger than the AM max size (one empty
+ * message when len is 0), progressing and retrying under back pressure. */
+int bench_send_data(bench_t *b, const void *buf, size_t len);
+int bench_send_ack(bench_t *b);
+int bench_ctrl_send(bench_t *b, uint32_t kind, const void *body, size_t len);
+/* Waits for the next control message, which must be of this kind and at
+ * most cap bytes; *len_out gets its length. */
+int bench_ctrl_recv(bench_t *b, uint32_t kind, void *body, size_t cap, size_t *len_out);
+
+/* Units one message of `size` bytes adds to bench_rx_t.units. */
+static inline uint64_t bench_units(size_t size)
+{
+    return size > 0 ? size : 1;
+}
+
+/* Progresses until rx.units >= units (or rx.acks >= acks), or fails with
+ * FERRY_ERR_TIMEOUT after the -t limit, saying what it waited for. */
+int bench_wait_units(bench_t *b, uint64_t units, const char *what);
+int bench_wait_acks(bench_t *b, uint64_t acks, const char *what);
+
+/* A bounded busy wait: bench_deadline_init, then bench_deadline_check in
+ * the loop (cheap: it reads the clock once every 1024 calls). The limit is
+ * -t seconds. */
+typedef struct bench_deadline {
+    uint64_t limit_ns;
+    uint64_t end_ns; /* 0 until the clock is first read */
+    unsigned tick;
+} bench_deadline_t;
+void bench_deadline_init(const bench_t *b, bench_deadline_t *d);
+bool bench_deadline_passed(bench_deadline_t *d);
+
+int bench_barrier(bench_t *b);
+/* Reports an error once, from the rank that saw it. */
+void bench_error(const bench_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- bench_main.c ---- */
+
+/* Iterations and warm-up for one size of a mode (defaults or -i/-w, scaled
+ * down above BENCH_LARGE_FROM). */
+long bench_iters(const bench_t *b, bench_mode_t mode, size_t size);
+long bench_warmup(const bench_t *b, bench_mode_t mode, size_t size);
+/* The sizes a mode sweeps; returns how many. */
+int bench_sizes(const bench_t *b, bench_mode_t mode, size_t sizes_out[BENCH_SIZES_MAX]);
+const char *bench_mode_name(bench_mode_t mode);
+
+/* Rank 0 prints a table header, rows and CSV rows; other ranks do nothing. */
+void bench_table_begin(bench_t *b, bench_mode_t mode, const char *floor_what,
+                       const char *value_col, const char *floor_col);
+void bench_table_row(bench_t *b, bench_mode_t mode, const bench_row_t *row, const char *unit);
+/* A row of the limits table or CSV with no floor (test named freely). */
+void bench_csv_row(bench_t *b, const char *test, size_t size, double value, const char *unit);
+
+/* ---- bench_floor.c ---- */
+
+/* Collective: measures the cache-line ping-pong unless done in this run. */
+int bench_floor_cacheline(bench_t *b);
+/* Collective: measures process_vm_writev at every size not yet measured. */
+int bench_floor_pvw(bench_t *b, const size_t *sizes, int n);
+/* The process_vm_writev floor at a size, or -1 when unavailable. */
+double bench_floor_pvw_at(const bench_t *b, size_t size);
+int bench_run_limits(bench_t *b);
+
+/* ---- bench_am.c ---- */
+
+int bench_run_am(bench_t *b, bench_mode_t mode);
+
+/* ---- bench_rdma.c ---- */
+
+int bench_run_rdma(bench_t *b, bench_mode_t mode);
+/* Deregisters the buffer; safe on a zeroed bench. */
+void bench_rdma_fini(bench_t *b);
+
+#endif /* FERRY_BENCH_H */

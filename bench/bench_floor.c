@@ -1,0 +1,401 @@
+/*
+ * The machine's floors, measured between the same two ranks in the same run
+ * as the figures they are compared with:
+ *  - cache-line ping-pong: two flags in a shared mapping, each on its own
+ *    cache line, bounced between the ranks; the half round trip is the least
+ *    any message between two cores can take.
+ *  - memcpy: one rank copying a hot buffer; the most one core can move.
+ *  - process_vm_writev: rank 0 writing into rank 1's buffer in windows of
+ *    BENCH_WINDOW calls; what a single-copy transport can reach.
+ * The ranks take the same path through every function here (the floors
+ * measured so far are known to both), so they stay in step.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+/* Ping-pongs per repetition of the cache-line floor, and before the first:
+ * enough for a stable median, and a few milliseconds each. */
+#define CACHELINE_ITERS 100000
+#define CACHELINE_WARMUP 10000
+/* The flags are two cache lines apart so that adjacent-line prefetching
+ * does not pair them. */
+#define FLAG_SPACING 128
+
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the ping-pong needs lock-free atomics");
+
+typedef struct cl_flags {
+    _Alignas(FLAG_SPACING) atomic_uint ping; /* written by rank 0 */
+    _Alignas(FLAG_SPACING) atomic_uint pong; /* written by rank 1 */
+} cl_flags_t;
+
+/* Spins until *flag holds want. Yields now and then, so two ranks that
+ * share a cpu still make progress; on separate cpus a round trip is far
+ * shorter than the spins between yields. */
+static int spin_until(bench_t *b, atomic_uint *flag, unsigned want)
+{
+    bench_deadline_t d;
+    bench_deadline_init(b, &d);
+    unsigned spins = 0;
+    while (atomic_load_explicit(flag, memory_order_acquire) != want) {
+        if ((++spins & 4095u) == 0)
+            sched_yield();
+        if (bench_deadline_passed(&d)) {
+            bench_error(b, "timed out after %d s in the cache-line ping-pong (rank %d stopped)",
+                        b->opts.timeout_s, b->peer);
+            return FERRY_ERR_TIMEOUT;
+        }
+    }
+    return FERRY_OK;
+}
+
+/* Runs n ping-pongs from sequence number *seq on; returns the elapsed time
+ * on rank 0 through *ns_out. */
+static int pingpong(bench_t *b, cl_flags_t *fl, long n, unsigned *seq, uint64_t *ns_out)
+{
+    uint64_t t0 = bench_now_ns();
+    for (long i = 0; i < n; i++) {
+        unsigned s = ++*seq;
+        int rc;
+        if (b->rank == 0) {
+            atomic_store_explicit(&fl->ping, s, memory_order_release);
+            rc = spin_until(b, &fl->pong, s);
+        } else {
+            rc = spin_until(b, &fl->ping, s);
+            atomic_store_explicit(&fl->pong, s, memory_order_release);
+        }
+        if (rc != FERRY_OK)
+            return rc;
+    }
+    *ns_out = bench_now_ns() - t0;
+    return FERRY_OK;
+}
+
+static size_t cacheline_map_len(void)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    return page > 0 && (size_t)page > sizeof(cl_flags_t) ? (size_t)page : sizeof(cl_flags_t);
+}
+
+/* Rank 0 creates the mapping and sends its name; rank 1 opens it and says
+ * whether it could (an errno, 0 on success). The name is removed as soon as
+ * both hold the mapping, so a crash later leaves nothing behind. On return
+ * *fl_out is the mapping, or NULL when either side failed (the reason is
+ * printed and the floor is reported as unavailable). */
+static int cacheline_map(bench_t *b, cl_flags_t **fl_out)
+{
+    size_t map_len = cacheline_map_len();
+    char name[64] = "";
+    size_t len;
+    int32_t err = 0;
+    void *p = MAP_FAILED;
+    int rc;
+
+    if (b->rank == 0) {
+        snprintf(name, sizeof(name), "/ferry-bench-%ld", (long)getpid());
+        int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd < 0 && errno == EEXIST) {
+            /* A leftover of an earlier process that had this pid. */
+            shm_unlink(name);
+            fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        }
+        if (fd < 0) {
+            bench_error(b, "shm_open(%s): %s", name, strerror(errno));
+            name[0] = '\0';
+        } else {
+            if (ftruncate(fd, (off_t)map_len) != 0 ||
+                (p = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+                    MAP_FAILED) {
+                bench_error(b, "shared mapping %s: %s", name, strerror(errno));
+                p = MAP_FAILED;
+            }
+            close(fd);
+            if (p == MAP_FAILED) {
+                shm_unlink(name);
+                name[0] = '\0';
+            }
+        }
+        if ((rc = bench_ctrl_send(b, BENCH_CTRL_SHM, name, strlen(name) + 1)) != FERRY_OK)
+            goto err_unmap;
+        if (name[0] == '\0') {
+            *fl_out = NULL;
+            return FERRY_OK;
+        }
+        rc = bench_ctrl_recv(b, BENCH_CTRL_SHM_OK, &err, sizeof(err), &len);
+        shm_unlink(name);
+        if (rc != FERRY_OK)
+            goto err_unmap;
+        if (len != sizeof(err)) {
+            bench_error(b, "malformed mapping reply from rank %d", b->peer);
+            rc = FERRY_ERR_PROTO;
+            goto err_unmap;
+        }
+        if (err != 0) {
+            printf("# cache-line ping-pong unavailable: rank 1 cannot open %s: %s\n", name,
+                   strerror(err));
+            munmap(p, map_len);
+            *fl_out = NULL;
+            return FERRY_OK;
+        }
+    } else {
+        if ((rc = bench_ctrl_recv(b, BENCH_CTRL_SHM, name, sizeof(name), &len)) != FERRY_OK)
+            return rc;
+        /* The name must be one NUL-terminated POSIX shm name. */
+        if (len == 0 || name[len - 1] != '\0' || strlen(name) + 1 != len ||
+            (name[0] != '\0' && (name[0] != '/' || strchr(name + 1, '/') != NULL))) {
+            bench_error(b, "malformed mapping name from rank %d", b->peer);
+            return FERRY_ERR_PROTO;
+        }
+        if (name[0] == '\0') {
+            *fl_out = NULL;
+            return FERRY_OK;
+        }
+        int fd = shm_open(name, O_RDWR, 0);
+        if (fd < 0) {
+            err = errno;
+        } else {
+            struct stat st;
+            if (fstat(fd, &st) != 0)
+                err = errno;
+            else if ((size_t)st.st_size < sizeof(cl_flags_t))
+                err = EINVAL;
+            else if ((p = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+                     MAP_FAILED)
+                err = errno;
+            close(fd);
+        }
+        if ((rc = bench_ctrl_send(b, BENCH_CTRL_SHM_OK, &err, sizeof(err))) != FERRY_OK)
+            goto err_unmap;
+        if (err != 0) {
+            *fl_out = NULL;
+            return FERRY_OK;
+        }
+    }
+    *fl_out = p;
+    return FERRY_OK;
+
+err_unmap:
+    if (p != MAP_FAILED)
+        munmap(p, map_len);
+    return rc;
+}
+
+int bench_floor_cacheline(bench_t *b)
+{
+    if (b->floors.cacheline_done)
+        return FERRY_OK;
+    cl_flags_t *fl;
+    int rc = cacheline_map(b, &fl);
+    if (rc != FERRY_OK)
+        return rc;
+    b->floors.cacheline_done = true;
+    b->floors.cacheline_us = -1.0;
+    if (fl == NULL)
+        return FERRY_OK;
+
+    double us[101];
+    unsigned seq = 0;
+    uint64_t ns;
+    if ((rc = bench_barrier(b)) != FERRY_OK || (rc = pingpong(b, fl, CACHELINE_WARMUP, &seq,
+                                                              &ns)) != FERRY_OK)
+        goto out_unmap;
+    for (int r = 0; r < b->opts.reps; r++) {
+        if ((rc = pingpong(b, fl, CACHELINE_ITERS, &seq, &ns)) != FERRY_OK)
+            goto out_unmap;
+        us[r] = (double)ns / 1e3 / (2.0 * CACHELINE_ITERS);
+    }
+    b->floors.cacheline_us = bench_median(us, b->opts.reps);
+    rc = FERRY_OK;
+out_unmap:
+    munmap(fl, cacheline_map_len());
+    return rc;
+}
+
+/* ---- process_vm_writev ---- */
+
+typedef struct pvw_hello {
+    int64_t pid;
+    uint64_t addr;
+    uint64_t len;
+} pvw_hello_t;
+
+/* Rank 0 learns rank 1's pid and buffer; rank 1 first allows rank 0 to
+ * write into it where a Yama policy would refuse a sibling process. */
+static int pvw_setup(bench_t *b)
+{
+    pvw_hello_t h = {.pid = getpid(), .addr = (uint64_t)(uintptr_t)b->buf, .len = b->buf_len};
+    size_t len;
+    int rc;
+    b->floors.pvw_setup_done = true;
+    if (b->rank == 1) {
+        /* Without Yama this fails with EINVAL, which changes nothing. */
+        (void)prctl(PR_SET_PTRACER, (unsigned long)b->peer_pid, 0, 0, 0);
+        return bench_ctrl_send(b, BENCH_CTRL_PVW, &h, sizeof(h));
+    }
+    if ((rc = bench_ctrl_recv(b, BENCH_CTRL_PVW, &h, sizeof(h), &len)) != FERRY_OK)
+        return rc;
+    if (len != sizeof(h) || h.pid <= 0 || h.pid != b->peer_pid || h.len < b->buf_len) {
+        bench_error(b, "malformed buffer description from rank %d", b->peer);
+        return FERRY_ERR_PROTO;
+    }
+    b->floors.peer_pid = (pid_t)h.pid;
+    b->floors.peer_addr = h.addr;
+    struct iovec l = {.iov_base = b->pattern, .iov_len = 1};
+    struct iovec r = {.iov_base = (void *)(uintptr_t)h.addr, .iov_len = 1};
+    if (process_vm_writev(b->floors.peer_pid, &l, 1, &r, 1, 0) != 1) {
+        snprintf(b->floors.pvw_error, sizeof(b->floors.pvw_error), "%s", strerror(errno));
+        return FERRY_OK;
+    }
+    b->floors.pvw_ok = true;
+    return FERRY_OK;
+}
+
+/* Rank 0: one timed run of n windows at size; *ns_out the elapsed time. */
+static int pvw_windows(bench_t *b, size_t size, long n, uint64_t *ns_out)
+{
+    struct iovec l = {.iov_base = b->pattern, .iov_len = size};
+    struct iovec r = {.iov_base = (void *)(uintptr_t)b->floors.peer_addr, .iov_len = size};
+    uint64_t t0 = bench_now_ns();
+    for (long w = 0; w < n; w++) {
+        for (int i = 0; i < BENCH_WINDOW; i++) {
+            ssize_t done = process_vm_writev(b->floors.peer_pid, &l, 1, &r, 1, 0);
+            if (done != (ssize_t)size) {
+                snprintf(b->floors.pvw_error, sizeof(b->floors.pvw_error),
+                         "wrote %zd of %zu bytes: %s", done, size,
+                         done < 0 ? strerror(errno) : "short write");
+                return FERRY_ERR_IO;
+            }
+        }
+    }
+    *ns_out = bench_now_ns() - t0;
+    return FERRY_OK;
+}
+
+double bench_floor_pvw_at(const bench_t *b, size_t size)
+{
+    for (int i = 0; i < b->floors.n_pvw; i++)
+        if (b->floors.pvw_size[i] == size)
+            return b->floors.pvw_mbs[i];
+    return -1.0;
+}
+
+int bench_floor_pvw(bench_t *b, const size_t *sizes, int n)
+{
+    int rc;
+    if (!b->floors.pvw_setup_done && (rc = pvw_setup(b)) != FERRY_OK)
+        return rc;
+    for (int k = 0; k < n; k++) {
+        size_t size = sizes[k];
+        bool known = false;
+        for (int i = 0; i < b->floors.n_pvw; i++)
+            known = known || b->floors.pvw_size[i] == size;
+        if (known || size == 0 || b->floors.n_pvw == BENCH_SIZES_MAX)
+            continue;
+        double mbs = -1.0;
+        if (b->rank == 0 && b->floors.pvw_ok) {
+            long iters = bench_iters(b, BENCH_LIMITS, size);
+            double v[101];
+            uint64_t ns;
+            rc = pvw_windows(b, size, bench_warmup(b, BENCH_LIMITS, size), &ns);
+            for (int r = 0; rc == FERRY_OK && r < b->opts.reps; r++) {
+                rc = pvw_windows(b, size, iters, &ns);
+                v[r] = (double)size * BENCH_WINDOW * (double)iters / ((double)ns / 1e3);
+            }
+            if (rc == FERRY_OK)
+                mbs = bench_median(v, b->opts.reps);
+            else
+                b->floors.pvw_ok = false;
+        }
+        b->floors.pvw_size[b->floors.n_pvw] = size;
+        b->floors.pvw_mbs[b->floors.n_pvw] = mbs;
+        b->floors.n_pvw++;
+        /* Rank 1 waits for each size on its own, so its wait stays short. */
+        size_t len;
+        if (b->rank == 0)
+            rc = bench_ctrl_send(b, BENCH_CTRL_DONE, NULL, 0);
+        else
+            rc = bench_ctrl_recv(b, BENCH_CTRL_DONE, NULL, 0, &len);
+        if (rc != FERRY_OK)
+            return rc;
+    }
+    return FERRY_OK;
+}
+
+/* ---- memcpy ---- */
+
+/* Rank 0: median memcpy bandwidth at size, buffers hot in cache. */
+static double memcpy_mbs(bench_t *b, size_t size)
+{
+    /* About 64 MiB per repetition, within sensible bounds on the count. */
+    long iters = (long)(((size_t)64 << 20) / size);
+    if (iters < 16)
+        iters = 16;
+    if (iters > (1L << 20))
+        iters = 1L << 20;
+    double v[101];
+    for (int r = -1; r < b->opts.reps; r++) {
+        long n = r < 0 ? iters / 10 + 1 : iters;
+        uint64_t t0 = bench_now_ns();
+        for (long i = 0; i < n; i++) {
+            memcpy(b->scratch, b->pattern, size);
+            /* Keeps the compiler from merging the identical copies. */
+            __asm__ __volatile__("" : : "r"(b->scratch) : "memory");
+        }
+        uint64_t ns = bench_now_ns() - t0;
+        if (r >= 0)
+            v[r] = (double)size * (double)n / ((double)ns / 1e3);
+    }
+    return bench_median(v, b->opts.reps);
+}
+
+int bench_run_limits(bench_t *b)
+{
+    size_t sizes[BENCH_SIZES_MAX];
+    int n = bench_sizes(b, BENCH_LIMITS, sizes);
+    int rc;
+    if ((rc = bench_floor_cacheline(b)) != FERRY_OK || (rc = bench_floor_pvw(b, sizes, n)) !=
+                                                           FERRY_OK)
+        return rc;
+    if (b->rank == 0) {
+        double cl = b->floors.cacheline_us;
+        printf("\n# ferry-bench limits (transport %s)\n", b->transport);
+        printf("# each value: median of %d repetitions; same two ranks and cpus as the other "
+               "tests\n", b->opts.reps);
+        if (cl > 0)
+            printf("# cache-line ping-pong, half round trip: %.3f us (%.1f ns), %d iterations\n",
+                   cl, cl * 1e3, CACHELINE_ITERS);
+        else
+            printf("# cache-line ping-pong: n/a\n");
+        if (!b->floors.pvw_ok && b->floors.pvw_error[0] != '\0')
+            printf("# process_vm_writev unavailable: %s\n", b->floors.pvw_error);
+        printf("# memcpy: one rank, hot cache; process_vm_writev: rank 0 into rank 1, windows "
+               "of %d\n", BENCH_WINDOW);
+        printf("# %-8s%18s%26s\n", "Size", "memcpy (MB/s)", "process_vm_writev (MB/s)");
+        fflush(stdout);
+        bench_csv_row(b, "cacheline-pingpong", 64, cl, "us");
+    }
+    for (int i = 0; i < n; i++) {
+        if (b->rank != 0)
+            continue;
+        double mc = memcpy_mbs(b, sizes[i]);
+        double pvw = bench_floor_pvw_at(b, sizes[i]);
+        if (pvw > 0)
+            printf("%-10zu%18.2f%26.2f\n", sizes[i], mc, pvw);
+        else
+            printf("%-10zu%18.2f%26s\n", sizes[i], mc, "n/a");
+        fflush(stdout);
+        bench_csv_row(b, "memcpy", sizes[i], mc, "MB/s");
+        bench_csv_row(b, "process_vm_writev", sizes[i], pvw, "MB/s");
+    }
+    /* Rank 1 waits here while rank 0 copies. */
+    return bench_barrier(b);
+}

@@ -1,0 +1,638 @@
+/*
+ * ferry-bench: options, the run, and the OSU-format tables and CSV rows.
+ *
+ *   ferryrun -n 2 --bind-to core ferry-bench [mode] [-m MIN:MAX] [--csv FILE]
+ *                                            [-i ITERS] [-w WARMUP] [-r REPS]
+ *                                            [-t SECONDS] [--check]
+ *
+ * Both ranks parse the same command line and walk the same sequence of
+ * phases, so no option needs to be sent between them.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+static const char *const mode_names[BENCH_MODE_COUNT] = {
+    [BENCH_LIMITS] = "limits",   [BENCH_AM_LAT] = "am-lat",   [BENCH_AM_BW] = "am-bw",
+    [BENCH_AM_BIBW] = "am-bibw", [BENCH_AM_RATE] = "am-rate", [BENCH_PUT_LAT] = "put-lat",
+    [BENCH_GET_LAT] = "get-lat", [BENCH_PUT_BW] = "put-bw",   [BENCH_GET_BW] = "get-bw",
+};
+
+const char *bench_mode_name(bench_mode_t mode)
+{
+    return mode < BENCH_MODE_COUNT ? mode_names[mode] : "?";
+}
+
+static const char usage_text[] =
+    "usage: ferryrun -n 2 [--bind-to core] ferry-bench [mode] [options]\n"
+    "modes: limits am-lat am-bw am-bibw am-rate put-lat get-lat put-bw get-bw, all (the\n"
+    "       default), or a comma list of them, which run in the order above\n"
+    "  -m, --message-size MIN:MAX  sizes swept in powers of two (MIN:, :MAX and MAX also;\n"
+    "                              K, M, G suffixes); default 0 or 1 to 1M, am-rate 8\n"
+    "  -i, --iterations N   timed iterations (windows for bandwidth and rate) per\n"
+    "                       repetition up to 8 KiB; larger sizes scale down by 8K/size\n"
+    "  -w, --warmup N       untimed iterations before them, scaled the same way\n"
+    "  -r, --repetitions R  repetitions of the timed loop; the median is reported (5)\n"
+    "  -t, --timeout S      longest wait for the peer before failing, seconds (60)\n"
+    "      --csv FILE       also write rows test,transport,size,value,unit,floor,ratio\n"
+    "  -c, --check          verify every byte received, put or got\n"
+    "  -h, --help           this text\n"
+    "environment: FERRY_BTL transports (also printed), FERRY_BENCH_BIND=0 leaves the\n"
+    "ranks unpinned (default: rank r pins itself to the r-th allowed cpu, modulo).\n";
+
+/* ---- option parsing ---- */
+
+/* Parses a size with an optional K, M or G (binary) suffix. */
+static bool parse_size(const char *s, size_t *out)
+{
+    if (*s < '0' || *s > '9')
+        return false;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0)
+        return false;
+    unsigned shift = 0;
+    if (*end == 'K' || *end == 'k')
+        shift = 10;
+    else if (*end == 'M' || *end == 'm')
+        shift = 20;
+    else if (*end == 'G' || *end == 'g')
+        shift = 30;
+    if (shift > 0)
+        end++;
+    if (*end != '\0' || v > (BENCH_SIZE_LIMIT >> shift))
+        return false;
+    *out = (size_t)(v << shift);
+    return true;
+}
+
+static bool parse_long(const char *s, long lo, long hi, long *out)
+{
+    if (*s == '\0')
+        return false;
+    errno = 0;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* "MIN:MAX", "MIN:", ":MAX" or "MAX". */
+static bool parse_range(const char *s, bench_opts_t *o)
+{
+    char lo[32], hi[32];
+    const char *colon = strchr(s, ':');
+    size_t min = 0, max = (size_t)1 << 20;
+    if (colon == NULL) {
+        if (!parse_size(s, &max))
+            return false;
+    } else {
+        size_t nlo = (size_t)(colon - s);
+        if (nlo >= sizeof(lo) || strlen(colon + 1) >= sizeof(hi))
+            return false;
+        memcpy(lo, s, nlo);
+        lo[nlo] = '\0';
+        strcpy(hi, colon + 1);
+        if (lo[0] == '\0' && hi[0] == '\0')
+            return false;
+        if (lo[0] != '\0' && !parse_size(lo, &min))
+            return false;
+        if (hi[0] != '\0' && !parse_size(hi, &max))
+            return false;
+    }
+    if (min > max)
+        return false;
+    o->have_range = true;
+    o->min_size = min;
+    o->max_size = max;
+    return true;
+}
+
+/* A mode, "all", or a comma list of them ("am-lat,put-lat"). */
+static bool parse_modes(const char *arg, bench_opts_t *o, char *err, size_t errlen)
+{
+    char list[256];
+    if (strlen(arg) >= sizeof(list)) {
+        snprintf(err, errlen, "mode list too long");
+        return false;
+    }
+    strcpy(list, arg);
+    o->modes = 0;
+    char *save = NULL;
+    for (char *m = strtok_r(list, ",", &save); m != NULL; m = strtok_r(NULL, ",", &save)) {
+        unsigned bit = 0;
+        if (strcmp(m, "all") == 0)
+            bit = (1u << BENCH_MODE_COUNT) - 1;
+        for (int i = 0; i < BENCH_MODE_COUNT; i++)
+            if (strcmp(m, mode_names[i]) == 0)
+                bit = 1u << i;
+        if (bit == 0) {
+            snprintf(err, errlen, "unknown mode '%s'", m);
+            return false;
+        }
+        o->modes |= bit;
+    }
+    if (o->modes == 0) {
+        snprintf(err, errlen, "empty mode list '%s'", arg);
+        return false;
+    }
+    return true;
+}
+
+/* Fills *o from argv; on a usage error writes a message into err. */
+static bool parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t errlen)
+{
+    enum { OPT_CSV = 256 };
+    static const struct option longopts[] = {
+        {"message-size", required_argument, NULL, 'm'},
+        {"iterations", required_argument, NULL, 'i'},
+        {"warmup", required_argument, NULL, 'w'},
+        {"repetitions", required_argument, NULL, 'r'},
+        {"timeout", required_argument, NULL, 't'},
+        {"csv", required_argument, NULL, OPT_CSV},
+        {"check", no_argument, NULL, 'c'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    memset(o, 0, sizeof(*o));
+    o->modes = (1u << BENCH_MODE_COUNT) - 1;
+    o->iters = -1;
+    o->warmup = -1;
+    o->reps = 5;
+    o->timeout_s = 60;
+
+    opterr = 0;
+    int c;
+    long v;
+    while ((c = getopt_long(argc, argv, ":m:i:w:r:t:ch", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'm':
+            if (!parse_range(optarg, o)) {
+                snprintf(err, errlen, "-m '%s': expected MIN:MAX, sizes up to 1G with MIN <= "
+                         "MAX", optarg);
+                return false;
+            }
+            break;
+        case 'i':
+            if (!parse_long(optarg, 1, 1000000000L, &o->iters)) {
+                snprintf(err, errlen, "-i '%s': expected an integer from 1 to 1000000000",
+                         optarg);
+                return false;
+            }
+            break;
+        case 'w':
+            if (!parse_long(optarg, 0, 1000000000L, &o->warmup)) {
+                snprintf(err, errlen, "-w '%s': expected an integer from 0 to 1000000000",
+                         optarg);
+                return false;
+            }
+            break;
+        case 'r':
+            if (!parse_long(optarg, 1, 101, &v)) {
+                snprintf(err, errlen, "-r '%s': expected an integer from 1 to 101", optarg);
+                return false;
+            }
+            o->reps = (int)v;
+            break;
+        case 't':
+            if (!parse_long(optarg, 1, 86400, &v)) {
+                snprintf(err, errlen, "-t '%s': expected seconds from 1 to 86400", optarg);
+                return false;
+            }
+            o->timeout_s = (int)v;
+            break;
+        case OPT_CSV:
+            if (optarg[0] == '\0') {
+                snprintf(err, errlen, "--csv: empty file name");
+                return false;
+            }
+            o->csv_path = optarg;
+            break;
+        case 'c':
+            o->check = true;
+            break;
+        case 'h':
+            o->help = true;
+            break;
+        case ':':
+            snprintf(err, errlen, "option %s needs a value", argv[optind - 1]);
+            return false;
+        default:
+            if (optopt != 0)
+                snprintf(err, errlen, "unknown option '-%c'", optopt);
+            else
+                snprintf(err, errlen, "unknown option '%s'", argv[optind - 1]);
+            return false;
+        }
+    }
+    if (optind < argc) {
+        if (argc - optind > 1) {
+            snprintf(err, errlen, "one mode argument at most (a comma list runs several), got '%s' and '%s'", argv[optind],
+                     argv[optind + 1]);
+            return false;
+        }
+        if (!parse_modes(argv[optind], o, err, errlen))
+            return false;
+    }
+    return true;
+}
+
+/* ---- iterations and sizes ---- */
+
+typedef enum { KIND_LAT, KIND_BW, KIND_RATE, KIND_LIMITS } mode_kind_t;
+
+static mode_kind_t mode_kind(bench_mode_t mode)
+{
+    switch (mode) {
+    case BENCH_AM_LAT:
+    case BENCH_PUT_LAT:
+    case BENCH_GET_LAT:
+        return KIND_LAT;
+    case BENCH_AM_RATE:
+        return KIND_RATE;
+    case BENCH_LIMITS:
+        return KIND_LIMITS;
+    default:
+        return KIND_BW;
+    }
+}
+
+/* Scales a count down above BENCH_LARGE_FROM in proportion to the size, so
+ * every size moves about the same number of bytes, keeping at least floor_n
+ * (or n itself when smaller). */
+static long scale_count(long n, size_t size, long floor_n)
+{
+    if (size <= BENCH_LARGE_FROM)
+        return n;
+    long v = (long)((double)n * BENCH_LARGE_FROM / (double)size);
+    long lo = n < floor_n ? n : floor_n;
+    return v < lo ? lo : v;
+}
+
+long bench_iters(const bench_t *b, bench_mode_t mode, size_t size)
+{
+    static const long defaults[] = {[KIND_LAT] = 10000, [KIND_BW] = 100, [KIND_RATE] = 1000,
+                                    [KIND_LIMITS] = 100};
+    static const long floors[] = {[KIND_LAT] = 20, [KIND_BW] = 5, [KIND_RATE] = 5,
+                                  [KIND_LIMITS] = 5};
+    mode_kind_t k = mode_kind(mode);
+    long n = b->opts.iters > 0 ? b->opts.iters : defaults[k];
+    return scale_count(n, size, floors[k]);
+}
+
+long bench_warmup(const bench_t *b, bench_mode_t mode, size_t size)
+{
+    static const long defaults[] = {[KIND_LAT] = 1000, [KIND_BW] = 10, [KIND_RATE] = 100,
+                                    [KIND_LIMITS] = 10};
+    mode_kind_t k = mode_kind(mode);
+    long n = b->opts.warmup >= 0 ? b->opts.warmup : defaults[k];
+    return scale_count(n, size, 1);
+}
+
+int bench_sizes(const bench_t *b, bench_mode_t mode, size_t sizes_out[BENCH_SIZES_MAX])
+{
+    size_t lo, hi = (size_t)1 << 20;
+    mode_kind_t k = mode_kind(mode);
+    if (b->opts.have_range) {
+        lo = b->opts.min_size;
+        hi = b->opts.max_size;
+    } else if (mode == BENCH_AM_RATE) {
+        lo = hi = 8;
+    } else {
+        lo = mode == BENCH_AM_LAT ? 0 : 1;
+    }
+    /* A bandwidth of nothing is meaningless; latency and rate of empty
+     * messages are not. Put and get of nothing are left out as OSU does. */
+    if (lo == 0 && (k == KIND_BW || k == KIND_LIMITS || mode == BENCH_PUT_LAT ||
+                    mode == BENCH_GET_LAT))
+        lo = 1;
+    int n = 0;
+    if (lo == 0)
+        sizes_out[n++] = 0;
+    for (size_t s = lo > 0 ? lo : 1; s <= hi && n < BENCH_SIZES_MAX; s *= 2) {
+        sizes_out[n++] = s;
+        if (s > SIZE_MAX / 2)
+            break;
+    }
+    return n;
+}
+
+/* ---- output ---- */
+
+static int value_decimals(const char *unit)
+{
+    return strcmp(unit, "MB/s") == 0 ? 2 : 3;
+}
+
+/* Writes s as a CSV field, quoted when it holds a comma, quote or newline. */
+static void csv_field(FILE *f, const char *s)
+{
+    if (strpbrk(s, ",\"\r\n") == NULL) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s != '\0'; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+void bench_table_begin(bench_t *b, bench_mode_t mode, const char *floor_what,
+                       const char *value_col, const char *floor_col)
+{
+    if (b->rank != 0)
+        return;
+    char iters[128];
+    if (mode_kind(mode) == KIND_LAT)
+        snprintf(iters, sizeof(iters), "%ld iterations (%ld warm-up)", bench_iters(b, mode, 1),
+                 bench_warmup(b, mode, 1));
+    else
+        snprintf(iters, sizeof(iters), "%ld windows of %d (%ld warm-up)",
+                 bench_iters(b, mode, 1), BENCH_WINDOW, bench_warmup(b, mode, 1));
+    printf("\n# ferry-bench %s (transport %s)\n", bench_mode_name(mode), b->transport);
+    printf("# each value: median of %d repetitions of %s up to %d bytes, scaled down by "
+           "%d/size above\n", b->opts.reps, iters, BENCH_LARGE_FROM, BENCH_LARGE_FROM);
+    printf("# floor: %s\n", floor_what);
+    printf("# %-8s%18s%14s%10s\n", "Size", value_col, floor_col, "Ratio");
+    fflush(stdout);
+}
+
+void bench_table_row(bench_t *b, bench_mode_t mode, const bench_row_t *row, const char *unit)
+{
+    if (b->rank != 0)
+        return;
+    int dec = value_decimals(unit);
+    bool have_floor = row->floor > 0;
+    double ratio = have_floor ? row->value / row->floor : 0.0;
+    if (have_floor)
+        printf("%-10zu%18.*f%14.*f%10.2f\n", row->size, dec, row->value, dec, row->floor, ratio);
+    else
+        printf("%-10zu%18.*f%14s%10s\n", row->size, dec, row->value, "n/a", "");
+    fflush(stdout);
+    if (b->csv == NULL)
+        return;
+    fprintf(b->csv, "%s,", bench_mode_name(mode));
+    csv_field(b->csv, b->transport);
+    fprintf(b->csv, ",%zu,%.*f,%s,", row->size, dec, row->value, unit);
+    if (have_floor)
+        fprintf(b->csv, "%.*f,%.3f\n", dec, row->floor, ratio);
+    else
+        fprintf(b->csv, "n/a,\n");
+}
+
+void bench_csv_row(bench_t *b, const char *test, size_t size, double value, const char *unit)
+{
+    if (b->rank != 0 || b->csv == NULL)
+        return;
+    fprintf(b->csv, "%s,", test);
+    csv_field(b->csv, b->transport);
+    if (value < 0)
+        fprintf(b->csv, ",%zu,n/a,%s,,\n", size, unit);
+    else
+        fprintf(b->csv, ",%zu,%.4f,%s,,\n", size, value, unit);
+}
+
+/* ---- setup ---- */
+
+/* Pins this rank to the (rank mod n)-th cpu it is allowed on, unless
+ * FERRY_BENCH_BIND is "0". A launcher that already bound the rank to one
+ * core leaves one allowed cpu, which is then kept. */
+static int bind_self(bench_t *b)
+{
+    const char *env = getenv("FERRY_BENCH_BIND");
+    if (env != NULL && strcmp(env, "0") == 0)
+        return FERRY_OK;
+    if (env != NULL && env[0] != '\0' && strcmp(env, "1") != 0) {
+        bench_error(b, "FERRY_BENCH_BIND='%s': expected 0 (do not pin) or 1 (pin, the default)",
+                    env);
+        return FERRY_ERR_INVALID;
+    }
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
+        bench_error(b, "sched_getaffinity: %s", strerror(errno));
+        return FERRY_ERR_IO;
+    }
+    int n = CPU_COUNT(&allowed);
+    if (n <= 0)
+        return FERRY_OK;
+    int want = b->rank % n;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &allowed))
+            continue;
+        if (want-- > 0)
+            continue;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        if (sched_setaffinity(0, sizeof(one), &one) != 0) {
+            bench_error(b, "sched_setaffinity(cpu %d): %s", cpu, strerror(errno));
+            return FERRY_ERR_IO;
+        }
+        break;
+    }
+    return FERRY_OK;
+}
+
+typedef struct hello {
+    int32_t pid;
+    int32_t cpu;
+    int32_t csv_ok; /* rank 0: its CSV file opened (or none asked for) */
+} hello_t;
+
+/* Exchanges pids and cpus; rank 0 also says whether it can go on. */
+static int say_hello(bench_t *b, bool ok)
+{
+    hello_t mine = {.pid = (int32_t)getpid(), .cpu = b->cpu, .csv_ok = ok}, theirs;
+    size_t len;
+    int rc = bench_ctrl_send(b, BENCH_CTRL_HELLO, &mine, sizeof(mine));
+    if (rc == FERRY_OK)
+        rc = bench_ctrl_recv(b, BENCH_CTRL_HELLO, &theirs, sizeof(theirs), &len);
+    if (rc != FERRY_OK)
+        return rc;
+    if (len != sizeof(theirs) || theirs.pid <= 0) {
+        bench_error(b, "malformed hello from rank %d", b->peer);
+        return FERRY_ERR_PROTO;
+    }
+    b->peer_pid = theirs.pid;
+    b->peer_cpu = theirs.cpu;
+    if (!ok || !theirs.csv_ok)
+        return FERRY_ERR;
+    return FERRY_OK;
+}
+
+static size_t max_size_of_run(const bench_t *b)
+{
+    size_t sizes[BENCH_SIZES_MAX], max = 64;
+    for (int m = 0; m < BENCH_MODE_COUNT; m++) {
+        if ((b->opts.modes & (1u << m)) == 0)
+            continue;
+        int n = bench_sizes(b, (bench_mode_t)m, sizes);
+        if (n > 0 && sizes[n - 1] > max)
+            max = sizes[n - 1];
+    }
+    return max;
+}
+
+static int alloc_buffers(bench_t *b)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    size_t align = page > 0 ? (size_t)page : 4096;
+    size_t len = (max_size_of_run(b) + align - 1) / align * align;
+    b->pattern = aligned_alloc(align, len);
+    b->buf = aligned_alloc(align, len);
+    b->scratch = aligned_alloc(align, len);
+    if (b->pattern == NULL || b->buf == NULL || b->scratch == NULL) {
+        bench_error(b, "cannot allocate 3 buffers of %zu bytes", len);
+        return FERRY_ERR_NO_MEMORY;
+    }
+    b->buf_len = len;
+    for (size_t i = 0; i < len; i++)
+        b->pattern[i] = bench_pattern_byte(i);
+    memcpy(b->buf, b->pattern, len);
+    memset(b->scratch, 0, len);
+    return FERRY_OK;
+}
+
+static int run_mode(bench_t *b, bench_mode_t mode)
+{
+    switch (mode) {
+    case BENCH_LIMITS:
+        return bench_run_limits(b);
+    case BENCH_AM_LAT:
+    case BENCH_AM_BW:
+    case BENCH_AM_BIBW:
+    case BENCH_AM_RATE:
+        return bench_run_am(b, mode);
+    default:
+        return bench_run_rdma(b, mode);
+    }
+}
+
+static int run(bench_t *b)
+{
+    int rc;
+    if ((rc = bind_self(b)) != FERRY_OK)
+        return rc;
+    b->cpu = sched_getcpu();
+    if ((rc = bench_comm_init(b)) != FERRY_OK)
+        return rc;
+    b->am_max = ferry_am_max_size(b->ctx, b->peer);
+    if (b->am_max <= 0) {
+        bench_error(b, "ferry_am_max_size(rank %d): %s (transports: %s)", b->peer,
+                    b->am_max < 0 ? ferry_strerror((int)b->am_max) : "zero", b->transport);
+        return b->am_max < 0 ? (int)b->am_max : FERRY_ERR;
+    }
+
+    bool ok = true;
+    if (b->rank == 0 && b->opts.csv_path != NULL) {
+        b->csv = fopen(b->opts.csv_path, "w");
+        if (b->csv == NULL) {
+            bench_error(b, "--csv %s: %s", b->opts.csv_path, strerror(errno));
+            ok = false;
+        } else {
+            fputs("test,transport,size,value,unit,floor,ratio\n", b->csv);
+        }
+    }
+    if ((rc = say_hello(b, ok)) != FERRY_OK)
+        return rc;
+    if ((rc = alloc_buffers(b)) != FERRY_OK)
+        return rc;
+
+    if (b->rank == 0) {
+        printf("# ferry-bench %d.%d: transport %s, rank 0 on cpu %d, rank 1 on cpu %d, "
+               "AM max size %ld bytes\n", FERRY_VERSION_MAJOR, FERRY_VERSION_MINOR,
+               b->transport, b->cpu, b->peer_cpu, b->am_max);
+        if (b->cpu >= 0 && b->cpu == b->peer_cpu)
+            printf("# warning: both ranks share cpu %d; latencies will be poor\n", b->cpu);
+        fflush(stdout);
+    }
+    for (int m = 0; m < BENCH_MODE_COUNT; m++) {
+        if ((b->opts.modes & (1u << m)) == 0)
+            continue;
+        if ((rc = run_mode(b, (bench_mode_t)m)) != FERRY_OK)
+            return rc;
+    }
+    if (b->csv != NULL) {
+        FILE *f = b->csv;
+        b->csv = NULL;
+        if (fclose(f) != 0) {
+            bench_error(b, "--csv %s: %s", b->opts.csv_path, strerror(errno));
+            return FERRY_ERR_IO;
+        }
+    }
+    return bench_barrier(b);
+}
+
+int main(int argc, char **argv)
+{
+    bench_t b;
+    memset(&b, 0, sizeof(b));
+    b.cpu = -1;
+    b.peer_cpu = -1;
+    char usage_err[256] = "";
+    bool args_ok = parse_args(argc, argv, &b.opts, usage_err, sizeof(usage_err));
+    const char *btl = getenv("FERRY_BTL");
+    b.transport = btl != NULL && btl[0] != '\0' ? btl : "sm";
+
+    int rc = ferry_init(NULL, &b.ctx);
+    if (rc != FERRY_OK) {
+        fprintf(stderr, "ferry-bench: ferry_init: %s\n", ferry_strerror(rc));
+        if (!args_ok)
+            fprintf(stderr, "ferry-bench: %s\n", usage_err);
+        return 1;
+    }
+    b.rank = ferry_rank(b.ctx);
+    b.peer = b.rank == 0 ? 1 : 0;
+    /* Only rank 0 speaks about the command line, so a job prints it once. */
+    if (!args_ok || b.opts.help) {
+        if (b.rank == 0) {
+            if (!args_ok)
+                fprintf(stderr, "ferry-bench: %s\n%s", usage_err, usage_text);
+            else
+                fputs(usage_text, stdout);
+        }
+        ferry_finalize(b.ctx);
+        return args_ok ? 0 : 2;
+    }
+    if (ferry_size(b.ctx) != 2) {
+        if (b.rank == 0)
+            fprintf(stderr, "ferry-bench: needs exactly 2 ranks, the job has %d (run it as "
+                    "ferryrun -n 2 ferry-bench)\n", ferry_size(b.ctx));
+        ferry_finalize(b.ctx);
+        return 2;
+    }
+
+    rc = run(&b);
+    if (rc != FERRY_OK) {
+        /* The peer may be waiting for this rank anywhere; leaving without
+         * the collective finalize lets the launcher end the job at once
+         * instead of after the peer's own timeout. */
+        if (b.csv != NULL)
+            fclose(b.csv);
+        fflush(stdout);
+        exit(1);
+    }
+    bench_rdma_fini(&b);
+    rc = ferry_finalize(b.ctx);
+    free(b.pattern);
+    free(b.buf);
+    free(b.scratch);
+    if (rc != FERRY_OK) {
+        fprintf(stderr, "ferry-bench: rank %d: ferry_finalize: %s\n", b.rank,
+                ferry_strerror(rc));
+        return 1;
+    }
+    return 0;
+}

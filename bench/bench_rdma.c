@@ -1,0 +1,216 @@
+/*
+ * One-sided tests, as OSU measures MPI one-sided communication:
+ *  put-lat, get-lat  the time of one operation and the ferry_flush that
+ *                    completes it (not a ping-pong);
+ *  put-bw, get-bw    windows of BENCH_WINDOW operations, each window
+ *                    completed by one ferry_flush.
+ * Rank 0 initiates; rank 1 progresses until rank 0 says it is done, since a
+ * transport that emulates put and get needs the target's progress.
+ * Each rank registers its buffer for remote reading and writing and sends
+ * the address and remote key to the other in an active message.
+ */
+#include <string.h>
+
+#include "bench.h"
+
+typedef struct rkey_msg {
+    uint64_t addr;
+    uint64_t len;
+    ferry_rkey_t rkey;
+} rkey_msg_t;
+
+static int rdma_setup(bench_t *b)
+{
+    if (b->rdma_ready)
+        return FERRY_OK;
+    int rc = ferry_mem_register(b->ctx, b->buf, b->buf_len,
+                                FERRY_ACCESS_LOCAL | FERRY_ACCESS_REMOTE_READ |
+                                    FERRY_ACCESS_REMOTE_WRITE,
+                                &b->mem);
+    if (rc != FERRY_OK) {
+        bench_error(b, "ferry_mem_register of %zu bytes: %s", b->buf_len, ferry_strerror(rc));
+        return rc;
+    }
+    rkey_msg_t m = {.addr = (uint64_t)(uintptr_t)b->buf, .len = b->buf_len};
+    if ((rc = ferry_mem_rkey(b->mem, &m.rkey)) != FERRY_OK) {
+        bench_error(b, "ferry_mem_rkey: %s", ferry_strerror(rc));
+        return rc;
+    }
+    size_t len;
+    if ((rc = bench_ctrl_send(b, BENCH_CTRL_RKEY, &m, sizeof(m))) != FERRY_OK ||
+        (rc = bench_ctrl_recv(b, BENCH_CTRL_RKEY, &m, sizeof(m), &len)) != FERRY_OK)
+        return rc;
+    /* Both ranks size their buffers from the same command line. */
+    if (len != sizeof(m) || m.len < b->buf_len) {
+        bench_error(b, "malformed remote key message from rank %d", b->peer);
+        return FERRY_ERR_PROTO;
+    }
+    b->peer_raddr = m.addr;
+    b->peer_rkey = m.rkey;
+    b->rdma_ready = true;
+    return FERRY_OK;
+}
+
+void bench_rdma_fini(bench_t *b)
+{
+    if (b->mem != NULL)
+        ferry_mem_deregister(b->ctx, b->mem);
+    b->mem = NULL;
+    b->rdma_ready = false;
+}
+
+static bool is_put(bench_mode_t mode)
+{
+    return mode == BENCH_PUT_LAT || mode == BENCH_PUT_BW;
+}
+
+/* Starts one put or get of size bytes at the start of both buffers,
+ * progressing and retrying while ferry is out of resources. */
+static int start_op(bench_t *b, bool put, size_t size)
+{
+    bench_deadline_t d;
+    bench_deadline_init(b, &d);
+    for (;;) {
+        int rc = put ? ferry_put(b->ctx, b->peer, b->buf, size, b->mem, b->peer_raddr,
+                                 &b->peer_rkey, NULL, NULL)
+                     : ferry_get(b->ctx, b->peer, b->buf, size, b->mem, b->peer_raddr,
+                                 &b->peer_rkey, NULL, NULL);
+        if (rc == FERRY_OK)
+            return FERRY_OK;
+        if (rc != FERRY_ERR_NO_RESOURCE) {
+            bench_error(b, "ferry_%s of %zu bytes: %s", put ? "put" : "get", size,
+                        ferry_strerror(rc));
+            return rc;
+        }
+        if ((rc = ferry_progress(b->ctx)) < 0) {
+            bench_error(b, "ferry_progress: %s", ferry_strerror(rc));
+            return rc;
+        }
+        if (bench_deadline_passed(&d)) {
+            bench_error(b, "timed out after %d s waiting for resources to start a %s",
+                        b->opts.timeout_s, put ? "put" : "get");
+            return FERRY_ERR_TIMEOUT;
+        }
+    }
+}
+
+static int flush(bench_t *b, size_t size)
+{
+    int rc = ferry_flush(b->ctx, b->peer);
+    if (rc != FERRY_OK)
+        bench_error(b, "ferry_flush after operations of %zu bytes: %s", size,
+                    ferry_strerror(rc));
+    return rc;
+}
+
+/* Rank 0: n iterations (operations for latency, windows for bandwidth). */
+static int run_iters(bench_t *b, bench_mode_t mode, size_t size, long n, uint64_t *ns_out)
+{
+    bool put = is_put(mode);
+    int per_flush = mode == BENCH_PUT_LAT || mode == BENCH_GET_LAT ? 1 : BENCH_WINDOW;
+    uint64_t t0 = bench_now_ns();
+    for (long i = 0; i < n; i++) {
+        int rc;
+        for (int k = 0; k < per_flush; k++)
+            if ((rc = start_op(b, put, size)) != FERRY_OK)
+                return rc;
+        if ((rc = flush(b, size)) != FERRY_OK)
+            return rc;
+    }
+    *ns_out = bench_now_ns() - t0;
+    return FERRY_OK;
+}
+
+/* --check: the side that receives the bytes starts from zeros, the side
+ * that provides them from the pattern. */
+static void check_prepare(bench_t *b, bool put, size_t size)
+{
+    bool source = (b->rank == 0) == put;
+    if (source)
+        memcpy(b->buf, b->pattern, size);
+    else
+        memset(b->buf, 0, size);
+}
+
+static int check_verify(bench_t *b, bench_mode_t mode, size_t size)
+{
+    bool put = is_put(mode);
+    if ((b->rank == 0) == put)
+        return FERRY_OK;
+    for (size_t i = 0; i < size; i++) {
+        if (b->buf[i] != b->pattern[i]) {
+            bench_error(b, "%s size %zu: byte %zu of the %s buffer is 0x%02x, expected 0x%02x",
+                        bench_mode_name(mode), size, i, put ? "target" : "destination",
+                        b->buf[i], b->pattern[i]);
+            return FERRY_ERR_PROTO;
+        }
+    }
+    return FERRY_OK;
+}
+
+static double figure(bench_mode_t mode, size_t size, long n, uint64_t ns)
+{
+    double us = (double)ns / 1e3;
+    if (mode == BENCH_PUT_LAT || mode == BENCH_GET_LAT)
+        return us / (double)n;
+    return (double)size * BENCH_WINDOW * (double)n / us;
+}
+
+static int one_size(bench_t *b, bench_mode_t mode, size_t size, double *value_out)
+{
+    int rc;
+    if (b->opts.check)
+        check_prepare(b, is_put(mode), size);
+    if ((rc = bench_barrier(b)) != FERRY_OK)
+        return rc;
+    if (b->rank == 0) {
+        long iters = bench_iters(b, mode, size);
+        double v[101];
+        uint64_t ns;
+        if ((rc = run_iters(b, mode, size, bench_warmup(b, mode, size), &ns)) != FERRY_OK)
+            return rc;
+        for (int rep = 0; rep < b->opts.reps; rep++) {
+            if ((rc = run_iters(b, mode, size, iters, &ns)) != FERRY_OK)
+                return rc;
+            v[rep] = figure(mode, size, iters, ns);
+        }
+        *value_out = bench_median(v, b->opts.reps);
+        rc = bench_ctrl_send(b, BENCH_CTRL_DONE, NULL, 0);
+    } else {
+        size_t len;
+        rc = bench_ctrl_recv(b, BENCH_CTRL_DONE, NULL, 0, &len);
+    }
+    if (rc == FERRY_OK && b->opts.check)
+        rc = check_verify(b, mode, size);
+    return rc;
+}
+
+int bench_run_rdma(bench_t *b, bench_mode_t mode)
+{
+    size_t sizes[BENCH_SIZES_MAX];
+    int n = bench_sizes(b, mode, sizes);
+    bool lat = mode == BENCH_PUT_LAT || mode == BENCH_GET_LAT;
+    int rc = rdma_setup(b);
+    if (rc == FERRY_OK)
+        rc = lat ? bench_floor_cacheline(b) : bench_floor_pvw(b, sizes, n);
+    if (rc != FERRY_OK)
+        return rc;
+
+    if (lat)
+        bench_table_begin(b, mode,
+                          "cache-line ping-pong half round trip (ratio = latency / floor); "
+                          "latency = one operation and its ferry_flush",
+                          "Latency (us)", "Floor (us)");
+    else
+        bench_table_begin(b, mode,
+                          "process_vm_writev at the same size (ratio = bandwidth / floor)",
+                          "Bandwidth (MB/s)", "Floor (MB/s)");
+    for (int i = 0; i < n; i++) {
+        bench_row_t row = {.size = sizes[i]};
+        if ((rc = one_size(b, mode, sizes[i], &row.value)) != FERRY_OK)
+            return rc;
+        row.floor = lat ? b->floors.cacheline_us : bench_floor_pvw_at(b, sizes[i]);
+        bench_table_row(b, mode, &row, lat ? "us" : "MB/s");
+    }
+    return FERRY_OK;
+}
