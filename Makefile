@@ -1,6 +1,6 @@
 # ferry's front door: a thin wrapper around CMake and CTest.
 #
-#   make demo      install what is missing, build (Release) and run the demo
+#   make demo      install what is missing, build (Release) and run the sm benchmark
 #   make test      build with warnings as errors and run the test suite
 #   make asan      the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make tsan      the test suite under ThreadSanitizer
@@ -63,12 +63,13 @@ build-release: deps
 	$(CMAKE) -S . -B $(DEMO_DIR) -DCMAKE_BUILD_TYPE=Release $(COMPILER_ARG) $(CMAKE_ARGS)
 	$(CMAKE) --build $(DEMO_DIR) -j $(JOBS)
 
-# The demo: active-message latency and put/get bandwidth, measured by the
-# pingpong example under ferry's own launcher. Two ranks are started; they
-# pair up when a transport joins them (shared memory, TCP), and otherwise
-# rank 0 measures the self transport.
+# The demo, ferry's main job: the two-process benchmark over shared memory
+# (ferry-bench: active-message latency, bandwidth and rate, put/get latency
+# and bandwidth), each figure beside the machine's own floor measured in the
+# same run, with the ranks bound to separate cores.
 demo: build-release
-	$(DEMO_DIR)/tools/ferryrun/ferryrun -n 2 $(DEMO_DIR)/examples/pingpong
+	$(DEMO_DIR)/tools/ferryrun/ferryrun -n 2 --bind-to core -x FERRY_BTL=self,sm \
+	    $(DEMO_DIR)/bench/ferry-bench all
 	@echo
 	@echo "Transports in this build (ferry_info; ferry_info -a lists every parameter):"
 	@$(DEMO_DIR)/tools/ferry_info/ferry_info

@@ -111,7 +111,8 @@ enum {
     /* The transport returns the descriptor to its pool after completion (after
      * the callback, if any). Without it the owner calls free. */
     FERRY_BTL_DES_OWNERSHIP = 1u << 0,
-    /* Set by the transport while a descriptor is in flight. */
+    /* Set by the transport from the moment it accepts a descriptor until its
+     * completion callback has run; free refuses it meanwhile. */
     FERRY_BTL_DES_INFLIGHT = 1u << 1
 };
 
@@ -135,7 +136,7 @@ struct ferry_btl_desc {
 /* What an active-message handler sees. The segments are valid only until the
  * handler returns. */
 typedef struct ferry_btl_recv_desc {
-    ferry_btl_endpoint_t *ep;
+    ferry_btl_endpoint_t *ep; /* the endpoint add_procs gave for peer */
     int peer; /* rank of the sender */
     uint8_t tag;
     const ferry_btl_segment_t *segs;
@@ -219,8 +220,9 @@ typedef struct ferry_btl_ops {
     int (*send)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des,
                 uint8_t tag);
 
-    /* Inline send of header then payload as one message, copied before return,
-     * or FERRY_ERR_NO_RESOURCE with nothing sent (also when earlier sends are
+    /* Inline send of header then payload as one message (together at most
+     * max_send_size bytes, else FERRY_ERR_INVALID), copied before return, or
+     * FERRY_ERR_NO_RESOURCE with nothing sent (also when earlier sends are
      * queued, to keep order). */
     int (*sendi)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void *header,
                  size_t header_len, const void *payload, size_t payload_len, uint8_t tag);
