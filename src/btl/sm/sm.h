@@ -67,6 +67,8 @@ typedef struct sm_seg_hdr {
     /* Bumped by a sender after it marks its channel connected, so the owner
      * finds new senders by reading one line. */
     _Alignas(SM_LINE) _Atomic uint64_t connect_seq;
+    /* Set by the owner when it finalizes: its exit is then no failure. */
+    _Atomic uint32_t closing;
 } sm_seg_hdr_t;
 
 /* One registration of the owner's memory, read by peers. gen is odd while
@@ -115,6 +117,7 @@ typedef struct sm_chan {
     _Alignas(SM_LINE) _Atomic uint64_t tail; /* bytes consumed: written by the receiver */
     _Alignas(SM_LINE) _Atomic uint32_t connected; /* written by the sender */
     int32_t sender_pid;
+    _Atomic uint32_t closed; /* the sender finalized: its exit is no failure */
     _Alignas(SM_LINE) unsigned char ring[];
 } sm_chan_t;
 
@@ -159,7 +162,9 @@ enum { SM_OP_SEND, SM_OP_PUT, SM_OP_GET };
 typedef struct sm_module sm_module_t;
 typedef struct sm_reg sm_reg_t;
 
-typedef enum { SM_EP_NEW, SM_EP_CONNECTED, SM_EP_FAILED } sm_ep_state_t;
+/* CLOSED: the peer finalized and exited; like FAILED, nothing more goes to
+ * it, but nobody is told of a failure. */
+typedef enum { SM_EP_NEW, SM_EP_CONNECTED, SM_EP_FAILED, SM_EP_CLOSED } sm_ep_state_t;
 
 /* A get answered through the ring, on the target. */
 typedef struct sm_get_job {
@@ -274,6 +279,7 @@ static inline sm_chan_t *sm_chan_at(unsigned char *seg, const sm_seg_hdr_t *hdr,
 int sm_ep_connect(sm_module_t *mod, ferry_btl_endpoint_t *ep);
 void sm_ep_fail(sm_module_t *mod, ferry_btl_endpoint_t *ep, const char *why);
 void sm_ep_release(sm_module_t *mod, ferry_btl_endpoint_t *ep);
+void sm_announce_close(sm_module_t *mod);
 int sm_check_peers(sm_module_t *mod);
 void sm_poll_add(sm_module_t *mod, ferry_btl_endpoint_t *ep);
 int sm_scan_new_senders(sm_module_t *mod);

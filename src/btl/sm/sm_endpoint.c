@@ -61,7 +61,7 @@ int sm_ep_connect(sm_module_t *mod, ferry_btl_endpoint_t *ep)
     ferry_ctx_t *ctx = mod->super.ctx;
     if (ep->state == SM_EP_CONNECTED)
         return FERRY_OK;
-    if (ep->state == SM_EP_FAILED)
+    if (ep->state == SM_EP_FAILED || ep->state == SM_EP_CLOSED)
         return FERRY_ERR_UNREACH;
 
     if (ep->rank == ctx->rank) {
@@ -156,7 +156,7 @@ int sm_scan_new_senders(sm_module_t *mod)
     for (int r = 0; r < mod->nranks; r++) {
         ferry_btl_endpoint_t *ep = mod->eps[r];
         sm_chan_t *ch = sm_chan_at(mod->seg, mod->hdr, r);
-        if (ep == NULL || ep->polled || ep->state == SM_EP_FAILED ||
+        if (ep == NULL || ep->polled || ep->state == SM_EP_FAILED || ep->state == SM_EP_CLOSED ||
             !atomic_load_explicit(&ch->connected, memory_order_acquire))
             continue;
         if (ep->pidfd < 0 && r != mod->super.ctx->rank) {
@@ -176,9 +176,35 @@ static void fail_list(sm_module_t *mod, util_list_t *list, int status)
         sm_complete(mod, UTIL_CONTAINER_OF(it, btl_frag_t, link), status);
 }
 
+/* Did the peer finalize before it went (so its exit is no failure)? */
+static bool peer_closed(const sm_module_t *mod, const ferry_btl_endpoint_t *ep)
+{
+    if (ep->polled && atomic_load_explicit(&ep->in->closed, memory_order_acquire))
+        return true;
+    return ep->peer_hdr != NULL &&
+           atomic_load_explicit(&ep->peer_hdr->closing, memory_order_acquire);
+}
+
+static bool ep_has_work(const ferry_btl_endpoint_t *ep)
+{
+    return !util_list_empty(&ep->queue) || !util_list_empty(&ep->ring_puts) ||
+           !util_list_empty(&ep->gets) || ep->rdma_inflight > 0;
+}
+
+void sm_announce_close(sm_module_t *mod)
+{
+    if (mod->hdr != NULL)
+        atomic_store_explicit(&mod->hdr->closing, 1, memory_order_release);
+    for (int r = 0; r < mod->nranks; r++) {
+        ferry_btl_endpoint_t *ep = mod->eps != NULL ? mod->eps[r] : NULL;
+        if (ep != NULL && ep->state == SM_EP_CONNECTED)
+            atomic_store_explicit(&ep->out->closed, 1, memory_order_release);
+    }
+}
+
 void sm_ep_fail(sm_module_t *mod, ferry_btl_endpoint_t *ep, const char *why)
 {
-    if (ep->state == SM_EP_FAILED)
+    if (ep->state == SM_EP_FAILED || ep->state == SM_EP_CLOSED)
         return;
     ep->state = SM_EP_FAILED;
     fail_list(mod, &ep->queue, FERRY_ERR_UNREACH);
@@ -233,7 +259,8 @@ int sm_check_peers(sm_module_t *mod)
     int n = 0;
     for (int r = 0; r < mod->nranks; r++) {
         ferry_btl_endpoint_t *ep = mod->eps[r];
-        if (ep == NULL || ep->state == SM_EP_FAILED || r == mod->super.ctx->rank)
+        if (ep == NULL || ep->state == SM_EP_FAILED || ep->state == SM_EP_CLOSED ||
+            r == mod->super.ctx->rank)
             continue;
         if ((ep->state != SM_EP_CONNECTED && !ep->polled) || !peer_dead(ep))
             continue;
@@ -241,7 +268,15 @@ int sm_check_peers(sm_module_t *mod)
         if (ep->polled)
             while (sm_poll_channel(mod, ep) > 0)
                 ;
-        sm_ep_fail(mod, ep, "process exited");
+        if (peer_closed(mod, ep) && !ep_has_work(ep)) {
+            /* A clean exit after ferry_finalize: nothing to report. */
+            ep->state = SM_EP_CLOSED;
+            if (ep->polled)
+                poll_remove(mod, ep);
+        } else {
+            sm_ep_fail(mod, ep, peer_closed(mod, ep) ? "process finalized with work pending to it"
+                                                     : "process exited");
+        }
         n++;
     }
     return n;

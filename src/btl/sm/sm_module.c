@@ -119,7 +119,7 @@ static int ep_ready(sm_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     if (ep == NULL || ep->mod != mod)
         return FERRY_ERR_INVALID;
-    if (ep->deleted || ep->state == SM_EP_FAILED)
+    if (ep->deleted || ep->state == SM_EP_FAILED || ep->state == SM_EP_CLOSED)
         return FERRY_ERR_UNREACH;
     return ep->state == SM_EP_CONNECTED ? FERRY_OK : sm_ep_connect(mod, ep);
 }
@@ -248,7 +248,7 @@ static int sm_progress(ferry_btl_module_t *btl)
         if (ep->state == SM_EP_CONNECTED) {
             n += sm_drain_queue(mod, ep);
             n += sm_rdma_progress(mod, ep);
-        } else if (!util_list_empty(&ep->get_jobs) && ep->state != SM_EP_FAILED) {
+        } else if (!util_list_empty(&ep->get_jobs) && ep->state == SM_EP_NEW) {
             n += sm_rdma_progress(mod, ep);
         }
         if (util_list_empty(&ep->queue) && util_list_empty(&ep->ring_puts) &&
@@ -306,6 +306,7 @@ static int sm_finalize(ferry_btl_module_t *btl)
     sm_module_t *mod = sm_of(btl);
     if (mod == NULL)
         return FERRY_OK;
+    sm_announce_close(mod);
     if (mod->eps != NULL) {
         for (int r = 0; r < mod->nranks; r++)
             if (mod->eps[r] != NULL)

@@ -267,7 +267,7 @@ static int rdma_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_desc
         des->src == NULL || des->dst == NULL || des->src_cnt != 1 || des->dst_cnt != 1 ||
         des->src[0].len != des->dst[0].len || des->src[0].len > mod->super.attr.max_rdma_size)
         return FERRY_ERR_INVALID;
-    if (ep->deleted || ep->state == SM_EP_FAILED)
+    if (ep->deleted || ep->state == SM_EP_FAILED || ep->state == SM_EP_CLOSED)
         return FERRY_ERR_UNREACH;
     int rc = sm_ep_connect(mod, ep);
     if (rc != FERRY_OK)
