@@ -80,6 +80,7 @@ typedef struct bench_opts {
     int reps;            /* repetitions whose median is reported */
     int timeout_s;       /* longest single wait for the peer */
     bool check;          /* verify the bytes that arrive */
+    bool alloc;          /* put/get target memory from ferry_mem_alloc */
     bool help;
 } bench_opts_t;
 
@@ -222,6 +223,8 @@ int bench_floor_cacheline(bench_t *b);
 int bench_floor_pvw(bench_t *b, const size_t *sizes, int n);
 /* The process_vm_writev floor at a size, or -1 when unavailable. */
 double bench_floor_pvw_at(const bench_t *b, size_t size);
+/* memcpy bandwidth at size in this rank, hot cache, MB/s (median of reps). */
+double bench_floor_memcpy(bench_t *b, size_t size);
 int bench_run_limits(bench_t *b);
 
 /* ---- bench_am.c ---- */

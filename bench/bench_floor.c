@@ -333,7 +333,7 @@ int bench_floor_pvw(bench_t *b, const size_t *sizes, int n)
 /* ---- memcpy ---- */
 
 /* Rank 0: median memcpy bandwidth at size, buffers hot in cache. */
-static double memcpy_mbs(bench_t *b, size_t size)
+double bench_floor_memcpy(bench_t *b, size_t size)
 {
     /* About 64 MiB per repetition, within sensible bounds on the count. */
     long iters = (long)(((size_t)64 << 20) / size);
@@ -386,7 +386,7 @@ int bench_run_limits(bench_t *b)
     for (int i = 0; i < n; i++) {
         if (b->rank != 0)
             continue;
-        double mc = memcpy_mbs(b, sizes[i]);
+        double mc = bench_floor_memcpy(b, sizes[i]);
         double pvw = bench_floor_pvw_at(b, sizes[i]);
         if (pvw > 0)
             printf("%-10zu%18.2f%26.2f\n", sizes[i], mc, pvw);

@@ -42,6 +42,8 @@ static const char usage_text[] =
     "  -t, --timeout S      longest wait for the peer before failing, seconds (60)\n"
     "      --csv FILE       also write rows test,transport,size,value,unit,floor,ratio\n"
     "  -c, --check          verify every byte received, put or got\n"
+    "      --alloc          put/get target memory comes from ferry_mem_alloc (with sm, a\n"
+    "                       shared heap peers copy into); put-bw/get-bw floors are memcpy\n"
     "  -h, --help           this text\n"
     "environment: FERRY_BTL transports (also printed), FERRY_BENCH_BIND=0 leaves the\n"
     "ranks unpinned (default: rank r pins itself to the r-th allowed cpu, modulo).\n";
@@ -151,7 +153,7 @@ static bool parse_modes(const char *arg, bench_opts_t *o, char *err, size_t errl
 /* Fills *o from argv; on a usage error writes a message into err. */
 static bool parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t errlen)
 {
-    enum { OPT_CSV = 256 };
+    enum { OPT_CSV = 256, OPT_ALLOC };
     static const struct option longopts[] = {
         {"message-size", required_argument, NULL, 'm'},
         {"iterations", required_argument, NULL, 'i'},
@@ -160,6 +162,7 @@ static bool parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t
         {"timeout", required_argument, NULL, 't'},
         {"csv", required_argument, NULL, OPT_CSV},
         {"check", no_argument, NULL, 'c'},
+        {"alloc", no_argument, NULL, OPT_ALLOC},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -216,6 +219,9 @@ static bool parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t
                 return false;
             }
             o->csv_path = optarg;
+            break;
+        case OPT_ALLOC:
+            o->alloc = true;
             break;
         case 'c':
             o->check = true;
@@ -349,6 +355,13 @@ static void csv_field(FILE *f, const char *s)
     fputc('"', f);
 }
 
+/* Is this an RDMA test on memory from ferry_mem_alloc (--alloc)? */
+static bool rdma_alloc(const bench_t *b, bench_mode_t mode)
+{
+    return b->opts.alloc && (mode == BENCH_PUT_LAT || mode == BENCH_GET_LAT ||
+                             mode == BENCH_PUT_BW || mode == BENCH_GET_BW);
+}
+
 void bench_table_begin(bench_t *b, bench_mode_t mode, const char *floor_what,
                        const char *value_col, const char *floor_col)
 {
@@ -361,7 +374,8 @@ void bench_table_begin(bench_t *b, bench_mode_t mode, const char *floor_what,
     else
         snprintf(iters, sizeof(iters), "%ld windows of %d (%ld warm-up)",
                  bench_iters(b, mode, 1), BENCH_WINDOW, bench_warmup(b, mode, 1));
-    printf("\n# ferry-bench %s (transport %s)\n", bench_mode_name(mode), b->transport);
+    printf("\n# ferry-bench %s%s (transport %s)\n", bench_mode_name(mode),
+           rdma_alloc(b, mode) ? "-alloc" : "", b->transport);
     printf("# each value: median of %d repetitions of %s up to %d bytes, scaled down by "
            "%d/size above\n", b->opts.reps, iters, BENCH_LARGE_FROM, BENCH_LARGE_FROM);
     printf("# floor: %s\n", floor_what);
@@ -383,7 +397,7 @@ void bench_table_row(bench_t *b, bench_mode_t mode, const bench_row_t *row, cons
     fflush(stdout);
     if (b->csv == NULL)
         return;
-    fprintf(b->csv, "%s,", bench_mode_name(mode));
+    fprintf(b->csv, "%s%s,", bench_mode_name(mode), rdma_alloc(b, mode) ? "-alloc" : "");
     csv_field(b->csv, b->transport);
     fprintf(b->csv, ",%zu,%.*f,%s,", row->size, dec, row->value, unit);
     if (have_floor)
@@ -491,7 +505,20 @@ static int alloc_buffers(bench_t *b)
     size_t align = page > 0 ? (size_t)page : 4096;
     size_t len = (max_size_of_run(b) + align - 1) / align * align;
     b->pattern = aligned_alloc(align, len);
-    b->buf = aligned_alloc(align, len);
+    if (b->opts.alloc) {
+        void *p = NULL;
+        int rc = ferry_mem_alloc(b->ctx, len,
+                                 FERRY_ACCESS_LOCAL | FERRY_ACCESS_REMOTE_READ |
+                                     FERRY_ACCESS_REMOTE_WRITE,
+                                 &p, &b->mem);
+        if (rc != FERRY_OK) {
+            bench_error(b, "ferry_mem_alloc of %zu bytes: %s", len, ferry_strerror(rc));
+            return rc;
+        }
+        b->buf = p;
+    } else {
+        b->buf = aligned_alloc(align, len);
+    }
     b->scratch = aligned_alloc(align, len);
     if (b->pattern == NULL || b->buf == NULL || b->scratch == NULL) {
         bench_error(b, "cannot allocate 3 buffers of %zu bytes", len);
@@ -627,7 +654,8 @@ int main(int argc, char **argv)
     bench_rdma_fini(&b);
     rc = ferry_finalize(b.ctx);
     free(b.pattern);
-    free(b.buf);
+    if (!b.opts.alloc)
+        free(b.buf);
     free(b.scratch);
     if (rc != FERRY_OK) {
         fprintf(stderr, "ferry-bench: rank %d: ferry_finalize: %s\n", b.rank,

@@ -23,10 +23,12 @@ static int rdma_setup(bench_t *b)
 {
     if (b->rdma_ready)
         return FERRY_OK;
-    int rc = ferry_mem_register(b->ctx, b->buf, b->buf_len,
-                                FERRY_ACCESS_LOCAL | FERRY_ACCESS_REMOTE_READ |
-                                    FERRY_ACCESS_REMOTE_WRITE,
-                                &b->mem);
+    /* --alloc: the buffer came registered from ferry_mem_alloc. */
+    int rc = b->mem != NULL ? FERRY_OK
+                            : ferry_mem_register(b->ctx, b->buf, b->buf_len,
+                                                 FERRY_ACCESS_LOCAL | FERRY_ACCESS_REMOTE_READ |
+                                                     FERRY_ACCESS_REMOTE_WRITE,
+                                                 &b->mem);
     if (rc != FERRY_OK) {
         bench_error(b, "ferry_mem_register of %zu bytes: %s", b->buf_len, ferry_strerror(rc));
         return rc;
@@ -53,7 +55,9 @@ static int rdma_setup(bench_t *b)
 
 void bench_rdma_fini(bench_t *b)
 {
-    if (b->mem != NULL)
+    if (b->mem != NULL && b->opts.alloc)
+        ferry_mem_free(b->ctx, b->mem);
+    else if (b->mem != NULL)
         ferry_mem_deregister(b->ctx, b->mem);
     b->mem = NULL;
     b->rdma_ready = false;
@@ -201,6 +205,11 @@ int bench_run_rdma(bench_t *b, bench_mode_t mode)
                           "cache-line ping-pong half round trip (ratio = latency / floor); "
                           "latency = one operation and its ferry_flush",
                           "Latency (us)", "Floor (us)");
+    else if (b->opts.alloc)
+        bench_table_begin(b, mode,
+                          "memcpy at the same size, one rank, hot cache (ratio = bandwidth / "
+                          "floor); target memory from ferry_mem_alloc",
+                          "Bandwidth (MB/s)", "Floor (MB/s)");
     else
         bench_table_begin(b, mode,
                           "process_vm_writev at the same size (ratio = bandwidth / floor)",
@@ -209,7 +218,12 @@ int bench_run_rdma(bench_t *b, bench_mode_t mode)
         bench_row_t row = {.size = sizes[i]};
         if ((rc = one_size(b, mode, sizes[i], &row.value)) != FERRY_OK)
             return rc;
-        row.floor = lat ? b->floors.cacheline_us : bench_floor_pvw_at(b, sizes[i]);
+        if (lat)
+            row.floor = b->floors.cacheline_us;
+        else if (b->opts.alloc)
+            row.floor = b->rank == 0 ? bench_floor_memcpy(b, sizes[i]) : 0;
+        else
+            row.floor = bench_floor_pvw_at(b, sizes[i]);
         bench_table_row(b, mode, &row, lat ? "us" : "MB/s");
     }
     return FERRY_OK;

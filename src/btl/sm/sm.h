@@ -8,9 +8,9 @@
  * ring and writes its 8-byte header last, with release ordering; the
  * receiver polls the header of its next slot with acquire ordering (the
  * seed's eager RDMA, done for shared memory). Headers carry the lap of the
- * ring they were written in, and a sender zeroes the place of the next
- * header before it publishes one, so a stale word from an earlier lap is
- * never taken for a header.
+ * ring they were written in, and where the next header will go lies a
+ * payload word of an earlier lap, the sender zeroes it before it publishes
+ * a header, so a stale word is never taken for a header.
  *
  * Flow control is the seed's tokens and credits in byte form: the sender
  * owns the write position and may use the ring up to the receiver's tail,
@@ -185,6 +185,11 @@ struct ferry_btl_endpoint {
     sm_chan_t *out;
     uint64_t head;        /* bytes written into out */
     uint64_t cached_tail; /* last tail read from out */
+    /* One bit per slot of out: set where the word in memory is a header (of
+     * any lap, or zero), clear where it is payload. Only a payload word can
+     * pass for a header of the current lap, so only such a place is zeroed
+     * before a header is published after it. */
+    uint64_t *hdr_bits;
     util_list_t queue;    /* fragments waiting for credits, in order */
     util_list_t ring_puts; /* puts written, waiting for the peer to consume them */
     util_list_t gets;      /* ring gets waiting for their data */

@@ -230,6 +230,7 @@ void sm_ep_release(sm_module_t *mod, ferry_btl_endpoint_t *ep)
         munmap(ep->peer_base, ep->peer_size);
     if (ep->pidfd >= 0)
         close(ep->pidfd);
+    free(ep->hdr_bits);
     free(ep);
 }
 

@@ -29,6 +29,14 @@ static ferry_btl_endpoint_t *ep_new(sm_module_t *mod, int rank)
     ep->rank = rank;
     ep->state = SM_EP_NEW;
     ep->pidfd = -1;
+    /* A new ring is all zeros: every slot reads as "no header". */
+    size_t words = (mod->p.ring_size / SM_ALIGN + 63) / 64;
+    ep->hdr_bits = malloc(words * sizeof(uint64_t));
+    if (ep->hdr_bits == NULL) {
+        free(ep);
+        return NULL;
+    }
+    memset(ep->hdr_bits, 0xff, words * sizeof(uint64_t));
     util_list_init(&ep->queue);
     util_list_init(&ep->ring_puts);
     util_list_init(&ep->gets);

@@ -11,6 +11,11 @@ static inline _Atomic uint64_t *hdr_at(unsigned char *ring, uint64_t off)
     return (_Atomic uint64_t *)(void *)(ring + off);
 }
 
+static inline bool slot_is_hdr(const uint64_t *bits, uint64_t slot)
+{
+    return (bits[slot / 64] >> (slot % 64)) & 1;
+}
+
 bool sm_ring_reserve(ferry_btl_endpoint_t *ep, size_t len, unsigned char **slot_out,
                      uint64_t *pos_out)
 {
@@ -34,7 +39,12 @@ bool sm_ring_reserve(ferry_btl_endpoint_t *ep, size_t len, unsigned char **slot_
             return false;
     }
     if (skip > 0) {
-        atomic_store_explicit(hdr_at(ep->out->ring, 0), 0, memory_order_relaxed);
+        /* The message goes to the ring's start; see sm_ring_commit. */
+        if (!slot_is_hdr(ep->hdr_bits, 0)) {
+            atomic_store_explicit(hdr_at(ep->out->ring, 0), 0, memory_order_relaxed);
+            ep->hdr_bits[0] |= 1;
+        }
+        ep->hdr_bits[off / SM_ALIGN / 64] |= (uint64_t)1 << (off / SM_ALIGN % 64);
         atomic_store_explicit(hdr_at(ep->out->ring, off),
                               sm_hdr_pack((uint32_t)(skip - SM_HDR_SIZE), 0, SM_T_SKIP,
                                           sm_lap(ep->head, ring)),
@@ -53,13 +63,25 @@ void sm_ring_commit(ferry_btl_endpoint_t *ep, uint64_t pos, uint32_t len, uint8_
 {
     const uint64_t ring = ep->mod->p.ring_size;
     unsigned char *base = ep->out->ring;
-    /* Whatever an earlier lap left where the next header goes could pass
-     * for one (its lap bits may match by chance); zero it first, ordered
-     * before this header by the release below. */
-    uint64_t next = (pos + sm_align(SM_HDR_SIZE + len)) & (ring - 1);
-    atomic_store_explicit(hdr_at(base, next), 0, memory_order_relaxed);
-    atomic_store_explicit(hdr_at(base, pos & (ring - 1)),
-                          sm_hdr_pack(len, tag, type, sm_lap(pos, ring)), memory_order_release);
+    uint64_t off = pos & (ring - 1);
+    uint64_t size = sm_align(SM_HDR_SIZE + len);
+    uint64_t first = off / SM_ALIGN, end = first + size / SM_ALIGN;
+    uint64_t *bits = ep->hdr_bits;
+
+    /* The payload now fills the slots after the header. */
+    for (uint64_t slot = first + 1; slot < end; slot++)
+        bits[slot / 64] &= ~((uint64_t)1 << (slot % 64));
+    bits[first / 64] |= (uint64_t)1 << (first % 64);
+    /* A payload word of an earlier lap where the next header goes could pass
+     * for a header by chance; zero it first, ordered before this header by
+     * the release below. A header of an earlier lap never matches. */
+    uint64_t next = end % (ring / SM_ALIGN);
+    if (!slot_is_hdr(bits, next)) {
+        atomic_store_explicit(hdr_at(base, next * SM_ALIGN), 0, memory_order_relaxed);
+        bits[next / 64] |= (uint64_t)1 << (next % 64);
+    }
+    atomic_store_explicit(hdr_at(base, off), sm_hdr_pack(len, tag, type, sm_lap(pos, ring)),
+                          memory_order_release);
 }
 
 static void publish_tail(ferry_btl_endpoint_t *ep)
