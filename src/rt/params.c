@@ -217,7 +217,7 @@ static void echo_value(const char *text, char *buf, size_t size)
 {
     size_t n = 0;
 
-    for (; text[n] != '\0' && n < PARAM_ECHO_MAX && n + 4 < size; n++)
+    for (; n < PARAM_ECHO_MAX && n + 4 < size && text[n] != '\0'; n++)
         buf[n] = (text[n] >= 0x20 && text[n] < 0x7f) ? text[n] : '?';
     if (text[n] != '\0' && n + 4 <= size) {
         memcpy(buf + n, "...", 3);

@@ -177,9 +177,9 @@ int sm_mem_alloc(ferry_btl_module_t *btl, size_t len, uint32_t access, void **ad
                  ferry_btl_reg_t **reg_out)
 {
     sm_module_t *mod = (sm_module_t *)btl;
-    ferry_ctx_t *ctx = btl->ctx;
     if (btl == NULL || len == 0 || addr_out == NULL || reg_out == NULL || len > SIZE_MAX - 4096)
         return FERRY_ERR_INVALID;
+    ferry_ctx_t *ctx = btl->ctx;
     size_t size = (len + 4095) & ~(size_t)4095;
     sm_heap_t *heaps = realloc(mod->heaps, (size_t)(mod->nheaps + 1) * sizeof(*heaps));
     if (heaps == NULL)
