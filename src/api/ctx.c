@@ -275,6 +275,21 @@ static int add_procs(ferry_ctx_t *ctx)
     for (size_t r = 0; r < n; r++)
         if (ctx->peers[r].module_idx < 0)
             rt_log(&ctx->log, RT_LOG_INFO, "no transport reaches rank %zu", r);
+    ctx->polled = calloc((size_t)ctx->n_modules + 1, sizeof(*ctx->polled));
+    if (ctx->polled == NULL) {
+        rc = FERRY_ERR_NO_MEMORY;
+        goto out;
+    }
+    for (int m = 0; m < ctx->n_modules; m++) {
+        bool used = false;
+        for (size_t r = 0; r < n && !used; r++)
+            used = ctx->peers[r].module_idx == m;
+        if (used)
+            ctx->polled[ctx->n_polled++] = ctx->modules[m];
+        else
+            rt_log(&ctx->log, RT_LOG_DEBUG, "%s reaches no peer first: not polled",
+                   ctx->modules[m]->attr.name);
+    }
 out:
     util_bitmap_fini(&reach);
     free(eps);
@@ -327,6 +342,7 @@ int ferry_finalize(ferry_ctx_t *ctx)
             rc = mrc;
     }
     free(ctx->modules);
+    free(ctx->polled);
     if (ctx->peers != NULL)
         for (int r = 0; r < ctx->size; r++)
             free(ctx->peers[r].eps);
@@ -360,8 +376,10 @@ ferry_btl_module_t *rt_ctx_find_module(ferry_ctx_t *ctx, const char *name)
 int rt_ctx_progress_transports(ferry_ctx_t *ctx)
 {
     int events = 0;
-    for (int m = 0; m < ctx->n_modules; m++) {
-        int rc = ctx->modules[m]->ops->progress(ctx->modules[m]);
+    ferry_btl_module_t **mods = ctx->polled != NULL ? ctx->polled : ctx->modules;
+    int n = ctx->polled != NULL ? ctx->n_polled : ctx->n_modules;
+    for (int m = 0; m < n; m++) {
+        int rc = mods[m]->ops->progress(mods[m]);
         if (rc < 0)
             return rc;
         events += rc;

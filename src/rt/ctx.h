@@ -37,6 +37,11 @@ struct ferry_ctx {
 
     ferry_btl_module_t **modules; /* open modules, in component-table order */
     int n_modules;
+    /* The modules progress polls: those chosen to reach at least one peer
+     * (all open modules until the peers are known). A module nobody uses
+     * costs nothing, not even a system call per progress. */
+    ferry_btl_module_t **polled;
+    int n_polled;
     rt_peer_t *peers; /* [size] */
 
     struct api_state *api;
