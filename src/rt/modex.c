@@ -6,11 +6,15 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <ferry/ferry.h>
 
 #include "rt/modex.h"
 #include "rt/modex_impl.h"
+#ifdef FERRY_HAVE_PMIX
+#include "rt/modex_pmix.h"
+#endif
 
 static bool modex_char_ok(char c)
 {
@@ -44,9 +48,27 @@ void rt_modex_set_job_id(rt_modex_t *mx, const char *text)
     }
 }
 
-/* Which backend the environment asks for: FERRY_MODEX when set, else pmi1
- * when a PMI-1 launcher left its variables, else singleton. An empty
- * FERRY_MODEX counts as unset, as an empty variable usually does. */
+/* True when a PMIx server left its variables: the rank and namespace, or
+ * the address of the server (PMIX_SERVER_URI, PMIX_SERVER_URI2, ...). */
+static bool modex_pmix_env(void)
+{
+    if (getenv("PMIX_RANK") != NULL || getenv("PMIX_NAMESPACE") != NULL) {
+        return true;
+    }
+    for (char **e = environ; *e != NULL; e++) {
+        if (strncmp(*e, "PMIX_SERVER_URI", 15) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Which backend the environment asks for: FERRY_MODEX when set; else pmi1
+ * when a PMI-1 launcher passed a descriptor (PMI_FD: ferryrun, hydra, Slurm
+ * with pmi2), which only the immediate parent can do; else pmix when a PMIx
+ * server left its variables (Open MPI's mpirun, Slurm with pmix); else pmi1
+ * when PMI_PORT names a server; else singleton. An empty FERRY_MODEX counts
+ * as unset, as an empty variable usually does. */
 static int modex_pick_backend(const rt_log_t *log, int (**init_out)(rt_modex_t *))
 {
     const char *forced = getenv("FERRY_MODEX");
@@ -59,13 +81,39 @@ static int modex_pick_backend(const rt_log_t *log, int (**init_out)(rt_modex_t *
             *init_out = rt_modex_singleton_init;
             return FERRY_OK;
         }
+        if (strcmp(forced, "pmix") == 0) {
+#ifdef FERRY_HAVE_PMIX
+            *init_out = rt_modex_pmix_init;
+            return FERRY_OK;
+#else
+            rt_log(log, RT_LOG_ERROR,
+                   "modex: FERRY_MODEX=pmix, but this build has no pmix backend (libpmix was "
+                   "not found or FERRY_ENABLE_PMIX is OFF)");
+            return FERRY_ERR_NOT_SUPPORTED;
+#endif
+        }
         rt_log(log, RT_LOG_ERROR,
-               "modex: FERRY_MODEX='%.64s' is not a modex backend (expected 'pmi1' or "
+               "modex: FERRY_MODEX='%.64s' is not a modex backend (expected 'pmi1', 'pmix' or "
                "'singleton')",
                forced);
         return FERRY_ERR_INVALID;
     }
-    if (getenv("PMI_FD") != NULL || getenv("PMI_PORT") != NULL) {
+    if (getenv("PMI_FD") != NULL) {
+        *init_out = rt_modex_pmi1_init;
+    } else if (modex_pmix_env()) {
+#ifdef FERRY_HAVE_PMIX
+        *init_out = rt_modex_pmix_init;
+#else
+        if (getenv("PMI_PORT") == NULL) {
+            rt_log(log, RT_LOG_ERROR,
+                   "modex: started by a PMIx server (PMIX_ variables are set), but this build "
+                   "has no pmix backend; rebuild with libpmix-dev installed, or set "
+                   "FERRY_MODEX=singleton to run alone");
+            return FERRY_ERR_NOT_SUPPORTED;
+        }
+        *init_out = rt_modex_pmi1_init;
+#endif
+    } else if (getenv("PMI_PORT") != NULL) {
         *init_out = rt_modex_pmi1_init;
     } else {
         *init_out = rt_modex_singleton_init;

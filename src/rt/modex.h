@@ -6,8 +6,10 @@
  * - pmi1: the PMI-1 wire protocol, over the descriptor in PMI_FD (as set by
  *   ferryrun and MPICH's mpiexec.hydra, with PMI_RANK and PMI_SIZE) or a
  *   TCP address in PMI_PORT ("host:port", with PMI_ID as the rank);
+ * - pmix: a PMIx server (Open MPI's mpirun, Slurm's srun --mpi=pmix), when
+ *   PMIX_* variables are set; built when libpmix is found;
  * - singleton: no launcher; size 1, rank 0, gets read back local puts.
- * FERRY_MODEX=pmi1|singleton forces one.
+ * FERRY_MODEX=pmi1|pmix|singleton forces one.
  *
  * Values are binary; the pmi1 backend encodes them to fit the server's value
  * length and splits long ones over several keys.
@@ -32,7 +34,7 @@ void rt_modex_fini(rt_modex_t *mx);
 int rt_modex_rank(const rt_modex_t *mx);
 int rt_modex_size(const rt_modex_t *mx);
 
-/* "pmi1" or "singleton". */
+/* "pmi1", "pmix" or "singleton". */
 const char *rt_modex_backend(const rt_modex_t *mx);
 
 /* The job's identity (the PMI kvs name, or "singleton-PID"); stable across the

@@ -1,14 +1,19 @@
 /*
- * ferryrun: starts N ranks of a program on this host and serves them the
- * PMI-1 wire protocol, the way ferry (and any PMI-1 client, such as an MPICH
- * program) finds its rank, its job and its peers' addresses.
+ * ferryrun: starts N ranks of a program on this host, or on several through
+ * a launch agent such as ssh, and serves them the PMI-1 wire protocol, the
+ * way ferry (and any PMI-1 client, such as an MPICH program) finds its rank,
+ * its job and its peers' addresses.
  *
- *   ferryrun -n N [--bind-to core|none] [-x VAR[=VALUE]]... [--timeout S]
- *            [--tag-output] prog [args]
+ *   ferryrun [-n N] [--host H[:SLOTS],... | --hostfile FILE]
+ *            [--launch-agent CMD] [--pmi-addr ADDR] [--bind-to core|none]
+ *            [-x VAR[=VALUE]]... [--timeout S] [--tag-output] prog [args]
  *
- * Each rank gets a socket for PMI (PMI_FD, PMI_RANK, PMI_SIZE) and the job's
- * id (FERRY_JOB_ID, also the PMI kvs name); its stdout and stderr come back
- * through pipes and go to ferryrun's own, line by line. The first rank to fail (a non-zero
+ * Each local rank gets a socket for PMI (PMI_FD, PMI_RANK, PMI_SIZE) and the
+ * job's id (FERRY_JOB_ID, also the PMI kvs name); a remote rank is started as
+ * `CMD host env VAR=VALUE... prog args` and reaches the PMI server over TCP
+ * (PMI_PORT, PMI_ID). A rank's stdout and stderr (a remote rank's through
+ * its agent's) come back through pipes and go to ferryrun's own, line by
+ * line; a remote rank's exit status is its agent's. The first rank to fail (a non-zero
  * exit, a signal, a PMI abort) ends the job: the others get SIGTERM and, two
  * seconds later, SIGKILL, and ferryrun exits with the failed rank's status
  * (128 + signal number for a signal). --timeout ends the job the same way
@@ -18,7 +23,8 @@
  * with 2, a program that cannot be executed with 127.
  *
  * When the job is over, shared-memory files under /dev/shm whose names
- * contain the job id are removed: the leftovers of ranks that were killed.
+ * contain the job id are removed: the leftovers of local ranks that were
+ * killed. Remote hosts' /dev/shm is out of reach.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -70,11 +76,22 @@ long long fr_now_ms(void)
 static void fr_usage(FILE *out)
 {
     fprintf(out,
-            "usage: ferryrun -n N [--bind-to core|none] [-x VAR[=VALUE]]... [--timeout S]\n"
-            "                [--tag-output] prog [args]\n"
+            "usage: ferryrun [-n N] [--host H[:SLOTS],... | --hostfile FILE]\n"
+            "                [--launch-agent CMD] [--pmi-addr ADDR] [--bind-to core|none]\n"
+            "                [-x VAR[=VALUE]]... [--timeout S] [--tag-output] prog [args]\n"
             "\n"
-            "Starts N ranks of prog on this host and serves them PMI-1.\n"
-            "  -n N              number of ranks (1..%d)\n"
+            "Starts N ranks of prog, on this host or on the hosts given, and serves them\n"
+            "PMI-1.\n"
+            "  -n N              number of ranks (1..%d); with hosts, all their slots\n"
+            "                    by default\n"
+            "  --host LIST       hosts as H[:SLOTS],... (1 slot by default); ranks fill\n"
+            "                    the slots in order\n"
+            "  --hostfile FILE   hosts, one a line: 'H', 'H:SLOTS' or 'H slots=SLOTS'\n"
+            "  --launch-agent CMD  starts a rank on a host other than this one as\n"
+            "                    'CMD host env VAR=VALUE... prog args' (default: ssh)\n"
+            "  --pmi-addr ADDR   the address of this host remote ranks reach ferryrun at\n"
+            "                    (default: FERRYRUN_PMI_ADDR, else the route to the\n"
+            "                    first remote host)\n"
             "  --bind-to core    bind rank i to the i-th CPU (mod the CPUs allowed)\n"
             "  --bind-to none    do not bind (the default)\n"
             "  -x VAR=VALUE      set VAR in the ranks' environment\n"
@@ -117,7 +134,16 @@ static bool fr_env_name_ok(const char *name, size_t len)
     return true;
 }
 
-enum { FR_OPT_BIND = 256, FR_OPT_TIMEOUT, FR_OPT_TAG, FR_OPT_KEEP_GOING };
+enum {
+    FR_OPT_BIND = 256,
+    FR_OPT_TIMEOUT,
+    FR_OPT_TAG,
+    FR_OPT_KEEP_GOING,
+    FR_OPT_HOST,
+    FR_OPT_HOSTFILE,
+    FR_OPT_AGENT,
+    FR_OPT_PMI_ADDR,
+};
 
 /* Fills opt from the command line. Returns -1 to go on, or the status to
  * exit with (0 after --help, FR_EXIT_USAGE after a mistake). */
@@ -128,6 +154,10 @@ static int fr_parse_args(int argc, char **argv, fr_opts_t *opt)
         {"timeout", required_argument, NULL, FR_OPT_TIMEOUT},
         {"tag-output", no_argument, NULL, FR_OPT_TAG},
         {"keep-going", no_argument, NULL, FR_OPT_KEEP_GOING},
+        {"host", required_argument, NULL, FR_OPT_HOST},
+        {"hostfile", required_argument, NULL, FR_OPT_HOSTFILE},
+        {"launch-agent", required_argument, NULL, FR_OPT_AGENT},
+        {"pmi-addr", required_argument, NULL, FR_OPT_PMI_ADDR},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -184,6 +214,30 @@ static int fr_parse_args(int argc, char **argv, fr_opts_t *opt)
         case FR_OPT_KEEP_GOING:
             opt->keep_going = true;
             break;
+        case FR_OPT_HOST:
+            if (opt->host_list != NULL || opt->hostfile != NULL) {
+                return fr_usage_error("give one --host or --hostfile");
+            }
+            opt->host_list = optarg;
+            break;
+        case FR_OPT_HOSTFILE:
+            if (opt->host_list != NULL || opt->hostfile != NULL) {
+                return fr_usage_error("give one --host or --hostfile");
+            }
+            opt->hostfile = optarg;
+            break;
+        case FR_OPT_AGENT:
+            if (optarg[strspn(optarg, " \t")] == '\0') {
+                return fr_usage_error("--launch-agent needs a command");
+            }
+            opt->launch_agent = optarg;
+            break;
+        case FR_OPT_PMI_ADDR:
+            if (optarg[0] == '\0') {
+                return fr_usage_error("--pmi-addr needs an address");
+            }
+            opt->pmi_addr = optarg;
+            break;
         case 'h':
             fr_usage(stdout);
             return 0;
@@ -199,8 +253,15 @@ static int fr_parse_args(int argc, char **argv, fr_opts_t *opt)
             return fr_usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
-    if (opt->np == 0) {
-        return fr_usage_error("-n N is required");
+    if (opt->np == 0 && opt->host_list == NULL && opt->hostfile == NULL) {
+        return fr_usage_error("-n N is required (or --host / --hostfile)");
+    }
+    if (opt->launch_agent == NULL) {
+        opt->launch_agent = "ssh";
+    }
+    if (opt->pmi_addr == NULL) {
+        const char *env = getenv("FERRYRUN_PMI_ADDR");
+        opt->pmi_addr = env != NULL && env[0] != '\0' ? env : NULL;
     }
     if (optind >= argc) {
         return fr_usage_error("no program to run");
@@ -298,6 +359,64 @@ static int fr_assign_cpus(fr_job_t *job)
     return 0;
 }
 
+/* Removes the variables through which another launcher (one that started
+ * ferryrun itself: hydra, Open MPI's mpirun, Slurm) would be found. Only in
+ * a child about to exec. */
+static void fr_unset_launcher_env(void)
+{
+    static const char *const names[] = {"PMI_FD", "PMI_RANK", "PMI_SIZE", "PMI_PORT", "PMI_ID"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        unsetenv(names[i]);
+    }
+    /* PMIx servers leave many PMIX_ variables; unsetting changes environ, so
+     * look again from the start after each. */
+    bool again = true;
+    while (again) {
+        again = false;
+        for (char **e = environ; *e != NULL; e++) {
+            if (strncmp(*e, "PMIX_", 5) == 0) {
+                char name[256];
+                size_t len = strcspn(*e, "=");
+                snprintf(name, sizeof(name), "%.*s", (int)(len < 255 ? len : 255), *e);
+                unsetenv(name);
+                again = true;
+                break;
+            }
+        }
+    }
+}
+
+/* In the child of a remote rank: runs the launch agent, which starts the
+ * rank on its host with the PMI address and the rank in its environment.
+ * Never returns. */
+static void fr_child_remote(const fr_job_t *job, const fr_rank_t *r, int out_fd, int err_fd,
+                            const sigset_t *orig_mask)
+{
+    signal(SIGPIPE, SIG_DFL);
+    sigprocmask(SIG_SETMASK, orig_mask, NULL);
+    if (dup2(out_fd, STDOUT_FILENO) < 0 || dup2(err_fd, STDERR_FILENO) < 0) {
+        _exit(FR_EXIT_ERROR);
+    }
+    if (r->rank != 0) {
+        int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (null_fd >= 0) {
+            dup2(null_fd, STDIN_FILENO);
+        }
+    }
+    /* Agents that keep the environment (ip netns exec) would otherwise pass
+     * an outer launcher's variables on; the rank's own come through env. */
+    fr_unset_launcher_env();
+    char **argv = fr_agent_argv(job, r);
+    if (argv == NULL) {
+        fprintf(stderr, "ferryrun: rank %d: out of memory\n", r->rank);
+        _exit(FR_EXIT_ERROR);
+    }
+    execvp(argv[0], argv);
+    fprintf(stderr, "ferryrun: cannot execute the launch agent '%s': %s\n", argv[0],
+            strerror(errno));
+    _exit(FR_EXIT_NOEXEC);
+}
+
 /* In the child, between fork and exec: only async-signal-safe work matters
  * here in a threaded parent, and ferryrun has one thread, so setenv and
  * stdio are fine. Never returns. */
@@ -327,6 +446,9 @@ static void fr_child(const fr_job_t *job, const fr_rank_t *r, int pmi_fd, int ou
         _exit(FR_EXIT_ERROR);
     }
 
+    /* A ferryrun started by another launcher must not let its ranks find
+     * that launcher instead of this one. */
+    fr_unset_launcher_env();
     char num[32];
     snprintf(num, sizeof(num), "%d", pmi_fd);
     setenv("PMI_FD", num, 1);
@@ -335,10 +457,6 @@ static void fr_child(const fr_job_t *job, const fr_rank_t *r, int pmi_fd, int ou
     snprintf(num, sizeof(num), "%d", job->opt.np);
     setenv("PMI_SIZE", num, 1);
     setenv("FERRY_JOB_ID", job->job_id, 1);
-    /* A ferryrun started by another launcher must not let its ranks find
-     * that launcher instead of this one. */
-    unsetenv("PMI_PORT");
-    unsetenv("PMI_ID");
     for (int i = 0; i < job->opt.n_xvars; i++) {
         const char *x = job->opt.xvars[i];
         const char *eq = strchr(x, '=');
@@ -371,12 +489,20 @@ static int fr_set_nonblock(int fd)
     return flags < 0 ? -1 : fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 }
 
+static void fr_close_fd(int fd)
+{
+    if (fd >= 0) {
+        close(fd);
+    }
+}
+
 static int fr_spawn(fr_job_t *job, fr_rank_t *r, const sigset_t *orig_mask)
 {
     int sv[2] = {-1, -1};
     int out[2] = {-1, -1};
     int err[2] = {-1, -1};
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    /* A remote rank connects to the listener instead. */
+    if (!r->remote && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
         goto err_report;
     }
     if (pipe2(out, O_CLOEXEC) != 0) {
@@ -390,16 +516,21 @@ static int fr_spawn(fr_job_t *job, fr_rank_t *r, const sigset_t *orig_mask)
         goto err_close_err;
     }
     if (pid == 0) {
+        if (r->remote) {
+            fr_child_remote(job, r, out[1], err[1], orig_mask);
+        }
         fr_child(job, r, sv[1], out[1], err[1], orig_mask);
     }
-    close(sv[1]);
+    fr_close_fd(sv[1]);
     close(out[1]);
     close(err[1]);
     r->pid = pid;
     r->pmi_fd = sv[0];
     fr_stream_init(&r->out, out[0], STDOUT_FILENO);
     fr_stream_init(&r->err, err[0], STDERR_FILENO);
-    (void)fr_set_nonblock(sv[0]);
+    if (sv[0] >= 0) {
+        (void)fr_set_nonblock(sv[0]);
+    }
     (void)fr_set_nonblock(out[0]);
     (void)fr_set_nonblock(err[0]);
     return 0;
@@ -411,8 +542,8 @@ err_close_out:
     close(out[0]);
     close(out[1]);
 err_close_socket:
-    close(sv[0]);
-    close(sv[1]);
+    fr_close_fd(sv[0]);
+    fr_close_fd(sv[1]);
 err_report:
     fprintf(stderr, "ferryrun: cannot start rank %d: %s\n", r->rank, strerror(errno));
     return -1;
@@ -466,16 +597,24 @@ static void fr_rank_ended(fr_job_t *job, fr_rank_t *r)
         return;
     }
     const char *then = job->opt.keep_going ? "the others go on" : "killing the job";
+    /* A remote rank's pid is its launch agent's, on this host. */
+    char who[FR_HOST_MAX + 64];
+    if (r->remote) {
+        snprintf(who, sizeof(who), "on %s, agent pid %ld", job->hosts[r->host].name,
+                 (long)r->pid);
+    } else {
+        snprintf(who, sizeof(who), "pid %ld", (long)r->pid);
+    }
     int code = 0;
     if (WIFEXITED(st) && WEXITSTATUS(st) != 0) {
-        fprintf(stderr, "ferryrun: rank %d (pid %ld) exited with status %d; %s\n", r->rank,
-                (long)r->pid, WEXITSTATUS(st), then);
+        fprintf(stderr, "ferryrun: rank %d (%s) exited with status %d; %s\n", r->rank, who,
+                WEXITSTATUS(st), then);
         code = WEXITSTATUS(st);
     } else if (WIFSIGNALED(st)) {
         char name[32];
-        fprintf(stderr, "ferryrun: rank %d (pid %ld) killed by signal %s%s; %s\n", r->rank,
-                (long)r->pid, fr_signal_name(WTERMSIG(st), name),
-                WCOREDUMP(st) ? " (core dumped)" : "", then);
+        fprintf(stderr, "ferryrun: rank %d (%s) killed by signal %s%s; %s\n", r->rank, who,
+                fr_signal_name(WTERMSIG(st), name), WCOREDUMP(st) ? " (core dumped)" : "",
+                then);
         code = 128 + WTERMSIG(st);
     }
     if (code == 0)
@@ -614,7 +753,7 @@ static void fr_wake_at(long long *wake, long long when)
 
 static int fr_run(fr_job_t *job, int sig_fd)
 {
-    size_t max_fds = 1 + 3 * (size_t)job->opt.np;
+    size_t max_fds = 2 + 3 * (size_t)job->opt.np + FR_PENDING_MAX;
     struct pollfd *pfds = calloc(max_fds, sizeof(*pfds));
     /* For each pollfd, the rank and which of its descriptors it is. */
     int *who = calloc(max_fds, sizeof(*who));
@@ -659,6 +798,9 @@ static int fr_run(fr_job_t *job, int sig_fd)
             fr_wake_at(&wake, job->term_ms + FR_GRACE_MS);
         }
         fr_wake_at(&wake, drain_until);
+        if (job->listen_fd >= 0) {
+            fr_wake_at(&wake, fr_pmi_pending_expire(job, now));
+        }
         for (int i = 0; i < job->opt.np; i++) {
             fr_rank_t *r = &job->ranks[i];
             fr_wake_at(&wake, fr_stream_flush_stale(job, r, &r->out, now));
@@ -668,6 +810,18 @@ static int fr_run(fr_job_t *job, int sig_fd)
         size_t n = 0;
         pfds[n] = (struct pollfd){.fd = sig_fd, .events = POLLIN};
         who[n++] = -1;
+        /* Remote ranks connect and identify themselves: the listener is
+         * -2, a pending connection k is -3 - k. */
+        if (job->listen_fd >= 0) {
+            pfds[n] = (struct pollfd){.fd = job->listen_fd, .events = POLLIN};
+            who[n++] = -2;
+            for (int k = 0; k < FR_PENDING_MAX; k++) {
+                if (job->pending[k].fd >= 0) {
+                    pfds[n] = (struct pollfd){.fd = job->pending[k].fd, .events = POLLIN};
+                    who[n++] = -3 - k;
+                }
+            }
+        }
         for (int i = 0; i < job->opt.np; i++) {
             fr_rank_t *r = &job->ranks[i];
             if (r->out.fd >= 0) {
@@ -709,6 +863,17 @@ static int fr_run(fr_job_t *job, int sig_fd)
          * and served before its death is reported. */
         for (size_t k = 1; k < n; k++) {
             if (pfds[k].revents == 0) {
+                continue;
+            }
+            if (who[k] == -2) {
+                fr_pmi_accept(job);
+                continue;
+            }
+            if (who[k] < -2) {
+                fr_pending_t *pc = &job->pending[-3 - who[k]];
+                if (pc->fd >= 0) {
+                    fr_pmi_pending_readable(job, pc);
+                }
                 continue;
             }
             fr_rank_t *r = &job->ranks[who[k] / 3];
@@ -761,14 +926,39 @@ int main(int argc, char **argv)
         fprintf(stderr, "ferryrun: out of memory\n");
         return FR_EXIT_ERROR;
     }
+    job.listen_fd = -1;
+    for (int k = 0; k < FR_PENDING_MAX; k++) {
+        job.pending[k].fd = -1;
+    }
     int status = fr_parse_args(argc, argv, &job.opt);
     if (status >= 0) {
         free(job.opt.xvars);
         return status;
     }
-    if (!fr_program_found(&job.opt)) {
+    status = fr_hosts_load(&job);
+    if (status == 0) {
+        status = fr_hosts_place(&job);
+    }
+    if (status != 0) {
+        free(job.hosts);
+        free(job.opt.xvars);
+        return status;
+    }
+    bool any_local = true;
+    if (job.hosts != NULL) {
+        int placed = 0;
+        any_local = false;
+        for (int h = 0; h < job.n_hosts && placed < job.opt.np; h++) {
+            any_local = any_local || job.hosts[h].local;
+            placed += job.hosts[h].slots;
+        }
+    }
+    /* The program is looked for here only when some rank runs here: a
+     * remote host has its own files. */
+    if (any_local && !fr_program_found(&job.opt)) {
         fprintf(stderr, "ferryrun: cannot execute '%s': not found or not executable\n",
                 job.opt.argv[0]);
+        free(job.hosts);
         free(job.opt.xvars);
         return FR_EXIT_NOEXEC;
     }
@@ -785,14 +975,38 @@ int main(int argc, char **argv)
         fprintf(stderr, "ferryrun: out of memory\n");
         goto err_free_opts;
     }
-    for (int i = 0; i < job.opt.np; i++) {
-        job.ranks[i].rank = i;
-        job.ranks[i].cpu = -1;
-        job.ranks[i].pmi_fd = -1;
-        job.ranks[i].out.fd = -1;
-        job.ranks[i].err.fd = -1;
+    for (int i = 0, h = 0, used = 0; i < job.opt.np; i++) {
+        fr_rank_t *r = &job.ranks[i];
+        r->rank = i;
+        r->cpu = -1;
+        r->host = -1;
+        r->pmi_fd = -1;
+        r->out.fd = -1;
+        r->err.fd = -1;
+        if (job.hosts != NULL) {
+            /* Slots fill in order (fr_hosts_place checked that all fit). */
+            while (used == job.hosts[h].slots) {
+                h++;
+                used = 0;
+            }
+            used++;
+            r->host = h;
+            r->remote = !job.hosts[h].local;
+            job.n_remote += r->remote;
+        }
     }
     if (job.opt.bind_core && fr_assign_cpus(&job) != 0) {
+        goto err_free_ranks;
+    }
+    if (job.opt.bind_core && job.n_remote > 0) {
+        fprintf(stderr, "ferryrun: warning: --bind-to core binds only the ranks on this host\n");
+        for (int i = 0; i < job.opt.np; i++) {
+            if (job.ranks[i].remote) {
+                job.ranks[i].cpu = -1;
+            }
+        }
+    }
+    if (job.n_remote > 0 && fr_pmi_listen(&job) != 0) {
         goto err_free_ranks;
     }
 
@@ -833,15 +1047,25 @@ int main(int argc, char **argv)
         fr_stream_close(&job, &job.ranks[i], &job.ranks[i].out);
         fr_stream_close(&job, &job.ranks[i], &job.ranks[i].err);
     }
-    fr_remove_shm(&job, status);
+    for (int k = 0; k < FR_PENDING_MAX; k++) {
+        fr_pmi_pending_close(&job.pending[k]);
+    }
+    /* Only this host's /dev/shm is within reach. */
+    if (job.n_remote < job.opt.np) {
+        fr_remove_shm(&job, status);
+    }
     fr_kvs_fini(&job.kvs);
     close(sig_fd);
 err_restore_mask:
     signal(SIGPIPE, SIG_DFL);
     sigprocmask(SIG_SETMASK, &orig_mask, NULL);
 err_free_ranks:
+    if (job.listen_fd >= 0) {
+        close(job.listen_fd);
+    }
     free(job.ranks);
 err_free_opts:
+    free(job.hosts);
     free(job.opt.xvars);
     return status;
 }

@@ -1,7 +1,9 @@
 /*
- * ferryrun's state, shared by its three parts: the job (ferryrun.c: options,
- * starting ranks, the event loop, exits and kills), the PMI-1 server
- * (fr_pmi.c) and output forwarding (fr_output.c).
+ * ferryrun's state, shared by its parts: the job (ferryrun.c: options,
+ * starting ranks, the event loop, exits and kills), the hosts (fr_hosts.c:
+ * the host list, placing ranks, the launch agent's command line), the PMI-1
+ * server (fr_pmi.c, with its TCP listener for remote ranks) and output
+ * forwarding (fr_output.c).
  *
  * ferryrun is a standalone program: it does not link the ferry library, so
  * it can launch and test the library while the library itself is broken.
@@ -34,6 +36,28 @@
  * a line of its own, and longest time it is held. */
 #define FR_LINE_MAX 65536
 #define FR_STALE_MS 200
+/* Most TCP connections accepted and not yet identified (by their initack)
+ * at a time, and how long one may stay so: anyone who reaches the port can
+ * connect, and must not be able to exhaust descriptors or hold them. */
+#define FR_PENDING_MAX 64
+#define FR_PENDING_MS 10000
+/* Longest host name in a host list. */
+#define FR_HOST_MAX 255
+
+/* One entry of --host or --hostfile. */
+typedef struct fr_host {
+    char name[FR_HOST_MAX + 1];
+    int slots;
+    bool local; /* this host: its ranks are forked here */
+} fr_host_t;
+
+/* A TCP connection to the PMI server that has not said which rank it is. */
+typedef struct fr_pending {
+    int fd; /* -1: free slot */
+    char in[FR_PMI_LINE_MAX];
+    size_t in_len;
+    long long since_ms;
+} fr_pending_t;
 
 typedef struct fr_kv {
     char *key;
@@ -61,6 +85,8 @@ typedef struct fr_rank {
     bool reaped;
     int wstatus;
     int cpu; /* --bind-to core: the CPU to bind to, else -1 */
+    int host; /* index into job->hosts, or -1 when no host list was given */
+    bool remote; /* started through the launch agent; pid is the agent's */
     fr_stream_t out;
     fr_stream_t err;
 
@@ -85,6 +111,10 @@ typedef struct fr_opts {
     char **xvars; /* -x arguments, as given */
     int n_xvars;
     char **argv;  /* the program and its arguments */
+    const char *host_list;    /* --host, as given */
+    const char *hostfile;     /* --hostfile */
+    const char *launch_agent; /* --launch-agent; "ssh" by default */
+    const char *pmi_addr;     /* --pmi-addr or FERRYRUN_PMI_ADDR */
 } fr_opts_t;
 
 typedef struct fr_job {
@@ -93,6 +123,15 @@ typedef struct fr_job {
     fr_rank_t *ranks;
     int n_barrier; /* ranks waiting in the current barrier */
     fr_kvs_t kvs;
+    fr_host_t *hosts; /* the host list; NULL without one */
+    int n_hosts;
+    int n_remote; /* ranks started through the launch agent */
+
+    /* Remote ranks reach the PMI server over TCP: the listener, the address
+     * they are told (PMI_PORT) and connections not yet identified. */
+    int listen_fd; /* -1 when there are no remote ranks */
+    char pmi_port[FR_HOST_MAX + 16];
+    fr_pending_t pending[FR_PENDING_MAX];
     bool stdout_broken; /* our stdout or stderr refused writes: output is dropped */
     bool stderr_broken;
 
@@ -110,7 +149,30 @@ long long fr_now_ms(void);
 /* Decides the job's exit code (if not decided yet) and starts killing it. */
 void fr_job_fail(fr_job_t *job, int exit_code);
 
+/* ---- fr_hosts.c ---- */
+/* Reads --host or --hostfile into job->hosts. Returns 0, or prints why and
+ * returns the status to exit with. */
+int fr_hosts_load(fr_job_t *job);
+/* Places ranks on the hosts in order, each host taking up to its slots;
+ * -n 0 (not given) means every slot. Prints why and returns the exit status
+ * when the ranks do not fit, else 0. */
+int fr_hosts_place(fr_job_t *job);
+/* The launch agent's command line for a remote rank, NULL-terminated and
+ * malloc'd (one block; free it whole), or NULL when out of memory. */
+char **fr_agent_argv(const fr_job_t *job, const fr_rank_t *r);
+/* Chooses the address remote ranks are told and opens the listener. */
+int fr_pmi_listen(fr_job_t *job);
+
 /* ---- fr_pmi.c ---- */
+/* The listener is readable: accepts what is waiting. */
+void fr_pmi_accept(fr_job_t *job);
+/* A pending connection is readable: reads its initack and, when it names a
+ * remote rank that has no connection yet, makes it that rank's. */
+void fr_pmi_pending_readable(fr_job_t *job, fr_pending_t *pc);
+/* Closes pending connections older than FR_PENDING_MS; returns when to look
+ * again (0: none pending). */
+long long fr_pmi_pending_expire(fr_job_t *job, long long now);
+void fr_pmi_pending_close(fr_pending_t *pc);
 void fr_pmi_readable(fr_job_t *job, fr_rank_t *r);
 void fr_pmi_writable(fr_job_t *job, fr_rank_t *r);
 /* Closes a rank's PMI connection (no-op when closed). */

@@ -5,6 +5,13 @@
  * barrier_in (answered with barrier_out to every rank once all have entered),
  * finalize and abort.
  *
+ * Local ranks are connected from the start (a socket pair, PMI_FD); remote
+ * ranks connect to a TCP listener (PMI_PORT) and first say which rank they
+ * are with "cmd=initack pmiid=N" (PMI_ID), which is answered, as hydra
+ * does, with initack and three "cmd=set" lines: size, rank and debug. Each
+ * remote rank may connect once; a connection that names a local rank, a rank
+ * already connected, or nothing within FR_PENDING_MS is closed.
+ *
  * A rank's bytes are untrusted. A request that is not key=value text, or
  * names an unknown command, gets an error answer (cmd=error rc=-1) and a
  * message here; a line too long, or a rank that never reads its answers, has
@@ -17,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ferryrun.h"
@@ -402,6 +410,35 @@ static void fr_pmi_request(fr_job_t *job, fr_rank_t *r, char *line)
     }
 }
 
+/* Serves the complete request lines in r->in. */
+static void fr_pmi_consume(fr_job_t *job, fr_rank_t *r)
+{
+    char *start = r->in;
+    char *nl;
+    while (r->pmi_fd >= 0 &&
+           (nl = memchr(start, '\n', r->in_len - (size_t)(start - r->in))) != NULL) {
+        *nl = '\0';
+        if (memchr(start, '\0', (size_t)(nl - start)) != NULL) {
+            fr_pmi_refuse(job, r, "", "nul_byte");
+        } else {
+            fr_pmi_request(job, r, start);
+        }
+        start = nl + 1;
+    }
+    if (r->pmi_fd < 0) {
+        return;
+    }
+    r->in_len -= (size_t)(start - r->in);
+    memmove(r->in, start, r->in_len);
+    if (r->in_len == sizeof(r->in)) {
+        fprintf(stderr,
+                "ferryrun: rank %d sent a PMI request longer than %d bytes; closing its PMI "
+                "connection\n",
+                r->rank, FR_PMI_LINE_MAX);
+        fr_pmi_close(job, r);
+    }
+}
+
 void fr_pmi_readable(fr_job_t *job, fr_rank_t *r)
 {
     /* A few reads per wakeup, so that a rank that floods requests cannot
@@ -419,30 +456,151 @@ void fr_pmi_readable(fr_job_t *job, fr_rank_t *r)
             return;
         }
         r->in_len += (size_t)n;
-        char *start = r->in;
-        char *nl;
-        while (r->pmi_fd >= 0 &&
-               (nl = memchr(start, '\n', r->in_len - (size_t)(start - r->in))) != NULL) {
-            *nl = '\0';
-            if (memchr(start, '\0', (size_t)(nl - start)) != NULL) {
-                fr_pmi_refuse(job, r, "", "nul_byte");
-            } else {
-                fr_pmi_request(job, r, start);
+        fr_pmi_consume(job, r);
+    }
+}
+
+/* ---- TCP connections of remote ranks ----------------------------------------- */
+
+void fr_pmi_pending_close(fr_pending_t *pc)
+{
+    if (pc->fd >= 0) {
+        close(pc->fd);
+    }
+    pc->fd = -1;
+    pc->in_len = 0;
+}
+
+void fr_pmi_accept(fr_job_t *job)
+{
+    for (;;) {
+        int fd = accept4(job->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) {
+                continue;
             }
-            start = nl + 1;
-        }
-        if (r->pmi_fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                fprintf(stderr, "ferryrun: accepting a PMI connection: %s\n", strerror(errno));
+            }
             return;
         }
-        r->in_len -= (size_t)(start - r->in);
-        memmove(r->in, start, r->in_len);
-        if (r->in_len == sizeof(r->in)) {
-            fprintf(stderr,
-                    "ferryrun: rank %d sent a PMI request longer than %d bytes; closing its PMI "
-                    "connection\n",
-                    r->rank, FR_PMI_LINE_MAX);
-            fr_pmi_close(job, r);
-            return;
+        fr_pending_t *slot = NULL;
+        for (int i = 0; i < FR_PENDING_MAX && slot == NULL; i++) {
+            if (job->pending[i].fd < 0) {
+                slot = &job->pending[i];
+            }
         }
+        if (slot == NULL) {
+            /* Ranks connect once each and identify themselves at once: this
+             * many silent connections are not theirs. */
+            fprintf(stderr, "ferryrun: %d PMI connections wait to identify themselves; "
+                            "refusing another\n",
+                    FR_PENDING_MAX);
+            close(fd);
+            continue;
+        }
+        slot->fd = fd;
+        slot->in_len = 0;
+        slot->since_ms = fr_now_ms();
+    }
+}
+
+long long fr_pmi_pending_expire(fr_job_t *job, long long now)
+{
+    long long again = 0;
+    for (int i = 0; i < FR_PENDING_MAX; i++) {
+        fr_pending_t *pc = &job->pending[i];
+        if (pc->fd < 0) {
+            continue;
+        }
+        long long end = pc->since_ms + FR_PENDING_MS;
+        if (now >= end) {
+            fprintf(stderr, "ferryrun: a PMI connection did not say which rank it is within "
+                            "%d s; closing it\n",
+                    FR_PENDING_MS / 1000);
+            fr_pmi_pending_close(pc);
+        } else if (again == 0 || end < again) {
+            again = end;
+        }
+    }
+    return again;
+}
+
+/* Refuses a pending connection, saying why here and to the peer. */
+static void fr_pending_refuse(fr_pending_t *pc, const char *text, const char *reason)
+{
+    char ex[64];
+    fr_excerpt(text, ex);
+    fprintf(stderr, "ferryrun: refused a PMI connection (%s): '%s'\n", reason, ex);
+    char line[128];
+    int n = snprintf(line, sizeof(line), "cmd=initack rc=-1 msg=%s\n", reason);
+    (void)send(pc->fd, line, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    fr_pmi_pending_close(pc);
+}
+
+void fr_pmi_pending_readable(fr_job_t *job, fr_pending_t *pc)
+{
+    ssize_t n = read(pc->fd, pc->in + pc->in_len, sizeof(pc->in) - pc->in_len);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return;
+    }
+    if (n <= 0) {
+        fr_pmi_pending_close(pc);
+        return;
+    }
+    pc->in_len += (size_t)n;
+    char *nl = memchr(pc->in, '\n', pc->in_len);
+    if (nl == NULL) {
+        if (pc->in_len == sizeof(pc->in)) {
+            fr_pending_refuse(pc, "", "line_too_long");
+        }
+        return;
+    }
+    *nl = '\0';
+    char copy[FR_PMI_LINE_MAX];
+    snprintf(copy, sizeof(copy), "%s", pc->in);
+    fr_req_t req;
+    const char *why = memchr(pc->in, '\0', (size_t)(nl - pc->in)) != NULL
+                          ? "nul_byte"
+                          : fr_req_parse(pc->in, &req);
+    if (why == NULL && strcmp(req.val[0], "initack") != 0) {
+        why = "expected_initack";
+    }
+    const char *text = why == NULL ? fr_req_field(&req, "pmiid") : NULL;
+    long id = -1;
+    if (why == NULL) {
+        char *end = NULL;
+        errno = 0;
+        id = text != NULL ? strtol(text, &end, 10) : -1;
+        if (text == NULL || errno != 0 || end == text || *end != '\0' || id < 0 ||
+            id >= job->opt.np) {
+            why = "bad_pmiid";
+        }
+    }
+    fr_rank_t *r = why == NULL ? &job->ranks[id] : NULL;
+    if (r != NULL && !r->remote) {
+        why = "pmiid_of_local_rank";
+    } else if (r != NULL && (r->pmi_fd >= 0 || r->pmi_closed_ms > 0 || r->finalized)) {
+        why = "pmiid_already_connected";
+    } else if (r != NULL && (r->reaped || job->ending)) {
+        why = "rank_ended";
+    }
+    if (why != NULL) {
+        fr_pending_refuse(pc, copy, why);
+        return;
+    }
+    /* The connection is the rank's now; bytes after the initack (a client
+     * that did not wait for the answer) are its first requests. */
+    r->pmi_fd = pc->fd;
+    size_t rest = pc->in_len - (size_t)(nl + 1 - pc->in);
+    memcpy(r->in, nl + 1, rest);
+    r->in_len = rest;
+    pc->fd = -1;
+    pc->in_len = 0;
+    fr_pmi_answer(job, r, "cmd=initack rc=0\ncmd=set size=%d\ncmd=set rank=%d\ncmd=set debug=0\n",
+                  job->opt.np, r->rank);
+    if (rest > 0 && memchr(r->in, '\n', rest) != NULL) {
+        /* Serve what is already here; the next read may never come. */
+        fr_pmi_consume(job, r);
     }
 }
