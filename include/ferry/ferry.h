@@ -218,6 +218,42 @@ int ferry_get(ferry_ctx_t *ctx, int dst, void *buf, size_t len, ferry_mem_t *loc
  * has completed. Returns the first error seen among them, or FERRY_OK. */
 int ferry_flush(ferry_ctx_t *ctx, int dst);
 
+
+/* ---- Non-contiguous data (iovec lists, strided vectors) ----------------- */
+/* Layouts are described by a convertor (include/ferry/dt.h):
+ * ferry_convertor_init_iov for an iovec list, ferry_convertor_init_vector for
+ * count blocks of block_len bytes stride bytes apart. Each call takes the
+ * data from the convertor's cursor to its end. */
+
+#include <ferry/dt.h>
+
+/*
+ * As ferry_am_send, with the message gathered from an iovec list (n blocks)
+ * or from a convertor. The receiver sees one contiguous message. Returns
+ * FERRY_ERR_NO_RESOURCE (progress and retry; nothing was sent) like
+ * ferry_am_send; more bytes than ferry_am_max_size is FERRY_ERR_INVALID.
+ */
+int ferry_am_sendv(ferry_ctx_t *ctx, int dst, uint8_t tag, const ferry_iov_t *iov, size_t n);
+int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, uint8_t tag, ferry_convertor_t *conv);
+
+/*
+ * As ferry_put and ferry_get, with the local side any convertor layout and
+ * the remote side the contiguous range [raddr, raddr + bytes) of the memory
+ * rkey describes. Small or finely cut data is packed (one transfer); larger
+ * blocks move in place, each registered through the transport's
+ * registration cache. The memory the convertor describes, and its iovec
+ * array, must stay untouched until cb (which may be NULL; ferry_flush then
+ * tells when it is done). A remote range outside the registration is
+ * FERRY_ERR_ACCESS with nothing started; an error after the first piece
+ * started is passed to cb.
+ */
+int ferry_put_conv(ferry_ctx_t *ctx, int dst, ferry_convertor_t *conv, uint64_t raddr,
+                   const ferry_rkey_t *rkey, ferry_comp_cb_t cb, void *arg);
+int ferry_get_conv(ferry_ctx_t *ctx, int dst, ferry_convertor_t *conv, uint64_t raddr,
+                   const ferry_rkey_t *rkey, ferry_comp_cb_t cb, void *arg);
+
+/* ---- end of non-contiguous data ----------------------------------------- */
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "btl/base.h"
+#include "mem/rcache.h"
 
 #define FRAG_MAGIC 0x46524147u /* "FRAG" */
 
@@ -17,6 +18,42 @@ static void frag_elem_init(void *elem, void *arg)
     frag->magic = FRAG_MAGIC;
     frag->kind = (btl_frag_kind_t)(uintptr_t)arg;
     frag->payload = frag->kind == BTL_FRAG_USER ? NULL : (char *)(frag + 1);
+}
+
+/* The registration cache's view of the module. */
+static int cache_register(void *arg, void *base, size_t len, uint32_t access, void **handle_out)
+{
+    ferry_btl_module_t *btl = arg;
+    ferry_btl_reg_t *reg;
+    int rc = btl->ops->register_mem(btl, NULL, base, len, access, &reg);
+    if (rc == FERRY_OK)
+        *handle_out = reg;
+    return rc;
+}
+
+static int cache_deregister(void *arg, void *handle)
+{
+    ferry_btl_module_t *btl = arg;
+    return btl->ops->deregister_mem(btl, handle);
+}
+
+static int frags_cache_create(btl_frags_t *frags, ferry_btl_module_t *btl,
+                              const btl_frag_params_t *params)
+{
+    mem_rcache_params_t rp = {
+        .name = btl->attr.name,
+        .limit_hint = params->reg_limit_hint,
+        .reg = cache_register,
+        .dereg = cache_deregister,
+        .arg = btl,
+        .log = &btl->ctx->log,
+    };
+    if (btl->ops->register_mem == btl_base_unsupported_register_mem)
+        return FERRY_OK;
+    int rc = mem_params_register(&btl->ctx->params, &rp.mem);
+    if (rc != FERRY_OK)
+        return rc;
+    return mem_rcache_create(&rp, &frags->rcache);
 }
 
 int btl_frags_init(btl_frags_t *frags, ferry_btl_module_t *btl, const btl_frag_params_t *params)
@@ -46,6 +83,11 @@ int btl_frags_init(btl_frags_t *frags, ferry_btl_module_t *btl, const btl_frag_p
         }
         frags->ready[k] = true;
     }
+    int rc = frags_cache_create(frags, btl, params);
+    if (rc != FERRY_OK) {
+        btl_frags_fini(frags);
+        return rc;
+    }
     return FERRY_OK;
 }
 
@@ -63,6 +105,11 @@ int btl_frags_fini(btl_frags_t *frags)
             rc = FERRY_ERR_BUSY;
         }
     }
+    /* After the pools: every returned fragment has dropped its reference. */
+    int crc = mem_rcache_destroy(frags->rcache);
+    frags->rcache = NULL;
+    if (crc != FERRY_OK && rc == FERRY_OK)
+        rc = crc;
     return rc;
 }
 
@@ -75,6 +122,7 @@ btl_frag_t *btl_frag_get(btl_frags_t *frags, btl_frag_kind_t kind)
     memset(frag->segs, 0, sizeof(frag->segs));
     frag->allocated = true;
     frag->own_reg = NULL;
+    frag->cache_reg = NULL;
     frag->ep = NULL;
     frag->done = 0;
     frag->end_pos = 0;
@@ -86,9 +134,12 @@ btl_frag_t *btl_frag_get(btl_frags_t *frags, btl_frag_kind_t kind)
 
 void btl_frag_put(btl_frags_t *frags, btl_frag_t *frag)
 {
-    if (frag->own_reg != NULL)
+    if (frag->cache_reg != NULL)
+        mem_rcache_put(frags->rcache, frag->cache_reg);
+    else if (frag->own_reg != NULL)
         frags->btl->ops->deregister_mem(frags->btl, frag->own_reg);
     frag->own_reg = NULL;
+    frag->cache_reg = NULL;
     frag->allocated = false;
     util_pool_put(&frags->pools[frag->kind], frag);
 }
@@ -132,26 +183,28 @@ int btl_frags_free(btl_frags_t *frags, ferry_btl_desc_t *des)
     return FERRY_OK;
 }
 
-/* Describes up to *size bytes of contiguous user memory at the convertor's
- * cursor in seg, registering it when the caller gave no registration. */
+/* Describes up to *size bytes of user memory at the convertor's cursor in
+ * seg, as far as it is contiguous, registering it through the cache when
+ * the caller gave no registration. */
 static int frag_in_place(btl_frags_t *frags, btl_frag_t *frag, ferry_btl_reg_t *reg,
                          ferry_convertor_t *conv, size_t *size, uint32_t access,
                          ferry_btl_segment_t *seg)
 {
-    ferry_btl_module_t *btl = frags->btl;
-    size_t left = ferry_convertor_remaining(conv);
+    size_t left = ferry_convertor_contig_len(conv);
     size_t len = *size < left ? *size : left;
     void *ptr = ferry_convertor_contig_ptr(conv);
     seg->addr = (uint64_t)(uintptr_t)ptr;
     seg->len = len;
-    if (reg == NULL && len > 0) {
-        int rc = btl->ops->register_mem(btl, NULL, ptr, len, access | FERRY_ACCESS_LOCAL,
-                                        &frag->own_reg);
+    if (reg == NULL && len > 0 && frags->rcache != NULL) {
+        mem_reg_t *creg;
+        int rc = mem_rcache_get(frags->rcache, ptr, len, access | FERRY_ACCESS_LOCAL, &creg);
         if (rc != FERRY_OK && rc != FERRY_ERR_NOT_SUPPORTED)
             return rc;
-        if (rc != FERRY_OK)
-            frag->own_reg = NULL;
-        reg = frag->own_reg;
+        if (rc == FERRY_OK) {
+            frag->cache_reg = creg;
+            frag->own_reg = creg->handle;
+            reg = frag->own_reg;
+        }
     }
     if (reg != NULL)
         memcpy(seg->key, reg->key, sizeof(seg->key));
@@ -174,8 +227,10 @@ int btl_frags_prepare_src(btl_frags_t *frags, ferry_btl_endpoint_t *ep, ferry_bt
     btl_frag_t *frag;
 
     if (rdma || (contig && reserve == 0 && (reg != NULL || want > attr->max_send_size))) {
-        /* In place: the seed's user fragment over the application's memory. */
-        if (!contig || reserve != 0)
+        /* In place: the seed's user fragment over the application's memory;
+         * for put/get on non-contiguous data, one block (or what is left of
+         * it) per descriptor. */
+        if (reserve != 0)
             return rdma ? FERRY_ERR_NOT_SUPPORTED : FERRY_ERR_INVALID;
         if (!rdma && want > attr->max_send_size)
             want = attr->max_send_size;
@@ -215,7 +270,9 @@ int btl_frags_prepare_dst(btl_frags_t *frags, ferry_btl_endpoint_t *ep, ferry_bt
 {
     if (conv == NULL || size == NULL || des_out == NULL || reserve != 0)
         return FERRY_ERR_INVALID;
-    if (ferry_convertor_need_buffers(conv))
+    /* Non-contiguous memory is described a block at a time (zero copy);
+     * only put/get can use that. */
+    if (ferry_convertor_need_buffers(conv) && !(flags & FERRY_BTL_PREP_RDMA))
         return FERRY_ERR_NOT_SUPPORTED;
     btl_frag_t *frag = btl_frag_get(frags, BTL_FRAG_USER);
     if (frag == NULL)

@@ -3,6 +3,12 @@
  * seed's eager, max and user free lists, with alloc, free, prepare_src and
  * prepare_dst written once. A transport embeds nothing: its fragments are
  * btl_frag_t, and it keeps per-operation state in the fields at the end.
+ *
+ * prepare_src and prepare_dst take the data through the convertor (packing
+ * non-contiguous data into fragments, any size from any position), and
+ * register user memory they describe in place through the transport's
+ * registration cache (src/mem/rcache.h), which btl_frags_init creates over
+ * the module's register_mem and deregister_mem.
  */
 #ifndef BTL_FRAG_H
 #define BTL_FRAG_H
@@ -11,6 +17,9 @@
 
 #include "util/list.h"
 #include "util/pool.h"
+
+struct mem_rcache;
+struct mem_reg;
 
 typedef enum { BTL_FRAG_EAGER, BTL_FRAG_MAX, BTL_FRAG_USER, BTL_FRAG_KINDS } btl_frag_kind_t;
 
@@ -25,6 +34,7 @@ typedef struct btl_frag {
     uint8_t tag;
     ferry_btl_endpoint_t *ep;
     ferry_btl_reg_t *own_reg; /* made by prepare_src/dst, released when freed */
+    struct mem_reg *cache_reg; /* the cache's registration own_reg belongs to */
     char *payload;            /* eager and max fragments: the data area */
     /* The transport's state for the operation in flight. */
     size_t done;
@@ -38,6 +48,9 @@ typedef struct btl_frag_params {
     size_t max_size;     /* payload bytes of a max fragment */
     size_t num, max, inc; /* free_list_num/max/inc for eager and user pools */
     size_t max_frags;    /* most max fragments (they are large) */
+    /* The parameter to raise when the transport runs out of registrations,
+     * named in the cache's error (e.g. "FERRY_SM_REG_SLOTS"); may be NULL. */
+    const char *reg_limit_hint;
 } btl_frag_params_t;
 
 typedef struct btl_frags {
@@ -45,9 +58,11 @@ typedef struct btl_frags {
     util_pool_t pools[BTL_FRAG_KINDS];
     bool ready[BTL_FRAG_KINDS];
     char names[BTL_FRAG_KINDS][48];
+    struct mem_rcache *rcache; /* NULL when the module cannot register memory */
 } btl_frags_t;
 
-/* Creates the three pools, named after the transport. */
+/* Creates the three pools, named after the transport, and the registration
+ * cache (reading the FERRY_MEM_* parameters). */
 int btl_frags_init(btl_frags_t *frags, ferry_btl_module_t *btl, const btl_frag_params_t *params);
 
 /* Frees the pools. Returns FERRY_OK, or FERRY_ERR_BUSY (logged, naming the
@@ -80,6 +95,12 @@ int btl_frags_prepare_src(btl_frags_t *frags, ferry_btl_endpoint_t *ep, ferry_bt
 int btl_frags_prepare_dst(btl_frags_t *frags, ferry_btl_endpoint_t *ep, ferry_btl_reg_t *reg,
                           ferry_convertor_t *conv, size_t reserve, size_t *size, uint32_t flags,
                           ferry_btl_desc_t **des_out);
+
+/* The module's registration cache, or NULL (tests and ferry-bench). */
+static inline struct mem_rcache *btl_frags_rcache(const btl_frags_t *frags)
+{
+    return frags->rcache;
+}
 
 /* Descriptors in use, by pool, for dump. */
 size_t btl_frags_in_use(const btl_frags_t *frags, btl_frag_kind_t kind);

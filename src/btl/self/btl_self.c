@@ -2,6 +2,11 @@
  * The self transport: loopback within one process, with every operation of
  * the contract, put and get included.
  *
+ * Memory that prepare_src/prepare_dst describe in place is registered through
+ * the registration cache the shared fragment code keeps (src/mem); the
+ * registrations the application makes itself (ferry_mem_register) are
+ * exact and uncached, since deregistering them must revoke their keys.
+ *
  * Nothing is delivered from inside the call that starts it: sends and RDMA
  * operations join one pending queue that progress drains in order, so self
  * behaves as a real transport would (callbacks from progress only, back
@@ -13,6 +18,7 @@
 
 #include "btl/base.h"
 #include "btl/frag.h"
+#include "mem/rcache.h"
 #include "util/list.h"
 
 #define SELF_REG_MAGIC 0x53524547u
@@ -462,7 +468,14 @@ static int self_read_params(ferry_ctx_t *ctx, self_params_t *p)
 static int self_register_params(ferry_ctx_t *ctx)
 {
     self_params_t p;
-    return self_read_params(ctx, &p);
+    mem_params_t mp;
+    int rc = self_read_params(ctx, &p);
+    /* The registration cache's parameters belong to no transport; self is
+     * always built, so registering them here lists them in ferry_info -a
+     * (and checks their values) even before any cache exists. */
+    if (rc == FERRY_OK)
+        rc = mem_params_register(&ctx->params, &mp);
+    return rc;
 }
 
 extern const ferry_btl_component_t btl_self_component;

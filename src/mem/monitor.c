@@ -1,0 +1,283 @@
+/*
+ * userfaultfd memory monitor. See monitor.h for the design and its limits.
+ */
+#include "mem/monitor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <ferry/ferry.h>
+
+/* The events that mean "this range no longer holds what it held". */
+#define MON_EVENTS (UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_REMAP)
+/* Wanted when the kernel has them, so that write-protect mode (which never
+ * faults unless pages are protected, and we protect none) works on
+ * anonymous and shared memory alike. */
+#define MON_OPTIONAL (UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_WP_HUGETLBFS_SHMEM)
+
+/*
+ * Process-wide by necessity (a range can be watched by one userfaultfd
+ * only): the one exception to "no global mutable state". `lock` guards the
+ * client list and every cache's tree; `setup` guards starting and stopping.
+ */
+static struct {
+    pthread_mutex_t setup;
+    pthread_mutex_t lock;
+    int users;
+    int uffd;
+    int wake[2];
+    pthread_t thread;
+    util_list_t clients;
+    bool clients_ready;
+    _Atomic uint64_t events;
+} mon = {
+    .setup = PTHREAD_MUTEX_INITIALIZER,
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .uffd = -1,
+    .wake = {-1, -1},
+};
+
+void mem_monitor_lock(void)
+{
+    pthread_mutex_lock(&mon.lock);
+}
+
+void mem_monitor_unlock(void)
+{
+    pthread_mutex_unlock(&mon.lock);
+}
+
+uint64_t mem_monitor_events(void)
+{
+    return atomic_load(&mon.events);
+}
+
+/* A userfaultfd, trying the system call (also in user-mode-only form, which
+ * unprivileged processes may get since Linux 5.11) and then /dev/userfaultfd. */
+static int uffd_open(int *err_out)
+{
+    int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+#ifdef UFFD_USER_MODE_ONLY
+    if (fd < 0 && errno == EPERM)
+        fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+#endif
+#ifdef USERFAULTFD_IOC_NEW
+    if (fd < 0) {
+        int saved = errno;
+        int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+        if (dev >= 0) {
+            fd = ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+            close(dev);
+        }
+        if (fd < 0)
+            errno = saved;
+    }
+#endif
+    if (fd < 0)
+        *err_out = errno;
+    return fd;
+}
+
+static void dispatch(uintptr_t start, uintptr_t end)
+{
+    for (util_list_item_t *it = util_list_first(&mon.clients); it != NULL;
+         it = util_list_next(&mon.clients, it)) {
+        mem_monitor_client_t *c = UTIL_CONTAINER_OF(it, mem_monitor_client_t, link);
+        c->invalidate(c, start, end);
+    }
+}
+
+/* Reads and handles every queued event. Called with mon.lock held. */
+static void drain(void)
+{
+    struct uffd_msg msgs[16];
+    for (;;) {
+        ssize_t n = read(mon.uffd, msgs, sizeof(msgs));
+        if (n < (ssize_t)sizeof(msgs[0]))
+            return; /* EAGAIN: nothing more queued */
+        for (size_t i = 0; i < (size_t)n / sizeof(msgs[0]); i++) {
+            const struct uffd_msg *m = &msgs[i];
+            switch (m->event) {
+            case UFFD_EVENT_UNMAP:
+                dispatch((uintptr_t)m->arg.remove.start, (uintptr_t)m->arg.remove.end);
+                break;
+            case UFFD_EVENT_REMOVE:
+                dispatch((uintptr_t)m->arg.remove.start, (uintptr_t)m->arg.remove.end);
+                break;
+            case UFFD_EVENT_REMAP:
+                dispatch((uintptr_t)m->arg.remap.from,
+                         (uintptr_t)(m->arg.remap.from + m->arg.remap.len));
+                break;
+            case UFFD_EVENT_PAGEFAULT: {
+                /* We protect no page, so this should not happen; should it,
+                 * lift the protection so the faulting thread goes on. */
+                long page = sysconf(_SC_PAGESIZE);
+                struct uffdio_writeprotect wp = {
+                    .range = {.start = m->arg.pagefault.address & ~(uint64_t)(page - 1),
+                              .len = (uint64_t)page},
+                    .mode = 0,
+                };
+                if (ioctl(mon.uffd, UFFDIO_WRITEPROTECT, &wp) != 0) {
+                    struct uffdio_range r = wp.range;
+                    ioctl(mon.uffd, UFFDIO_WAKE, &r);
+                }
+                break;
+            }
+            default:
+                break;
+            }
+            atomic_fetch_add(&mon.events, 1);
+        }
+    }
+}
+
+static void *monitor_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        struct pollfd p[2] = {{.fd = mon.uffd, .events = POLLIN},
+                              {.fd = mon.wake[0], .events = POLLIN}};
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (p[1].revents != 0)
+            break;
+        /* The read that releases the unmapping thread and the invalidation
+         * happen under one hold of the lock: see monitor.h. */
+        pthread_mutex_lock(&mon.lock);
+        drain();
+        pthread_mutex_unlock(&mon.lock);
+    }
+    return NULL;
+}
+
+static void monitor_close(void)
+{
+    if (mon.uffd >= 0)
+        close(mon.uffd);
+    if (mon.wake[0] >= 0)
+        close(mon.wake[0]);
+    if (mon.wake[1] >= 0)
+        close(mon.wake[1]);
+    mon.uffd = mon.wake[0] = mon.wake[1] = -1;
+}
+
+/* Opens the userfaultfd with the features we need and starts the thread. */
+static int monitor_start(char *why, size_t why_len)
+{
+    int err = 0;
+    int probe = uffd_open(&err);
+    if (probe < 0) {
+        snprintf(why, why_len, "userfaultfd: %s (see vm.unprivileged_userfaultfd)",
+                 strerror(err));
+        return FERRY_ERR_NOT_SUPPORTED;
+    }
+    /* The features a kernel offers are learnt on a first descriptor; a
+     * descriptor's features are fixed by its one UFFDIO_API call. */
+    struct uffdio_api api = {.api = UFFD_API, .features = 0};
+    if (ioctl(probe, UFFDIO_API, &api) != 0) {
+        snprintf(why, why_len, "userfaultfd API handshake: %s", strerror(errno));
+        close(probe);
+        return FERRY_ERR_NOT_SUPPORTED;
+    }
+    close(probe);
+    uint64_t avail = api.features;
+    if ((avail & MON_EVENTS) != MON_EVENTS) {
+        snprintf(why, why_len, "the kernel's userfaultfd lacks unmap/remove/remap events");
+        return FERRY_ERR_NOT_SUPPORTED;
+    }
+    mon.uffd = uffd_open(&err);
+    if (mon.uffd < 0) {
+        snprintf(why, why_len, "userfaultfd: %s", strerror(err));
+        return FERRY_ERR_NOT_SUPPORTED;
+    }
+    api = (struct uffdio_api){.api = UFFD_API,
+                              .features = MON_EVENTS | (avail & MON_OPTIONAL)};
+    if (ioctl(mon.uffd, UFFDIO_API, &api) != 0) {
+        snprintf(why, why_len, "userfaultfd features: %s", strerror(errno));
+        monitor_close();
+        return FERRY_ERR_NOT_SUPPORTED;
+    }
+    if (pipe2(mon.wake, O_CLOEXEC) != 0) {
+        snprintf(why, why_len, "pipe: %s", strerror(errno));
+        monitor_close();
+        return FERRY_ERR_NOT_SUPPORTED;
+    }
+    int rc = pthread_create(&mon.thread, NULL, monitor_main, NULL);
+    if (rc != 0) {
+        snprintf(why, why_len, "starting the monitor thread: %s", strerror(rc));
+        monitor_close();
+        return FERRY_ERR_NOT_SUPPORTED;
+    }
+    return FERRY_OK;
+}
+
+int mem_monitor_attach(mem_monitor_client_t *client, char *why, size_t why_len)
+{
+    int rc = FERRY_OK;
+    pthread_mutex_lock(&mon.setup);
+    if (mon.users == 0)
+        rc = monitor_start(why, why_len);
+    if (rc == FERRY_OK) {
+        mon.users++;
+        pthread_mutex_lock(&mon.lock);
+        if (!mon.clients_ready) {
+            util_list_init(&mon.clients);
+            mon.clients_ready = true;
+        }
+        util_list_append(&mon.clients, &client->link);
+        pthread_mutex_unlock(&mon.lock);
+    }
+    pthread_mutex_unlock(&mon.setup);
+    return rc;
+}
+
+void mem_monitor_detach(mem_monitor_client_t *client)
+{
+    pthread_mutex_lock(&mon.setup);
+    pthread_mutex_lock(&mon.lock);
+    util_list_remove(&mon.clients, &client->link);
+    pthread_mutex_unlock(&mon.lock);
+    if (--mon.users == 0) {
+        char c = 1;
+        while (write(mon.wake[1], &c, 1) < 0 && errno == EINTR)
+            ;
+        pthread_join(mon.thread, NULL);
+        /* Closing the descriptor unwatches every range. */
+        monitor_close();
+    }
+    pthread_mutex_unlock(&mon.setup);
+}
+
+int mem_monitor_watch(uintptr_t start, uintptr_t end)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = start & ~(page - 1);
+    uintptr_t hi = end > UINTPTR_MAX - (page - 1) ? 0 : (end + page - 1) & ~(page - 1);
+    if (hi <= lo)
+        return FERRY_ERR_NOT_SUPPORTED;
+    /* Exactly the pages of the range, never a neighbour's: a mapping next
+     * to it may belong to an allocator (a sanitizer's, or the monitor
+     * thread's own trace buffers) that unmaps it while holding a lock the
+     * monitor thread needs, and a watched range's unmapper waits for the
+     * monitor. The price is the mremap limit in monitor.h. */
+    /* Write-protect mode: events without faults, since we protect nothing. */
+    struct uffdio_register reg = {
+        .range = {.start = lo, .len = hi - lo},
+        .mode = UFFDIO_REGISTER_MODE_WP,
+    };
+    if (ioctl(mon.uffd, UFFDIO_REGISTER, &reg) != 0)
+        return FERRY_ERR_NOT_SUPPORTED;
+    return FERRY_OK;
+}

@@ -1,0 +1,86 @@
+/*
+ * The memory monitor: tells registration caches, synchronously enough to be
+ * correct, that the application unmapped or discarded memory, so that no
+ * cached registration outlives the memory it describes.
+ *
+ * Choice: the kernel's userfaultfd with the UNMAP, REMOVE and REMAP events,
+ * read by one thread. Those events cover every way memory leaves an address
+ * range (munmap, mremap, madvise DONTNEED/REMOVE/FREE, brk shrinking, and
+ * malloc's own unmapping and trimming, which call the kernel through libc's
+ * internal aliases that symbol interposition cannot see), in every library
+ * of the process, static or dynamic.
+ *
+ * Why it is synchronous: the kernel makes the thread that unmaps a watched
+ * range wait until the event has been read. The monitor thread reads events
+ * and drops the registrations they cover while holding the monitor lock, and
+ * every cache operation takes the same lock. So once munmap has returned in
+ * a thread, a cache lookup in that thread waits for (or follows) the
+ * invalidation: a stale registration is never found.
+ *
+ * Limits (docs/mem.md says the same):
+ * - One lock and one thread per process, shared by every context: a range
+ *   can be watched by one userfaultfd only. This is ferry's one piece of
+ *   process-wide state, kept here and reference-counted.
+ * - Only anonymous, shared-memory and hugetlbfs ranges can be watched; a
+ *   range that cannot (a mapped regular file, or memory the application
+ *   watches with its own userfaultfd) is registered uncached: released as
+ *   soon as its last user is done.
+ * - Multi-threaded processes: if one thread unmaps a range while another
+ *   maps new memory at the same address and passes it to ferry before the
+ *   first thread's munmap has returned, the second may see the old
+ *   registration. Ordering the reuse after munmap returns is enough.
+ * - Needs userfaultfd: root, CAP_SYS_PTRACE, vm.unprivileged_userfaultfd=1,
+ *   or access to /dev/userfaultfd. Without it caches release unused
+ *   registrations at once (leave-pinned off), which is always correct.
+ * - Watched ranges stay watched until unmapped; unmapping one costs the
+ *   unmapping thread a wake-up of the monitor thread.
+ * - Watching the pages of a registration splits the mapping holding them at
+ *   those pages, and mremap refuses (EFAULT) a range spanning two parts: an
+ *   application that mremaps a whole buffer of which ferry registered only
+ *   a part sees mremap fail (glibc's realloc then copies instead). Watching
+ *   whole mappings instead would avoid that but can take in a neighbouring
+ *   allocator's memory, whose unmapping under its lock could then deadlock
+ *   with the monitor thread (seen under ThreadSanitizer).
+ */
+#ifndef MEM_MONITOR_H
+#define MEM_MONITOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/list.h"
+
+/* A cache that wants to hear about unmapped ranges. */
+typedef struct mem_monitor_client {
+    /* Called from the monitor thread with the monitor lock held, for a range
+     * [start, end) that no longer holds the memory it held. It must not
+     * allocate, free, log or call a transport: any of those may unmap memory
+     * and wait for this very thread. */
+    void (*invalidate)(struct mem_monitor_client *client, uintptr_t start, uintptr_t end);
+    util_list_item_t link;
+} mem_monitor_client_t;
+
+/* Starts the monitor (the first client starts the thread) and adds client.
+ * FERRY_ERR_NOT_SUPPORTED when userfaultfd cannot be used here, with the
+ * reason in why. */
+int mem_monitor_attach(mem_monitor_client_t *client, char *why, size_t why_len);
+
+/* Removes client; the last one stops the thread. */
+void mem_monitor_detach(mem_monitor_client_t *client);
+
+/* Watches the pages holding [start, end) for unmapping. FERRY_OK, or
+ * FERRY_ERR_NOT_SUPPORTED when the range cannot be watched (see above).
+ * Only while attached. */
+int mem_monitor_watch(uintptr_t start, uintptr_t end);
+
+/* The lock the monitor holds while reading and handling events; caches hold
+ * it while they look up, insert or drop registrations. Never allocate, free
+ * or call out while holding it. */
+void mem_monitor_lock(void);
+void mem_monitor_unlock(void);
+
+/* Events handled since the process started (tests). */
+uint64_t mem_monitor_events(void);
+
+#endif /* MEM_MONITOR_H */
