@@ -119,6 +119,16 @@ typedef struct bench_floors {
     int n_pvw;
     size_t pvw_size[BENCH_SIZES_MAX];
     double pvw_mbs[BENCH_SIZES_MAX];
+    /* >>> tcp floors (bench_floor_tcp.c) */
+    double cacheline_shm_us; /* the cache-line figure when cacheline_us holds tcp's */
+    bool tcp_setup_done;
+    bool tcp_ok;
+    int tcp_fd;
+    double tcp_lat_us; /* busy-poll ping-pong half round trip; < 0 unavailable */
+    int n_tcp;
+    size_t tcp_size[BENCH_SIZES_MAX];
+    double tcp_mbs[BENCH_SIZES_MAX];
+    /* <<< tcp floors */
 } bench_floors_t;
 
 typedef struct bench {
@@ -227,6 +237,17 @@ double bench_floor_pvw_at(const bench_t *b, size_t size);
 double bench_floor_memcpy(bench_t *b, size_t size);
 int bench_run_limits(bench_t *b);
 
+/* >>> tcp floors (bench_floor_tcp.c) */
+enum { BENCH_CTRL_TCP = 7 }; /* loopback TCP floor: port, then readiness */
+/* FERRY_BTL selects tcp and not sm: the tables' floors are TCP's. */
+bool bench_floor_tcp_selected(const bench_t *b);
+/* Collective: sets up the loopback connection and the ping-pong floor once,
+ * and measures the stream at every size not yet measured. */
+int bench_floor_tcp(bench_t *b, const size_t *sizes, int n);
+double bench_floor_tcp_stream_at(const bench_t *b, size_t size);
+void bench_floor_tcp_fini(bench_t *b);
+/* <<< tcp floors */
+
 /* ---- bench_am.c ---- */
 
 int bench_run_am(bench_t *b, bench_mode_t mode);
@@ -236,5 +257,12 @@ int bench_run_am(bench_t *b, bench_mode_t mode);
 int bench_run_rdma(bench_t *b, bench_mode_t mode);
 /* Deregisters the buffer; safe on a zeroed bench. */
 void bench_rdma_fini(bench_t *b);
+
+/* ---- bench_reg.c ---- */
+
+/* ferry-bench reg [-m MIN:MAX] [-i ITERS]: register+deregister against a
+ * registration-cache hit, per size, in every RDMA transport; returns the
+ * exit status. */
+int bench_run_reg(int argc, char **argv);
 
 #endif /* FERRY_BENCH_H */

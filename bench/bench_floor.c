@@ -189,7 +189,22 @@ err_unmap:
     return rc;
 }
 
+static int cacheline_measure(bench_t *b);
+
 int bench_floor_cacheline(bench_t *b)
+{
+    int rc = cacheline_measure(b);
+    /* >>> tcp floors: over tcp, the latency floor is TCP's ping-pong. */
+    b->floors.cacheline_shm_us = b->floors.cacheline_us;
+    if (rc == FERRY_OK && bench_floor_tcp_selected(b)) {
+        rc = bench_floor_tcp(b, NULL, 0);
+        b->floors.cacheline_us = b->floors.tcp_lat_us;
+    }
+    /* <<< tcp floors */
+    return rc;
+}
+
+static int cacheline_measure(bench_t *b)
 {
     if (b->floors.cacheline_done)
         return FERRY_OK;
@@ -280,7 +295,18 @@ static int pvw_windows(bench_t *b, size_t size, long n, uint64_t *ns_out)
     return FERRY_OK;
 }
 
+static double pvw_raw_at(const bench_t *b, size_t size);
+
 double bench_floor_pvw_at(const bench_t *b, size_t size)
+{
+    /* >>> tcp floors: over tcp, the bandwidth floor is the TCP stream. */
+    if (bench_floor_tcp_selected(b))
+        return bench_floor_tcp_stream_at(b, size);
+    /* <<< tcp floors */
+    return pvw_raw_at(b, size);
+}
+
+static double pvw_raw_at(const bench_t *b, size_t size)
 {
     for (int i = 0; i < b->floors.n_pvw; i++)
         if (b->floors.pvw_size[i] == size)
@@ -327,6 +353,10 @@ int bench_floor_pvw(bench_t *b, const size_t *sizes, int n)
         if (rc != FERRY_OK)
             return rc;
     }
+    /* >>> tcp floors */
+    if (bench_floor_tcp_selected(b))
+        return bench_floor_tcp(b, sizes, n);
+    /* <<< tcp floors */
     return FERRY_OK;
 }
 
@@ -365,8 +395,12 @@ int bench_run_limits(bench_t *b)
     if ((rc = bench_floor_cacheline(b)) != FERRY_OK || (rc = bench_floor_pvw(b, sizes, n)) !=
                                                            FERRY_OK)
         return rc;
+    /* >>> tcp floors: measured in every limits run */
+    if ((rc = bench_floor_tcp(b, sizes, n)) != FERRY_OK)
+        return rc;
+    /* <<< tcp floors */
     if (b->rank == 0) {
-        double cl = b->floors.cacheline_us;
+        double cl = b->floors.cacheline_shm_us;
         printf("\n# ferry-bench limits (transport %s)\n", b->transport);
         printf("# each value: median of %d repetitions; same two ranks and cpus as the other "
                "tests\n", b->opts.reps);
@@ -387,7 +421,7 @@ int bench_run_limits(bench_t *b)
         if (b->rank != 0)
             continue;
         double mc = bench_floor_memcpy(b, sizes[i]);
-        double pvw = bench_floor_pvw_at(b, sizes[i]);
+        double pvw = pvw_raw_at(b, sizes[i]);
         if (pvw > 0)
             printf("%-10zu%18.2f%26.2f\n", sizes[i], mc, pvw);
         else
@@ -396,6 +430,28 @@ int bench_run_limits(bench_t *b)
         bench_csv_row(b, "memcpy", sizes[i], mc, "MB/s");
         bench_csv_row(b, "process_vm_writev", sizes[i], pvw, "MB/s");
     }
+    /* >>> tcp floors */
+    if (b->rank == 0) {
+        bool csv = bench_floor_tcp_selected(b);
+        if (b->floors.tcp_lat_us > 0)
+            printf("# loopback TCP busy-poll ping-pong (TCP_NODELAY, 8 bytes), half round "
+                   "trip: %.3f us\n", b->floors.tcp_lat_us);
+        else
+            printf("# loopback TCP ping-pong: n/a\n");
+        printf("# loopback TCP stream, one socket, writes of the size, windows of %d\n",
+               BENCH_WINDOW);
+        printf("# %-8s%18s\n", "Size", "TCP stream (MB/s)");
+        if (csv)
+            bench_csv_row(b, "tcp-pingpong", 8, b->floors.tcp_lat_us, "us");
+        for (int i = 0; i < n; i++) {
+            double mbs = bench_floor_tcp_stream_at(b, sizes[i]);
+            printf("%-10zu%18.2f\n", sizes[i], mbs);
+            if (csv)
+                bench_csv_row(b, "tcp-stream", sizes[i], mbs, "MB/s");
+        }
+        fflush(stdout);
+    }
+    /* <<< tcp floors */
     /* Rank 1 waits here while rank 0 copies. */
     return bench_barrier(b);
 }

@@ -378,6 +378,13 @@ void bench_table_begin(bench_t *b, bench_mode_t mode, const char *floor_what,
            rdma_alloc(b, mode) ? "-alloc" : "", b->transport);
     printf("# each value: median of %d repetitions of %s up to %d bytes, scaled down by "
            "%d/size above\n", b->opts.reps, iters, BENCH_LARGE_FROM, BENCH_LARGE_FROM);
+    /* >>> tcp floors: the tables' floors are TCP's when tcp carries the run. */
+    if (bench_floor_tcp_selected(b) && mode_kind(mode) == KIND_LAT)
+        floor_what = "loopback TCP busy-poll ping-pong half round trip (ratio = latency / floor)";
+    else if (bench_floor_tcp_selected(b) && mode != BENCH_AM_RATE && !rdma_alloc(b, mode))
+        floor_what = "loopback TCP stream, one socket, writes of the same size (ratio = "
+                     "bandwidth / floor)";
+    /* <<< tcp floors */
     printf("# floor: %s\n", floor_what);
     printf("# %-8s%18s%14s%10s\n", "Size", value_col, floor_col, "Ratio");
     fflush(stdout);
@@ -604,6 +611,10 @@ static int run(bench_t *b)
 
 int main(int argc, char **argv)
 {
+    /* ---- reg mode (bench_reg.c): its own options and run ---- */
+    if (argc > 1 && strcmp(argv[1], "reg") == 0)
+        return bench_run_reg(argc, argv);
+    /* ---- end of reg mode ---- */
     bench_t b;
     memset(&b, 0, sizeof(b));
     b.cpu = -1;
@@ -652,6 +663,7 @@ int main(int argc, char **argv)
         exit(1);
     }
     bench_rdma_fini(&b);
+    bench_floor_tcp_fini(&b); /* tcp floors */
     rc = ferry_finalize(b.ctx);
     free(b.pattern);
     if (!b.opts.alloc)

@@ -1,0 +1,307 @@
+/*
+ * The tcp transport: active messages and emulated put/get over TCP streams.
+ *
+ * Each process listens on every selected interface (FERRY_TCP_IF_INCLUDE /
+ * FERRY_TCP_IF_EXCLUDE) and publishes the addresses under "btl.tcp". A peer
+ * is connected on first use, with a non-blocking connect whose deadline
+ * (FERRY_TCP_CONNECT_TIMEOUT) progress checks. Both sides then exchange a
+ * hello carrying a magic, the protocol version, the rank and the job's
+ * secret key; rank 0 draws that key from getrandom and publishes it in the
+ * modex ("btl.tcp.jobkey"), so only processes of the job that learned it
+ * through the launcher can talk to us. The acceptor answers only after the
+ * initiator has shown the key, so the key never goes to a stranger. When two
+ * ranks connect to each other at once, the connection the lower rank
+ * initiated is kept.
+ *
+ * After the hello, a connection carries frames: a 16-byte header
+ * (tcp_hdr_t) and len bytes. Every field is checked before use; a bad frame
+ * closes that connection and the peer is reported failed.
+ *
+ * Flow control is TCP's own: fragments that do not fit in the socket wait on
+ * the endpoint's queue, which progress drains with writev, in order. The
+ * queue has a byte budget (FERRY_TCP_SENDQ_MAX): past it alloc, prepare_src
+ * and sendi say FERRY_ERR_NO_RESOURCE, so a sender cannot queue without end.
+ *
+ * put/get travel as messages. The target checks key, bounds and access
+ * against its registration table before a byte moves, and answers every
+ * request in order (PUT_ACK, GET_RESP), so the initiator matches answers with
+ * the head of its list of requests in flight. Put data and get answers are
+ * read from the socket straight into the destination memory.
+ */
+#ifndef BTL_TCP_H
+#define BTL_TCP_H
+
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "btl/base.h"
+#include "btl/frag.h"
+#include "util/list.h"
+
+#define TCP_MAGIC 0x317063747972726full /* "ferrytc1" */
+#define TCP_VERSION 1
+#define TCP_KEY_LEN 32
+#define TCP_MAX_ADDRS 16
+#define TCP_MAX_RDMA ((size_t)1 << 30)
+
+/* Frame types. */
+enum {
+    TCP_T_DATA = 1,     /* active message: tag, len payload bytes */
+    TCP_T_PUT = 2,      /* tcp_rdma_body_t (length unused), then the data */
+    TCP_T_PUT_ACK = 3,  /* tcp_status_body_t */
+    TCP_T_GET_REQ = 4,  /* tcp_rdma_body_t */
+    TCP_T_GET_RESP = 5, /* tcp_status_body_t, then the data when status is 0 */
+    TCP_T_FIN = 6       /* the sender finalizes: its close is no failure */
+};
+
+typedef struct tcp_hdr {
+    uint32_t len; /* bytes after this header */
+    uint8_t type;
+    uint8_t tag;     /* DATA only, else 0 */
+    uint16_t zero;   /* must be 0 */
+    uint64_t cookie; /* names an RDMA request; 0 for DATA and FIN */
+} tcp_hdr_t;
+
+typedef struct tcp_rdma_body {
+    uint64_t raddr;
+    uint32_t slot; /* the key: slot and generation of the registration */
+    uint32_t gen;
+    uint64_t length; /* GET_REQ: bytes wanted; PUT: 0 */
+} tcp_rdma_body_t;
+
+typedef struct tcp_status_body {
+    int32_t status;
+    uint32_t zero;
+} tcp_status_body_t;
+
+/* The hello both sides send; a reply carries status, and the key only when
+ * it accepts. */
+enum { TCP_HELLO_OK = 0, TCP_HELLO_DUP = 1 };
+typedef struct tcp_hello {
+    uint64_t magic;
+    uint32_t version;
+    int32_t rank;
+    int32_t size;
+    int32_t status;
+    uint8_t key[TCP_KEY_LEN];
+} tcp_hello_t;
+
+/* One published address. */
+typedef struct tcp_addr_entry {
+    uint8_t family; /* 4 or 6 */
+    uint8_t prefix; /* netmask length */
+    uint16_t port;  /* host order */
+    uint8_t addr[16];
+} tcp_addr_entry_t;
+
+typedef struct tcp_addr_blob {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t count;
+    tcp_addr_entry_t entry[TCP_MAX_ADDRS];
+} tcp_addr_blob_t;
+
+/* What an epoll event points to. */
+typedef enum { TCP_POLL_LISTENER, TCP_POLL_CONN, TCP_POLL_EP } tcp_poll_kind_t;
+typedef struct tcp_pollable {
+    tcp_poll_kind_t kind;
+    int fd;
+} tcp_pollable_t;
+
+typedef struct tcp_module tcp_module_t;
+
+/* An accepted socket before its hello has arrived. */
+typedef struct tcp_conn {
+    tcp_pollable_t poll;
+    util_list_item_t link;
+    uint64_t deadline_ns;
+    tcp_hello_t hello;
+    size_t got;
+    char from[64]; /* the peer's address, for the log */
+} tcp_conn_t;
+
+/* NEW: no socket. CONNECTING: connect in flight. HELLO: ours sent, waiting
+ * for the answer. WAIT: the peer keeps its own connection to us (it has the
+ * lower rank); waiting for it. CLOSED: the peer finalized. */
+typedef enum {
+    TCP_EP_NEW,
+    TCP_EP_CONNECTING,
+    TCP_EP_HELLO,
+    TCP_EP_WAIT,
+    TCP_EP_CONNECTED,
+    TCP_EP_FAILED,
+    TCP_EP_CLOSED
+} tcp_ep_state_t;
+
+/* What the receive side is doing with the bytes after a header. */
+typedef enum {
+    TCP_RX_FRAMES,  /* parsing frames from the buffer */
+    TCP_RX_DIRECT,  /* reading payload straight into rx_dst */
+    TCP_RX_DISCARD  /* skipping payload of a refused put */
+} tcp_rx_mode_t;
+
+struct ferry_btl_endpoint {
+    tcp_pollable_t poll;
+    tcp_module_t *mod;
+    int rank;
+    tcp_ep_state_t state;
+    bool deleted;  /* del_procs ran: refuse new work until added again */
+    bool in_epoll;
+    uint32_t events; /* registered epoll events */
+    /* Connecting. */
+    tcp_addr_entry_t cand[TCP_MAX_ADDRS]; /* the peer's addresses, best first */
+    int ncand;
+    int icand;
+    uint64_t deadline_ns;
+    util_list_item_t connecting_link; /* in mod->connecting while a deadline runs */
+    bool connecting_listed;
+    tcp_hello_t hello_rx;
+    size_t hello_got;
+    tcp_hello_t hello_tx;
+    size_t hello_sent;
+    /* Sending. */
+    util_list_t queue;    /* fragments to write, in order; the head may be partial */
+    size_t queued_bytes;  /* wire bytes in queue not yet written */
+    util_list_t rdma_wait; /* puts and gets written, waiting for their answer */
+    size_t rdma_inflight;  /* puts and gets not yet completed */
+    bool sending;          /* in mod->sending */
+    util_list_item_t sending_link;
+    bool hot;              /* in mod->hot: polled with recv directly */
+    /* Receiving. */
+    unsigned char *rx;
+    size_t rx_cap, rx_len, rx_off;
+    tcp_rx_mode_t rx_mode;
+    unsigned char *rx_dst;
+    size_t rx_left;
+    uint8_t rx_type;       /* PUT or GET_RESP being read directly */
+    uint64_t rx_cookie;
+    int32_t rx_status;
+    uint32_t rx_slot;      /* PUT: the registration written to */
+    btl_frag_t *rx_frag;   /* GET_RESP: the get being answered */
+    /* A failure to report from progress (never from the failing call). */
+    bool report_pending;
+    int report_status;
+    char report_msg[160];
+    util_list_item_t report_link;
+};
+
+/* A frame of our own (an RDMA answer, FIN, or the rest of a sendi that did
+ * not fit), queued like a fragment: frag.op is TCP_OP_CTL. The header and
+ * body are in bytes[]; data (a get's answer) follows from data. */
+typedef struct tcp_ctl {
+    btl_frag_t frag;
+    size_t hlen;
+    const unsigned char *data;
+    size_t data_len;
+    uint32_t slot;     /* registration data points into, or UINT32_MAX */
+    unsigned char *owned; /* data copied here when its registration went away */
+    unsigned char bytes[];
+} tcp_ctl_t;
+
+/* Operation codes in btl_frag_t.op. */
+enum { TCP_OP_SEND, TCP_OP_PUT, TCP_OP_GET, TCP_OP_CTL };
+
+typedef struct tcp_reg {
+    ferry_btl_reg_t base;
+    uint32_t magic;
+    uint32_t slot;
+    uint32_t gen;
+} tcp_reg_t;
+
+typedef struct tcp_params {
+    const char *if_include;
+    const char *if_exclude;
+    long long connect_timeout_ms;
+    size_t eager_limit;
+    size_t max_send_size;
+    size_t sendq_max;
+    size_t rx_buffer;
+    long long keepalive_time, keepalive_intvl, keepalive_probes;
+    long long poll_direct;
+    size_t reg_slots;
+    size_t free_list_num, free_list_max, free_list_inc;
+} tcp_params_t;
+
+typedef struct tcp_listener {
+    tcp_pollable_t poll;
+    tcp_addr_entry_t addr;
+    char ifname[32];
+} tcp_listener_t;
+
+struct tcp_module {
+    ferry_btl_module_t super;
+    tcp_params_t p;
+    int epfd;
+    tcp_listener_t listeners[TCP_MAX_ADDRS];
+    int nlisteners;
+    /* Our addresses with their netmasks, for choosing a peer's address. */
+    tcp_addr_entry_t local[TCP_MAX_ADDRS];
+    int nlocal;
+    uint8_t jobkey[TCP_KEY_LEN];
+    bool have_jobkey;
+    int nranks;
+    ferry_btl_endpoint_t **eps; /* by rank, made on first use */
+    bool *same_host;            /* by rank, from add_procs */
+    util_list_t conns;      /* accepted sockets waiting for their hello */
+    util_list_t connecting; /* endpoints with a deadline */
+    util_list_t sending;    /* endpoints with queued bytes */
+    util_list_t completed;  /* fragments whose completion is due */
+    util_list_t reports;    /* endpoints with a failure to report */
+    ferry_btl_endpoint_t **hot; /* connected endpoints, polled directly */
+    int nhot;
+    btl_frags_t frags;
+    tcp_reg_t **regs;
+    uint32_t *reg_gen;
+    uint64_t next_cookie;
+    uint32_t progress_calls;
+    bool finalizing;
+};
+
+uint64_t tcp_now_ns(void);
+
+/* tcp_endpoint.c */
+ferry_btl_endpoint_t *tcp_ep_get(tcp_module_t *mod, int rank);
+void tcp_ep_free(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
+int tcp_ep_connect(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
+int tcp_ep_connect_progress(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
+void tcp_ep_fail(tcp_module_t *mod, ferry_btl_endpoint_t *ep, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void tcp_ep_peer_closed(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
+int tcp_ep_set_events(tcp_module_t *mod, ferry_btl_endpoint_t *ep, uint32_t events);
+int tcp_check_deadlines(tcp_module_t *mod);
+int tcp_accept(tcp_module_t *mod, tcp_listener_t *l);
+int tcp_conn_progress(tcp_module_t *mod, tcp_conn_t *conn);
+void tcp_conn_close(tcp_module_t *mod, tcp_conn_t *conn);
+int tcp_load_jobkey(tcp_module_t *mod);
+/* Queues FIN to a connected peer and starts writing it. */
+void tcp_ep_goodbye(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
+
+/* tcp_io.c */
+void tcp_complete(tcp_module_t *mod, btl_frag_t *frag, int status);
+void tcp_enqueue(tcp_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag, size_t wire);
+size_t tcp_frag_wire_len(const btl_frag_t *frag);
+int tcp_push(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
+int tcp_recv(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
+int tcp_sendi_now(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const void *header,
+                  size_t header_len, const void *payload, size_t payload_len, uint8_t tag);
+int tcp_queue_ctl(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const tcp_hdr_t *hdr,
+                  const void *body, size_t body_len, const unsigned char *data, size_t data_len,
+                  uint32_t slot);
+void tcp_fail_pending(tcp_module_t *mod, ferry_btl_endpoint_t *ep, int status);
+void tcp_hot_add(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
+void tcp_hot_remove(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
+
+/* tcp_rdma.c */
+int tcp_put(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
+int tcp_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
+int tcp_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *base, size_t len,
+                     uint32_t access, ferry_btl_reg_t **reg_out);
+int tcp_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
+/* The registration a key names if [addr, addr+len) lies inside it with need
+ * rights; FERRY_ERR_ACCESS otherwise. */
+int tcp_reg_lookup(tcp_module_t *mod, uint32_t slot, uint32_t gen, uint64_t addr, size_t len,
+                   uint32_t need, tcp_reg_t **reg_out);
+
+#endif /* BTL_TCP_H */

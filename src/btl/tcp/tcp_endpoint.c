@@ -1,0 +1,663 @@
+/*
+ * Endpoints: choosing a peer's address, the non-blocking connect and its
+ * deadline, the hello exchange on both sides, simultaneous connects, and
+ * failure or clean close of a peer.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "btl/tcp/tcp.h"
+#include "rt/modex.h"
+
+/* Most accepted sockets waiting for their hello; more are closed at once,
+ * so a flood of strangers cannot take every descriptor. */
+#define TCP_MAX_CONNS 256
+
+static const rt_log_t *logger(tcp_module_t *mod)
+{
+    return &mod->super.ctx->log;
+}
+
+ferry_btl_endpoint_t *tcp_ep_get(tcp_module_t *mod, int rank)
+{
+    if (rank < 0 || rank >= mod->nranks)
+        return NULL;
+    if (mod->eps[rank] != NULL)
+        return mod->eps[rank];
+    ferry_btl_endpoint_t *ep = calloc(1, sizeof(*ep));
+    if (ep == NULL)
+        return NULL;
+    ep->poll.kind = TCP_POLL_EP;
+    ep->poll.fd = -1;
+    ep->mod = mod;
+    ep->rank = rank;
+    ep->state = TCP_EP_NEW;
+    util_list_init(&ep->queue);
+    util_list_init(&ep->rdma_wait);
+    mod->eps[rank] = ep;
+    return ep;
+}
+
+static void ep_close_socket(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    if (ep->poll.fd >= 0) {
+        if (ep->in_epoll)
+            epoll_ctl(mod->epfd, EPOLL_CTL_DEL, ep->poll.fd, NULL);
+        close(ep->poll.fd);
+    }
+    ep->poll.fd = -1;
+    ep->in_epoll = false;
+    ep->events = 0;
+}
+
+static void connecting_remove(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    if (ep->connecting_listed) {
+        util_list_remove(&mod->connecting, &ep->connecting_link);
+        ep->connecting_listed = false;
+    }
+}
+
+void tcp_ep_free(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    ep_close_socket(mod, ep);
+    connecting_remove(mod, ep);
+    if (ep->report_pending)
+        util_list_remove(&mod->reports, &ep->report_link);
+    free(ep->rx);
+    free(ep);
+}
+
+int tcp_ep_set_events(tcp_module_t *mod, ferry_btl_endpoint_t *ep, uint32_t events)
+{
+    if (ep->in_epoll && ep->events == events)
+        return FERRY_OK;
+    struct epoll_event ev = {.events = events, .data.ptr = &ep->poll};
+    if (epoll_ctl(mod->epfd, ep->in_epoll ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, ep->poll.fd, &ev) != 0)
+        return rt_log_errno(logger(mod), "tcp: epoll_ctl", errno);
+    ep->in_epoll = true;
+    ep->events = events;
+    return FERRY_OK;
+}
+
+void tcp_ep_fail(tcp_module_t *mod, ferry_btl_endpoint_t *ep, int status, const char *fmt, ...)
+{
+    if (ep->state == TCP_EP_FAILED || ep->state == TCP_EP_CLOSED)
+        return;
+    ep_close_socket(mod, ep);
+    connecting_remove(mod, ep);
+    tcp_hot_remove(mod, ep);
+    ep->state = TCP_EP_FAILED;
+    tcp_fail_pending(mod, ep, FERRY_ERR_UNREACH);
+    if (mod->finalizing || ep->report_pending)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ep->report_msg, sizeof(ep->report_msg), fmt, ap);
+    va_end(ap);
+    /* Reported from progress: never from inside the call that saw it. */
+    ep->report_status = status;
+    ep->report_pending = true;
+    util_list_append(&mod->reports, &ep->report_link);
+}
+
+void tcp_ep_peer_closed(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    rt_log(logger(mod), RT_LOG_DEBUG, "tcp: rank %d finalized and closed its connection",
+           ep->rank);
+    ep_close_socket(mod, ep);
+    connecting_remove(mod, ep);
+    tcp_hot_remove(mod, ep);
+    ep->state = TCP_EP_CLOSED;
+    tcp_fail_pending(mod, ep, FERRY_ERR_UNREACH);
+}
+
+int tcp_load_jobkey(tcp_module_t *mod)
+{
+    if (mod->have_jobkey)
+        return FERRY_OK;
+    void *val = NULL;
+    size_t len = 0;
+    int rc = rt_modex_get(mod->super.ctx->modex, 0, "btl.tcp.jobkey", &val, &len);
+    if (rc != FERRY_OK) {
+        rt_log(logger(mod), RT_LOG_ERROR, "tcp: the job key of rank 0 is unavailable: %s",
+               ferry_strerror(rc));
+        return FERRY_ERR_UNREACH;
+    }
+    if (len != TCP_KEY_LEN) {
+        free(val);
+        rt_log(logger(mod), RT_LOG_ERROR, "tcp: rank 0 published a job key of %zu bytes", len);
+        return FERRY_ERR_PROTO;
+    }
+    memcpy(mod->jobkey, val, TCP_KEY_LEN);
+    free(val);
+    mod->have_jobkey = true;
+    return FERRY_OK;
+}
+
+/* Compares without an early exit, so timing does not tell how much of a
+ * guessed key was right. */
+static bool key_equal(const uint8_t *a, const uint8_t *b)
+{
+    uint8_t diff = 0;
+    for (int i = 0; i < TCP_KEY_LEN; i++)
+        diff |= (uint8_t)(a[i] ^ b[i]);
+    return diff == 0;
+}
+
+static void set_sockopts(tcp_module_t *mod, int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    int idle = (int)mod->p.keepalive_time, intvl = (int)mod->p.keepalive_intvl,
+        cnt = (int)mod->p.keepalive_probes;
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+#ifdef TCP_USER_TIMEOUT
+    /* Data that stays unacknowledged as long fails the connection too. */
+    unsigned int ut = (unsigned int)(idle + intvl * cnt) * 1000u;
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut));
+#endif
+}
+
+static bool is_loopback(const tcp_addr_entry_t *e)
+{
+    static const uint8_t v6lo[16] = {[15] = 1};
+    return e->family == 4 ? e->addr[0] == 127 : memcmp(e->addr, v6lo, 16) == 0;
+}
+
+static bool same_subnet(const tcp_addr_entry_t *a, const tcp_addr_entry_t *b, unsigned prefix)
+{
+    if (a->family != b->family)
+        return false;
+    unsigned full = prefix / 8, rest = prefix % 8;
+    if (memcmp(a->addr, b->addr, full) != 0)
+        return false;
+    if (rest == 0)
+        return true;
+    uint8_t mask = (uint8_t)(0xffu << (8 - rest));
+    return (a->addr[full] & mask) == (b->addr[full] & mask);
+}
+
+/* How good a peer's address is from here; < 0: never use it. */
+static int addr_score(tcp_module_t *mod, const tcp_addr_entry_t *e, bool same_host)
+{
+    if (is_loopback(e))
+        return same_host ? 400 : -1;
+    int score = 100;
+    for (int i = 0; i < mod->nlocal; i++) {
+        const tcp_addr_entry_t *l = &mod->local[i];
+        if (l->family != e->family || is_loopback(l))
+            continue;
+        if (score < 200)
+            score = 200;
+        if (same_subnet(l, e, l->prefix < e->prefix ? l->prefix : e->prefix))
+            score = 300;
+    }
+    return score + (e->family == 4 ? 10 : 0);
+}
+
+/* Reads the peer's addresses and orders them, best first. */
+static int load_candidates(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    void *val = NULL;
+    size_t len = 0;
+    int rc = rt_modex_get(mod->super.ctx->modex, ep->rank, "btl.tcp", &val, &len);
+    if (rc != FERRY_OK)
+        return FERRY_ERR_UNREACH;
+    tcp_addr_blob_t blob;
+    size_t head = offsetof(tcp_addr_blob_t, entry);
+    if (len < head || len > sizeof(blob)) {
+        free(val);
+        rt_log(logger(mod), RT_LOG_ERROR, "tcp: rank %d published a malformed address",
+               ep->rank);
+        return FERRY_ERR_PROTO;
+    }
+    memset(&blob, 0, sizeof(blob));
+    memcpy(&blob, val, len);
+    free(val);
+    if (blob.magic != (uint32_t)TCP_MAGIC || blob.version != TCP_VERSION ||
+        blob.count > TCP_MAX_ADDRS || len != head + blob.count * sizeof(tcp_addr_entry_t)) {
+        rt_log(logger(mod), RT_LOG_ERROR, "tcp: rank %d published a malformed address",
+               ep->rank);
+        return FERRY_ERR_PROTO;
+    }
+    bool same_host = mod->same_host != NULL && mod->same_host[ep->rank];
+    int score[TCP_MAX_ADDRS];
+    ep->ncand = 0;
+    for (int i = 0; i < blob.count; i++) {
+        const tcp_addr_entry_t *e = &blob.entry[i];
+        if ((e->family != 4 && e->family != 6) || e->port == 0 ||
+            e->prefix > (e->family == 4 ? 32 : 128))
+            continue;
+        int s = addr_score(mod, e, same_host);
+        if (s < 0)
+            continue;
+        /* Insertion in score order keeps the peer's order among equals. */
+        int j = ep->ncand;
+        while (j > 0 && score[j - 1] < s) {
+            score[j] = score[j - 1];
+            ep->cand[j] = ep->cand[j - 1];
+            j--;
+        }
+        score[j] = s;
+        ep->cand[j] = *e;
+        ep->ncand++;
+    }
+    return ep->ncand > 0 ? FERRY_OK : FERRY_ERR_UNREACH;
+}
+
+static void addr_text(const tcp_addr_entry_t *e, char *buf, size_t size)
+{
+    char ip[INET6_ADDRSTRLEN] = "?";
+    inet_ntop(e->family == 4 ? AF_INET : AF_INET6, e->addr, ip, sizeof(ip));
+    snprintf(buf, size, e->family == 4 ? "%s:%u" : "[%s]:%u", ip, (unsigned)e->port);
+}
+
+static socklen_t to_sockaddr(const tcp_addr_entry_t *e, struct sockaddr_storage *ss)
+{
+    memset(ss, 0, sizeof(*ss));
+    if (e->family == 4) {
+        struct sockaddr_in *sin = (struct sockaddr_in *)ss;
+        sin->sin_family = AF_INET;
+        sin->sin_port = htons(e->port);
+        memcpy(&sin->sin_addr, e->addr, 4);
+        return sizeof(*sin);
+    }
+    struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
+    sin6->sin6_family = AF_INET6;
+    sin6->sin6_port = htons(e->port);
+    memcpy(&sin6->sin6_addr, e->addr, 16);
+    return sizeof(*sin6);
+}
+
+/* Starts a connect to the next candidate address; fails the endpoint when
+ * none is left. */
+static int try_next(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const char *why)
+{
+    ep_close_socket(mod, ep);
+    while (ep->icand < ep->ncand) {
+        const tcp_addr_entry_t *e = &ep->cand[ep->icand];
+        char text[80];
+        addr_text(e, text, sizeof(text));
+        struct sockaddr_storage ss;
+        socklen_t sl = to_sockaddr(e, &ss);
+        int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            int err = errno;
+            tcp_ep_fail(mod, ep, FERRY_ERR_UNREACH, "socket: %s", strerror(err));
+            return rt_status_from_errno(err);
+        }
+        set_sockopts(mod, fd);
+        ep->poll.fd = fd;
+        if (connect(fd, (struct sockaddr *)&ss, sl) == 0 || errno == EINPROGRESS) {
+            rt_log(logger(mod), RT_LOG_DEBUG, "tcp: connecting to rank %d at %s", ep->rank,
+                   text);
+            ep->state = TCP_EP_CONNECTING;
+            ep->hello_sent = ep->hello_got = 0;
+            return tcp_ep_set_events(mod, ep, EPOLLOUT);
+        }
+        rt_log(logger(mod), RT_LOG_DEBUG, "tcp: connect to rank %d at %s: %s", ep->rank, text,
+               strerror(errno));
+        why = strerror(errno);
+        ep_close_socket(mod, ep);
+        ep->icand++;
+    }
+    tcp_ep_fail(mod, ep, FERRY_ERR_UNREACH, "no address of rank %d answered (last: %s)",
+                ep->rank, why != NULL ? why : "none");
+    return FERRY_ERR_UNREACH;
+}
+
+int tcp_ep_connect(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    if (ep->state != TCP_EP_NEW)
+        return ep->state == TCP_EP_FAILED || ep->state == TCP_EP_CLOSED ? FERRY_ERR_UNREACH
+                                                                         : FERRY_OK;
+    int rc = tcp_load_jobkey(mod);
+    if (rc == FERRY_OK)
+        rc = load_candidates(mod, ep);
+    if (rc != FERRY_OK) {
+        tcp_ep_fail(mod, ep, FERRY_ERR_UNREACH, "rank %d has no usable tcp address",
+                    ep->rank);
+        return FERRY_ERR_UNREACH;
+    }
+    ep->icand = 0;
+    ep->deadline_ns = tcp_now_ns() + (uint64_t)mod->p.connect_timeout_ms * 1000000u;
+    if (!ep->connecting_listed) {
+        util_list_append(&mod->connecting, &ep->connecting_link);
+        ep->connecting_listed = true;
+    }
+    rc = try_next(mod, ep, NULL);
+    return rc == FERRY_OK ? FERRY_OK : FERRY_ERR_UNREACH;
+}
+
+static void hello_fill(tcp_module_t *mod, tcp_hello_t *h, int status, bool with_key)
+{
+    memset(h, 0, sizeof(*h));
+    h->magic = TCP_MAGIC;
+    h->version = TCP_VERSION;
+    h->rank = mod->super.ctx->rank;
+    h->size = mod->nranks;
+    h->status = status;
+    if (with_key)
+        memcpy(h->key, mod->jobkey, TCP_KEY_LEN);
+}
+
+/* The endpoint has a working, authenticated socket. */
+static int ep_established(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    if (ep->rx == NULL) {
+        size_t frame = sizeof(tcp_hdr_t) + mod->super.attr.max_send_size;
+        ep->rx_cap = mod->p.rx_buffer > 2 * frame ? mod->p.rx_buffer : 2 * frame;
+        ep->rx = malloc(ep->rx_cap);
+        if (ep->rx == NULL) {
+            tcp_ep_fail(mod, ep, FERRY_ERR_NO_MEMORY, "out of memory for the receive buffer");
+            return FERRY_ERR_NO_MEMORY;
+        }
+    }
+    ep->rx_len = ep->rx_off = 0;
+    ep->rx_mode = TCP_RX_FRAMES;
+    ep->state = TCP_EP_CONNECTED;
+    connecting_remove(mod, ep);
+    int rc = tcp_ep_set_events(mod, ep, EPOLLIN);
+    if (rc != FERRY_OK) {
+        tcp_ep_fail(mod, ep, rc, "cannot poll the connection");
+        return rc;
+    }
+    tcp_hot_add(mod, ep);
+    rt_log(logger(mod), RT_LOG_DEBUG, "tcp: connected to rank %d", ep->rank);
+    tcp_push(mod, ep);
+    return FERRY_OK;
+}
+
+/* Checks a hello from the peer; NULL when good, else what is wrong. */
+static const char *hello_check(tcp_module_t *mod, const tcp_hello_t *h, bool need_key)
+{
+    if (h->magic != TCP_MAGIC)
+        return "not a ferry tcp hello";
+    if (h->version != TCP_VERSION)
+        return "another protocol version";
+    if (h->size != mod->nranks || h->rank < 0 || h->rank >= mod->nranks ||
+        h->rank == mod->super.ctx->rank)
+        return "a rank outside this job";
+    if (h->status != TCP_HELLO_OK && h->status != TCP_HELLO_DUP)
+        return "a bad status";
+    if (need_key && !key_equal(h->key, mod->jobkey))
+        return "the wrong job key";
+    return NULL;
+}
+
+/* Our side of the connect: connect done, hello out, answer in. */
+int tcp_ep_connect_progress(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    if (ep->state == TCP_EP_CONNECTING) {
+        int err = 0;
+        socklen_t sl = sizeof(err);
+        if (getsockopt(ep->poll.fd, SOL_SOCKET, SO_ERROR, &err, &sl) != 0)
+            err = errno;
+        if (err == EINPROGRESS || err == EALREADY)
+            return 0;
+        if (err != 0) {
+            ep->icand++;
+            try_next(mod, ep, strerror(err));
+            return 1;
+        }
+        hello_fill(mod, &ep->hello_tx, TCP_HELLO_OK, true);
+        ep->state = TCP_EP_HELLO;
+        ep->hello_sent = ep->hello_got = 0;
+    }
+    if (ep->state != TCP_EP_HELLO)
+        return 0;
+    if (ep->hello_sent < sizeof(ep->hello_tx)) {
+        ssize_t n = send(ep->poll.fd, (char *)&ep->hello_tx + ep->hello_sent,
+                         sizeof(ep->hello_tx) - ep->hello_sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            ep->icand++;
+            try_next(mod, ep, strerror(errno));
+            return 1;
+        }
+        if (n > 0)
+            ep->hello_sent += (size_t)n;
+        if (ep->hello_sent < sizeof(ep->hello_tx))
+            return 0;
+        tcp_ep_set_events(mod, ep, EPOLLIN);
+    }
+    ssize_t n = recv(ep->poll.fd, (char *)&ep->hello_rx + ep->hello_got,
+                     sizeof(ep->hello_rx) - ep->hello_got, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        ep->icand++;
+        try_next(mod, ep, n == 0 ? "closed during the hello" : strerror(errno));
+        return 1;
+    }
+    if (n < 0)
+        return 0;
+    ep->hello_got += (size_t)n;
+    if (ep->hello_got < sizeof(ep->hello_rx))
+        return 0;
+    const tcp_hello_t *h = &ep->hello_rx;
+    const char *bad = hello_check(mod, h, h->status == TCP_HELLO_OK);
+    if (bad == NULL && h->rank != ep->rank)
+        bad = "another rank";
+    if (bad != NULL) {
+        rt_log(logger(mod), RT_LOG_ERROR, "tcp: the answer at rank %d's address has %s",
+               ep->rank, bad);
+        ep->icand++;
+        try_next(mod, ep, bad);
+        return 1;
+    }
+    if (h->status == TCP_HELLO_DUP) {
+        /* The peer keeps the connection it opened to us; it will arrive
+         * before the deadline or the peer is reported. */
+        ep_close_socket(mod, ep);
+        ep->state = TCP_EP_WAIT;
+        return 1;
+    }
+    ep_established(mod, ep);
+    return 1;
+}
+
+int tcp_check_deadlines(tcp_module_t *mod)
+{
+    if (util_list_empty(&mod->connecting) && util_list_empty(&mod->conns))
+        return 0;
+    uint64_t now = tcp_now_ns();
+    int n = 0;
+    util_list_item_t *it = util_list_first(&mod->connecting);
+    while (it != NULL) {
+        ferry_btl_endpoint_t *ep = UTIL_CONTAINER_OF(it, ferry_btl_endpoint_t, connecting_link);
+        it = util_list_next(&mod->connecting, it);
+        if (ep->state == TCP_EP_CONNECTING || ep->state == TCP_EP_HELLO)
+            n += tcp_ep_connect_progress(mod, ep);
+        if (ep->connecting_listed && now > ep->deadline_ns) {
+            tcp_ep_fail(mod, ep, FERRY_ERR_UNREACH,
+                        "no connection to rank %d within %lld ms (FERRY_TCP_CONNECT_TIMEOUT)",
+                        ep->rank, mod->p.connect_timeout_ms);
+            n++;
+        }
+    }
+    it = util_list_first(&mod->conns);
+    while (it != NULL) {
+        tcp_conn_t *conn = UTIL_CONTAINER_OF(it, tcp_conn_t, link);
+        it = util_list_next(&mod->conns, it);
+        if (now > conn->deadline_ns) {
+            rt_log(logger(mod), RT_LOG_ERROR,
+                   "tcp: refused a connection from %s: no hello within %lld ms", conn->from,
+                   mod->p.connect_timeout_ms);
+            tcp_conn_close(mod, conn);
+            n++;
+        }
+    }
+    return n;
+}
+
+/* ---- the accepting side ---- */
+
+void tcp_conn_close(tcp_module_t *mod, tcp_conn_t *conn)
+{
+    if (conn->poll.fd >= 0) {
+        epoll_ctl(mod->epfd, EPOLL_CTL_DEL, conn->poll.fd, NULL);
+        close(conn->poll.fd);
+    }
+    util_list_remove(&mod->conns, &conn->link);
+    free(conn);
+}
+
+int tcp_accept(tcp_module_t *mod, tcp_listener_t *l)
+{
+    int n = 0;
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        int fd = accept4(l->poll.fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+                errno != ECONNABORTED)
+                rt_log(logger(mod), RT_LOG_WARN, "tcp: accept: %s", strerror(errno));
+            return n;
+        }
+        char ip[INET6_ADDRSTRLEN] = "?";
+        unsigned port = 0;
+        if (ss.ss_family == AF_INET) {
+            struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip));
+            port = ntohs(sin->sin_port);
+        } else if (ss.ss_family == AF_INET6) {
+            struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &sin6->sin6_addr, ip, sizeof(ip));
+            port = ntohs(sin6->sin6_port);
+        }
+        if (util_list_len(&mod->conns) >= TCP_MAX_CONNS) {
+            rt_log(logger(mod), RT_LOG_ERROR,
+                   "tcp: refused a connection from %s:%u: %d connections already wait for "
+                   "their hello",
+                   ip, port, TCP_MAX_CONNS);
+            close(fd);
+            continue;
+        }
+        tcp_conn_t *conn = calloc(1, sizeof(*conn));
+        if (conn == NULL) {
+            close(fd);
+            return n;
+        }
+        conn->poll.kind = TCP_POLL_CONN;
+        conn->poll.fd = fd;
+        snprintf(conn->from, sizeof(conn->from), "%s:%u", ip, port);
+        conn->deadline_ns = tcp_now_ns() + (uint64_t)mod->p.connect_timeout_ms * 1000000u;
+        set_sockopts(mod, fd);
+        util_list_append(&mod->conns, &conn->link);
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &conn->poll};
+        if (epoll_ctl(mod->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            rt_log_errno(logger(mod), "tcp: epoll_ctl", errno);
+            tcp_conn_close(mod, conn);
+            continue;
+        }
+        n++;
+    }
+}
+
+static void conn_refuse(tcp_module_t *mod, tcp_conn_t *conn, const char *why)
+{
+    rt_log(logger(mod), RT_LOG_ERROR, "tcp: refused a connection from %s: %s", conn->from, why);
+    tcp_conn_close(mod, conn);
+}
+
+/* The hello of an accepted socket: check it, then adopt the socket for the
+ * peer's endpoint or answer that we keep our own. */
+int tcp_conn_progress(tcp_module_t *mod, tcp_conn_t *conn)
+{
+    ssize_t n = recv(conn->poll.fd, (char *)&conn->hello + conn->got,
+                     sizeof(conn->hello) - conn->got, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        rt_log(logger(mod), RT_LOG_DEBUG, "tcp: connection from %s closed before its hello",
+               conn->from);
+        tcp_conn_close(mod, conn);
+        return 1;
+    }
+    if (n < 0)
+        return 0;
+    conn->got += (size_t)n;
+    if (conn->got < sizeof(conn->hello))
+        return 0;
+    if (tcp_load_jobkey(mod) != FERRY_OK) {
+        conn_refuse(mod, conn, "this process does not know the job key");
+        return 1;
+    }
+    const tcp_hello_t *h = &conn->hello;
+    const char *bad = hello_check(mod, h, true);
+    if (bad == NULL && h->status != TCP_HELLO_OK)
+        bad = "a bad status";
+    if (bad != NULL) {
+        char why[96];
+        snprintf(why, sizeof(why), "it presented %s", bad);
+        conn_refuse(mod, conn, why);
+        return 1;
+    }
+    ferry_btl_endpoint_t *ep = tcp_ep_get(mod, h->rank);
+    if (ep == NULL) {
+        conn_refuse(mod, conn, "out of memory");
+        return 1;
+    }
+    int me = mod->super.ctx->rank;
+    bool adopt;
+    switch (ep->state) {
+    case TCP_EP_NEW:
+    case TCP_EP_WAIT:
+        adopt = true;
+        break;
+    case TCP_EP_CONNECTING:
+    case TCP_EP_HELLO:
+        /* Both connect at once: the lower rank's connection is kept. */
+        adopt = h->rank < me;
+        break;
+    default:
+        adopt = false;
+        break;
+    }
+    if (ep->deleted || ep->state == TCP_EP_FAILED || ep->state == TCP_EP_CLOSED) {
+        rt_log(logger(mod), RT_LOG_WARN,
+               "tcp: refused a connection from rank %d (%s): it failed or closed before",
+               h->rank, conn->from);
+        tcp_conn_close(mod, conn);
+        return 1;
+    }
+    tcp_hello_t reply;
+    hello_fill(mod, &reply, adopt ? TCP_HELLO_OK : TCP_HELLO_DUP, adopt);
+    ssize_t w = send(conn->poll.fd, &reply, sizeof(reply), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (!adopt || w != (ssize_t)sizeof(reply)) {
+        if (adopt)
+            rt_log(logger(mod), RT_LOG_WARN, "tcp: could not answer rank %d's hello", h->rank);
+        tcp_conn_close(mod, conn);
+        return 1;
+    }
+    /* The socket moves from the connection to the endpoint. */
+    ep_close_socket(mod, ep);
+    int fd = conn->poll.fd;
+    epoll_ctl(mod->epfd, EPOLL_CTL_DEL, fd, NULL);
+    conn->poll.fd = -1;
+    tcp_conn_close(mod, conn);
+    ep->poll.fd = fd;
+    ep_established(mod, ep);
+    return 1;
+}
+
+/* ---- finalize ---- */
+
+void tcp_ep_goodbye(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    if (ep->state != TCP_EP_CONNECTED)
+        return;
+    tcp_hdr_t h = {.type = TCP_T_FIN};
+    if (tcp_queue_ctl(mod, ep, &h, NULL, 0, NULL, 0, UINT32_MAX) != FERRY_OK)
+        return;
+    tcp_push(mod, ep);
+}

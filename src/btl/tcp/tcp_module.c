@@ -1,0 +1,878 @@
+/*
+ * The tcp module's operations and its component: parameters, interface
+ * selection, listeners, the modex address and job key, progress and
+ * finalize.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "btl/tcp/tcp.h"
+#include "rt/modex.h"
+
+static tcp_module_t *tcp_of(ferry_btl_module_t *btl)
+{
+    return (tcp_module_t *)btl;
+}
+
+/* ---- endpoints ---- */
+
+static int tcp_add_procs(ferry_btl_module_t *btl, size_t n, const ferry_btl_proc_t *procs,
+                         ferry_btl_endpoint_t **eps_out, struct ferry_bitmap *reachable)
+{
+    tcp_module_t *mod = tcp_of(btl);
+    if (btl == NULL || (n > 0 && (procs == NULL || eps_out == NULL)))
+        return FERRY_ERR_INVALID;
+    for (size_t i = 0; i < n; i++) {
+        int r = procs[i].rank;
+        eps_out[i] = NULL;
+        /* A rank reaches itself through self; a socket to oneself would
+         * meet itself in the hello. */
+        if (r < 0 || r >= mod->nranks || r == btl->ctx->rank)
+            continue;
+        ferry_btl_endpoint_t *ep = tcp_ep_get(mod, r);
+        if (ep == NULL)
+            return FERRY_ERR_NO_MEMORY;
+        mod->same_host[r] = procs[i].same_host;
+        ep->deleted = false;
+        eps_out[i] = ep;
+        if (reachable != NULL)
+            util_bitmap_set(reachable, i);
+    }
+    return FERRY_OK;
+}
+
+/* Unsent work fails; what is partly on the wire or waits for an answer
+ * finishes as it would, so the stream stays framed. Endpoints live as long as
+ * the module. */
+static int tcp_del_procs(ferry_btl_module_t *btl, size_t n, ferry_btl_endpoint_t **eps)
+{
+    tcp_module_t *mod = tcp_of(btl);
+    if (btl == NULL || (n > 0 && eps == NULL))
+        return FERRY_ERR_INVALID;
+    for (size_t i = 0; i < n; i++) {
+        ferry_btl_endpoint_t *ep = eps[i];
+        if (ep == NULL || ep->mod != mod)
+            continue;
+        util_list_item_t *it = util_list_first(&ep->queue);
+        while (it != NULL) {
+            btl_frag_t *frag = UTIL_CONTAINER_OF(it, btl_frag_t, link);
+            it = util_list_next(&ep->queue, it);
+            if (frag->op == TCP_OP_CTL || frag->done > 0)
+                continue;
+            util_list_remove(&ep->queue, &frag->link);
+            ep->queued_bytes -= tcp_frag_wire_len(frag);
+            tcp_complete(mod, frag, FERRY_ERR_UNREACH);
+        }
+        ep->deleted = true;
+    }
+    return FERRY_OK;
+}
+
+/* ---- descriptors ---- */
+
+static bool over_budget(tcp_module_t *mod, const ferry_btl_endpoint_t *ep)
+{
+    return ep != NULL && ep->mod == mod && ep->queued_bytes >= mod->p.sendq_max;
+}
+
+static int tcp_alloc(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, size_t size,
+                     uint32_t flags, ferry_btl_desc_t **des_out)
+{
+    if (btl == NULL)
+        return FERRY_ERR_INVALID;
+    if (over_budget(tcp_of(btl), ep) && size <= btl->attr.max_send_size && des_out != NULL)
+        return FERRY_ERR_NO_RESOURCE;
+    return btl_frags_alloc(&tcp_of(btl)->frags, size, flags, des_out);
+}
+
+static int tcp_free(ferry_btl_module_t *btl, ferry_btl_desc_t *des)
+{
+    return btl == NULL ? FERRY_ERR_INVALID : btl_frags_free(&tcp_of(btl)->frags, des);
+}
+
+static int tcp_prepare_src(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                           ferry_btl_reg_t *reg, ferry_convertor_t *conv, size_t reserve,
+                           size_t *size, uint32_t flags, ferry_btl_desc_t **des_out)
+{
+    if (btl == NULL)
+        return FERRY_ERR_INVALID;
+    if (over_budget(tcp_of(btl), ep) && !(flags & FERRY_BTL_PREP_RDMA) && conv != NULL &&
+        size != NULL && des_out != NULL)
+        return FERRY_ERR_NO_RESOURCE;
+    return btl_frags_prepare_src(&tcp_of(btl)->frags, ep, reg, conv, reserve, size, flags,
+                                 des_out);
+}
+
+static int tcp_prepare_dst(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                           ferry_btl_reg_t *reg, ferry_convertor_t *conv, size_t reserve,
+                           size_t *size, uint32_t flags, ferry_btl_desc_t **des_out)
+{
+    return btl == NULL ? FERRY_ERR_INVALID
+                       : btl_frags_prepare_dst(&tcp_of(btl)->frags, ep, reg, conv, reserve,
+                                               size, flags, des_out);
+}
+
+/* ---- sending ---- */
+
+/* Checks an endpoint before new work goes to it, starting its connect. */
+static int ep_ready(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    if (ep == NULL || ep->mod != mod)
+        return FERRY_ERR_INVALID;
+    if (ep->deleted || ep->state == TCP_EP_CLOSED)
+        return FERRY_ERR_UNREACH;
+    /* A failure not yet reported (it is, from the next progress) is not
+     * told to the caller first: the work is taken and fails with it. */
+    if (ep->state == TCP_EP_FAILED)
+        return ep->report_pending ? FERRY_OK : FERRY_ERR_UNREACH;
+    if (ep->state == TCP_EP_NEW) {
+        int rc = tcp_ep_connect(mod, ep);
+        return rc != FERRY_OK && ep->report_pending ? FERRY_OK : rc;
+    }
+    return FERRY_OK;
+}
+
+static int tcp_send(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des,
+                    uint8_t tag)
+{
+    tcp_module_t *mod = tcp_of(btl);
+    if (btl == NULL || tag >= FERRY_BTL_TAG_BTL_MIN || !btl_frag_valid(des) ||
+        (des->flags & FERRY_BTL_DES_INFLIGHT) || des->src == NULL || des->src_cnt != 1 ||
+        des->src[0].len > btl->attr.max_send_size)
+        return FERRY_ERR_INVALID;
+    int rc = ep_ready(mod, ep);
+    if (rc != FERRY_OK)
+        return rc;
+    btl_frag_t *frag = btl_frag_of(des);
+    frag->op = TCP_OP_SEND;
+    frag->tag = tag;
+    frag->ep = ep;
+    des->flags |= FERRY_BTL_DES_INFLIGHT;
+    if (ep->state == TCP_EP_FAILED) {
+        tcp_complete(mod, frag, FERRY_ERR_UNREACH);
+        return FERRY_OK;
+    }
+    bool was_empty = util_list_empty(&ep->queue);
+    tcp_enqueue(mod, ep, frag, tcp_frag_wire_len(frag));
+    if (was_empty && ep->state == TCP_EP_CONNECTED)
+        tcp_push(mod, ep);
+    return FERRY_OK;
+}
+
+static int tcp_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void *header,
+                     size_t header_len, const void *payload, size_t payload_len, uint8_t tag)
+{
+    tcp_module_t *mod = tcp_of(btl);
+    if (btl == NULL || tag >= FERRY_BTL_TAG_BTL_MIN || (header == NULL && header_len > 0) ||
+        (payload == NULL && payload_len > 0) || header_len > btl->attr.max_send_size ||
+        payload_len > btl->attr.max_send_size - header_len || ep == NULL || ep->mod != mod)
+        return FERRY_ERR_INVALID;
+    if (ep->state != TCP_EP_CONNECTED) {
+        int rc = ep_ready(mod, ep);
+        if (rc != FERRY_OK)
+            return rc;
+        /* Connecting, or failed and not yet reported: progress, then retry. */
+        if (ep->state != TCP_EP_CONNECTED)
+            return FERRY_ERR_NO_RESOURCE;
+    }
+    if (ep->deleted)
+        return FERRY_ERR_UNREACH;
+    /* Nothing may overtake what is queued. */
+    if (!util_list_empty(&ep->queue))
+        return FERRY_ERR_NO_RESOURCE;
+    return tcp_sendi_now(mod, ep, header, header_len, payload, payload_len, tag);
+}
+
+/* ---- progress ---- */
+
+static int run_completions(tcp_module_t *mod)
+{
+    int n = 0;
+    util_list_item_t *it;
+    /* Only those due now: a callback may start work that completes at once. */
+    size_t due = util_list_len(&mod->completed);
+    while (due-- > 0 && (it = util_list_pop_front(&mod->completed)) != NULL) {
+        btl_frag_t *frag = UTIL_CONTAINER_OF(it, btl_frag_t, link);
+        ferry_btl_desc_t *des = &frag->base;
+        uint32_t flags = des->flags;
+        ferry_btl_endpoint_t *ep = frag->ep;
+        if (frag->op != TCP_OP_SEND && ep != NULL)
+            ep->rdma_inflight--;
+        des->flags &= ~(uint32_t)FERRY_BTL_DES_INFLIGHT;
+        if (des->cbfunc != NULL)
+            des->cbfunc(&mod->super, ep, des, frag->status);
+        if (flags & FERRY_BTL_DES_OWNERSHIP)
+            btl_frag_put(&mod->frags, frag);
+        n++;
+    }
+    return n;
+}
+
+static int run_reports(tcp_module_t *mod)
+{
+    int n = 0;
+    util_list_item_t *it;
+    while ((it = util_list_pop_front(&mod->reports)) != NULL) {
+        ferry_btl_endpoint_t *ep = UTIL_CONTAINER_OF(it, ferry_btl_endpoint_t, report_link);
+        ep->report_pending = false;
+        rt_log(&mod->super.ctx->log, RT_LOG_DEBUG, "tcp: rank %d failed: %s", ep->rank,
+               ep->report_msg);
+        btl_base_report_error(&mod->super, ep->report_status, ep->rank, "rank %d: %s",
+                              ep->rank, ep->report_msg);
+        n++;
+    }
+    return n;
+}
+
+static int poll_events(tcp_module_t *mod, bool direct)
+{
+    struct epoll_event evs[32];
+    int got = epoll_wait(mod->epfd, evs, 32, 0);
+    int n = 0;
+    for (int i = 0; i < got; i++) {
+        tcp_pollable_t *p = evs[i].data.ptr;
+        switch (p->kind) {
+        case TCP_POLL_LISTENER:
+            n += tcp_accept(mod, UTIL_CONTAINER_OF(p, tcp_listener_t, poll));
+            break;
+        case TCP_POLL_CONN:
+            n += tcp_conn_progress(mod, UTIL_CONTAINER_OF(p, tcp_conn_t, poll));
+            break;
+        case TCP_POLL_EP: {
+            ferry_btl_endpoint_t *ep = UTIL_CONTAINER_OF(p, ferry_btl_endpoint_t, poll);
+            if (ep->state == TCP_EP_CONNECTING || ep->state == TCP_EP_HELLO)
+                n += tcp_ep_connect_progress(mod, ep);
+            else if (ep->state == TCP_EP_CONNECTED && !(direct && ep->hot))
+                n += tcp_recv(mod, ep);
+            break;
+        }
+        }
+    }
+    return n;
+}
+
+static int tcp_progress(ferry_btl_module_t *btl)
+{
+    tcp_module_t *mod = tcp_of(btl);
+    int n = 0;
+    uint32_t calls = ++mod->progress_calls;
+
+    /* A few connected peers are polled with recv directly: one system call
+     * each, and no wait for epoll to tell what recv would. */
+    bool direct = mod->nhot > 0 && mod->nhot <= mod->p.poll_direct;
+    if (direct) {
+        for (int i = 0; i < mod->nhot; i++) {
+            ferry_btl_endpoint_t *ep = mod->hot[i];
+            n += tcp_recv(mod, ep);
+            if (i < mod->nhot && mod->hot[i] != ep)
+                i--; /* it failed and left the list */
+        }
+    }
+    /* New connections, and peers beyond the direct few: through epoll,
+     * every call while something waits on it, else every sixteenth. */
+    if (!direct || mod->nhot > mod->p.poll_direct || !util_list_empty(&mod->connecting) ||
+        !util_list_empty(&mod->conns) || (calls & 15) == 0)
+        n += poll_events(mod, direct);
+
+    util_list_item_t *it = util_list_first(&mod->sending);
+    while (it != NULL) {
+        ferry_btl_endpoint_t *ep = UTIL_CONTAINER_OF(it, ferry_btl_endpoint_t, sending_link);
+        it = util_list_next(&mod->sending, it);
+        if (ep->state == TCP_EP_CONNECTED)
+            n += tcp_push(mod, ep);
+    }
+    n += tcp_check_deadlines(mod);
+    if (!util_list_empty(&mod->completed))
+        n += run_completions(mod);
+    if (!util_list_empty(&mod->reports))
+        n += run_reports(mod);
+    return n;
+}
+
+static int tcp_flush(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep)
+{
+    tcp_module_t *mod = tcp_of(btl);
+    if (btl == NULL || (ep != NULL && ep->mod != mod))
+        return FERRY_ERR_INVALID;
+    for (int r = 0; r < mod->nranks; r++) {
+        ferry_btl_endpoint_t *e = mod->eps[r];
+        if (e == NULL || (ep != NULL && e != ep))
+            continue;
+        unsigned idle = 0;
+        /* Every put and get ends: answered, or failed with its peer (the
+         * connect deadline and keepalive bound the wait). */
+        while (e->rdma_inflight > 0) {
+            if (tcp_progress(btl) == 0)
+                rt_idle(&idle);
+            else
+                idle = 0;
+        }
+    }
+    return FERRY_OK;
+}
+
+static const char *const state_names[] = {"new",       "connecting", "hello", "wait",
+                                          "connected", "failed",     "closed"};
+
+static void tcp_dump(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, int verbose)
+{
+    tcp_module_t *mod = tcp_of(btl);
+    (void)verbose;
+    for (int r = 0; r < mod->nranks; r++) {
+        ferry_btl_endpoint_t *e = mod->eps[r];
+        if (e == NULL || (ep != NULL && e != ep))
+            continue;
+        rt_log(&btl->ctx->log, RT_LOG_ERROR,
+               "tcp: rank %d state %s fd %d queued %zu frags (%zu bytes) awaiting answers %zu "
+               "rdma %zu rx %zu/%zu mode %d",
+               r, state_names[e->state], e->poll.fd, util_list_len(&e->queue), e->queued_bytes,
+               util_list_len(&e->rdma_wait), e->rdma_inflight, e->rx_off, e->rx_len,
+               (int)e->rx_mode);
+    }
+}
+
+/* Sends FIN to every connected peer and waits, bounded, until each has our
+ * bytes and has closed its side, so no unread byte turns our close into a
+ * reset that could destroy data the peer has not read yet. */
+static void say_goodbye(tcp_module_t *mod)
+{
+    if (mod->eps == NULL)
+        return;
+    bool any = false;
+    for (int r = 0; r < mod->nranks; r++) {
+        ferry_btl_endpoint_t *ep = mod->eps[r];
+        if (ep != NULL && ep->state == TCP_EP_CONNECTED) {
+            tcp_ep_goodbye(mod, ep);
+            any = true;
+        }
+    }
+    if (!any)
+        return;
+    long long ms = mod->p.connect_timeout_ms < 2000 ? mod->p.connect_timeout_ms : 2000;
+    uint64_t deadline = tcp_now_ns() + (uint64_t)ms * 1000000u;
+    unsigned idle = 0;
+    bool *shut = calloc((size_t)mod->nranks, sizeof(*shut));
+    if (shut == NULL)
+        return;
+    for (;;) {
+        bool open = false;
+        for (int r = 0; r < mod->nranks; r++) {
+            ferry_btl_endpoint_t *ep = mod->eps[r];
+            if (ep == NULL || ep->state != TCP_EP_CONNECTED)
+                continue;
+            tcp_push(mod, ep);
+            if (ep->state != TCP_EP_CONNECTED)
+                continue;
+            if (util_list_empty(&ep->queue) && !shut[r]) {
+                shutdown(ep->poll.fd, SHUT_WR);
+                shut[r] = true;
+            }
+            char sink[4096];
+            ssize_t n;
+            while ((n = recv(ep->poll.fd, sink, sizeof(sink), MSG_DONTWAIT)) > 0)
+                ;
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+                tcp_ep_peer_closed(mod, ep);
+            else
+                open = true;
+        }
+        if (!open || tcp_now_ns() > deadline)
+            break;
+        rt_idle(&idle);
+    }
+    free(shut);
+}
+
+static int tcp_finalize(ferry_btl_module_t *btl)
+{
+    tcp_module_t *mod = tcp_of(btl);
+    if (mod == NULL)
+        return FERRY_OK;
+    mod->finalizing = true;
+    say_goodbye(mod);
+    if (mod->eps != NULL) {
+        for (int r = 0; r < mod->nranks; r++) {
+            ferry_btl_endpoint_t *ep = mod->eps[r];
+            if (ep == NULL)
+                continue;
+            tcp_ep_fail(mod, ep, FERRY_ERR_UNREACH, "finalized");
+        }
+    }
+    /* Callbacks for what was failed above. */
+    run_completions(mod);
+    if (mod->eps != NULL)
+        for (int r = 0; r < mod->nranks; r++)
+            if (mod->eps[r] != NULL) {
+                tcp_ep_free(mod, mod->eps[r]);
+                /* Deregistrations from the pools' teardown look here. */
+                mod->eps[r] = NULL;
+            }
+    while (!util_list_empty(&mod->conns))
+        tcp_conn_close(mod, UTIL_CONTAINER_OF(util_list_first(&mod->conns), tcp_conn_t, link));
+    for (int i = 0; i < mod->nlisteners; i++)
+        close(mod->listeners[i].poll.fd);
+    if (mod->epfd >= 0)
+        close(mod->epfd);
+    int rc = btl_frags_fini(&mod->frags);
+    if (mod->regs != NULL)
+        for (size_t i = 0; i < mod->p.reg_slots; i++)
+            free(mod->regs[i]);
+    free(mod->regs);
+    free(mod->reg_gen);
+    free(mod->eps);
+    free(mod->hot);
+    free(mod->same_host);
+    free(mod);
+    return rc;
+}
+
+static const ferry_btl_ops_t tcp_ops = {
+    .add_procs = tcp_add_procs,
+    .del_procs = tcp_del_procs,
+    .register_am = btl_base_register_am,
+    .register_error = btl_base_register_error,
+    .finalize = tcp_finalize,
+    .alloc = tcp_alloc,
+    .free = tcp_free,
+    .prepare_src = tcp_prepare_src,
+    .prepare_dst = tcp_prepare_dst,
+    .send = tcp_send,
+    .sendi = tcp_sendi,
+    .put = tcp_put,
+    .get = tcp_get,
+    .register_mem = tcp_register_mem,
+    .deregister_mem = tcp_deregister_mem,
+    .mem_alloc = btl_base_unsupported_mem_alloc,
+    .mem_free = btl_base_unsupported_mem_free,
+    .flush = tcp_flush,
+    .progress = tcp_progress,
+    .dump = tcp_dump,
+};
+
+/* ---- component ---- */
+
+static int tcp_read_params(ferry_ctx_t *ctx, tcp_params_t *p)
+{
+    rt_params_t *r = &ctx->params;
+    int rc;
+    if ((rc = rt_param_register_string(r, "tcp_if_include", "",
+                                       "Interfaces tcp listens on and publishes: names (eth0) "
+                                       "or CIDR blocks (10.0.0.0/8), comma separated; empty: "
+                                       "every interface that is up",
+                                       &p->if_include)) != FERRY_OK ||
+        (rc = rt_param_register_string(r, "tcp_if_exclude", "",
+                                       "Interfaces tcp leaves out: names or CIDR blocks, comma "
+                                       "separated (not with FERRY_TCP_IF_INCLUDE)",
+                                       &p->if_exclude)) != FERRY_OK ||
+        (rc = rt_param_register_int(r, "tcp_connect_timeout", 5000, 10, 3600000,
+                                    "Milliseconds a tcp connection (connect and hello) may "
+                                    "take before the peer is reported unreachable",
+                                    &p->connect_timeout_ms)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "tcp_eager_limit", 4096, 64, 1u << 20,
+                                     "Largest tcp fragment taken from the eager pool (bytes)",
+                                     &p->eager_limit)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "tcp_max_send_size", 128 * 1024, 1024, 64u << 20,
+                                     "Largest single tcp send (bytes)",
+                                     &p->max_send_size)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "tcp_sendq_max", 4u << 20, 4096, (size_t)1 << 40,
+                                     "Bytes queued per tcp peer beyond which alloc, "
+                                     "prepare_src and sendi push back",
+                                     &p->sendq_max)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "tcp_rx_buffer", 512 * 1024, 4096, 1u << 30,
+                                     "Receive buffer per connected tcp peer (bytes; at least "
+                                     "two of the largest frames)",
+                                     &p->rx_buffer)) != FERRY_OK ||
+        (rc = rt_param_register_int(r, "tcp_keepalive_time", 10, 1, 86400,
+                                    "Seconds of silence before tcp keepalive probes a peer",
+                                    &p->keepalive_time)) != FERRY_OK ||
+        (rc = rt_param_register_int(r, "tcp_keepalive_intvl", 2, 1, 3600,
+                                    "Seconds between tcp keepalive probes",
+                                    &p->keepalive_intvl)) != FERRY_OK ||
+        (rc = rt_param_register_int(r, "tcp_keepalive_probes", 3, 1, 100,
+                                    "Unanswered keepalive probes after which a peer is dead",
+                                    &p->keepalive_probes)) != FERRY_OK ||
+        (rc = rt_param_register_int(r, "tcp_poll_direct", 8, 0, 1 << 20,
+                                    "Connected peers up to which progress polls each socket "
+                                    "with recv instead of asking epoll",
+                                    &p->poll_direct)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "tcp_reg_slots", 4096, 16, 1u << 20,
+                                     "Memory registrations each process can hold for tcp",
+                                     &p->reg_slots)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "tcp_free_list_num", 16, 1, 1u << 20,
+                                     "Descriptors each tcp pool allocates at start",
+                                     &p->free_list_num)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "tcp_free_list_max", 1024, 1, 1u << 20,
+                                     "Most descriptors in each tcp pool (back pressure beyond)",
+                                     &p->free_list_max)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "tcp_free_list_inc", 64, 1, 1u << 20,
+                                     "Descriptors added when a tcp pool runs dry",
+                                     &p->free_list_inc)) != FERRY_OK)
+        return rc;
+    const char *bad = NULL;
+    if (p->eager_limit > p->max_send_size)
+        bad = "FERRY_TCP_EAGER_LIMIT must not exceed FERRY_TCP_MAX_SEND_SIZE";
+    else if (p->free_list_num > p->free_list_max)
+        bad = "FERRY_TCP_FREE_LIST_NUM must not exceed FERRY_TCP_FREE_LIST_MAX";
+    else if (p->if_include[0] != '\0' && p->if_exclude[0] != '\0')
+        bad = "FERRY_TCP_IF_INCLUDE and FERRY_TCP_IF_EXCLUDE cannot both be set";
+    if (bad != NULL) {
+        rt_log(&ctx->log, RT_LOG_ERROR, "%s", bad);
+        return FERRY_ERR_INVALID;
+    }
+    return FERRY_OK;
+}
+
+static int tcp_register_params(ferry_ctx_t *ctx)
+{
+    tcp_params_t p;
+    return tcp_read_params(ctx, &p);
+}
+
+/* One item of an interface list: a name, or an address block. */
+typedef struct if_item {
+    char name[IF_NAMESIZE];
+    tcp_addr_entry_t net; /* family 0 for a name */
+} if_item_t;
+
+#define TCP_IF_ITEMS 32
+
+/* Parses "eth0,10.0.0.0/8,fd00::/8,192.168.1.5"; FERRY_ERR_INVALID naming
+ * the variable and the item that does not parse. */
+static int parse_if_list(ferry_ctx_t *ctx, const char *var, const char *list, if_item_t *items,
+                         int *n_out)
+{
+    int n = 0;
+    for (const char *p = list; *p != '\0';) {
+        const char *end = strchr(p, ',');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        while (len > 0 && (*p == ' ' || *p == '\t')) {
+            p++;
+            len--;
+        }
+        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        char tok[64];
+        const char *why = NULL;
+        if (len == 0 || len >= sizeof(tok))
+            why = len == 0 ? "an empty item" : "an item too long";
+        else if (n == TCP_IF_ITEMS)
+            why = "more items than ferry accepts (32)";
+        if (why == NULL) {
+            memcpy(tok, p, len);
+            tok[len] = '\0';
+            if_item_t *it = &items[n];
+            memset(it, 0, sizeof(*it));
+            char *slash = strchr(tok, '/');
+            if (slash != NULL)
+                *slash = '\0';
+            uint8_t addr[16];
+            if (inet_pton(AF_INET, tok, addr) == 1) {
+                it->net.family = 4;
+                memcpy(it->net.addr, addr, 4);
+            } else if (inet_pton(AF_INET6, tok, addr) == 1) {
+                it->net.family = 6;
+                memcpy(it->net.addr, addr, 16);
+            }
+            unsigned maxp = it->net.family == 4 ? 32 : 128;
+            if (it->net.family != 0) {
+                it->net.prefix = (uint8_t)maxp;
+                if (slash != NULL) {
+                    char *e;
+                    unsigned long v = strtoul(slash + 1, &e, 10);
+                    if (slash[1] == '\0' || *e != '\0' || v > maxp)
+                        why = "a bad prefix length";
+                    else
+                        it->net.prefix = (uint8_t)v;
+                }
+            } else if (slash != NULL) {
+                why = "an address block that does not parse";
+            } else if (len >= IF_NAMESIZE) {
+                why = "an interface name too long";
+            } else {
+                memcpy(it->name, tok, len + 1);
+            }
+        }
+        if (why != NULL) {
+            rt_log(&ctx->log, RT_LOG_ERROR,
+                   "%s='%s': %s (expected interface names or CIDR blocks such as "
+                   "10.0.0.0/24, comma separated)",
+                   var, list, why);
+            return FERRY_ERR_INVALID;
+        }
+        n++;
+        if (end == NULL)
+            break;
+        p = end + 1;
+    }
+    *n_out = n;
+    return FERRY_OK;
+}
+
+static bool prefix_match(const tcp_addr_entry_t *net, const tcp_addr_entry_t *a)
+{
+    if (net->family != a->family)
+        return false;
+    unsigned full = net->prefix / 8u, rest = net->prefix % 8u;
+    if (memcmp(net->addr, a->addr, full) != 0)
+        return false;
+    if (rest == 0)
+        return true;
+    uint8_t mask = (uint8_t)(0xffu << (8 - rest));
+    return (net->addr[full] & mask) == (a->addr[full] & mask);
+}
+
+static bool if_match(const if_item_t *items, int n, const char *ifname,
+                     const tcp_addr_entry_t *a)
+{
+    for (int i = 0; i < n; i++) {
+        if (items[i].net.family == 0 ? strcmp(items[i].name, ifname) == 0
+                                     : prefix_match(&items[i].net, a))
+            return true;
+    }
+    return false;
+}
+
+static unsigned mask_len(const uint8_t *m, size_t bytes)
+{
+    unsigned n = 0;
+    for (size_t i = 0; i < bytes; i++)
+        for (int b = 7; b >= 0 && (m[i] >> b & 1); b--)
+            n++;
+    return n;
+}
+
+static int open_listener(tcp_module_t *mod, const tcp_addr_entry_t *a, const char *ifname)
+{
+    const rt_log_t *log = &mod->super.ctx->log;
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    socklen_t sl;
+    if (a->family == 4) {
+        struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+        sin->sin_family = AF_INET;
+        memcpy(&sin->sin_addr, a->addr, 4);
+        sl = sizeof(*sin);
+    } else {
+        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+        sin6->sin6_family = AF_INET6;
+        memcpy(&sin6->sin6_addr, a->addr, 16);
+        sl = sizeof(*sin6);
+    }
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return rt_log_errno(log, "tcp: socket", errno);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (a->family == 6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, 128) != 0 ||
+        getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+        char ip[INET6_ADDRSTRLEN] = "?";
+        inet_ntop(a->family == 4 ? AF_INET : AF_INET6, a->addr, ip, sizeof(ip));
+        rt_log(log, RT_LOG_DEBUG, "tcp: cannot listen on %s (%s): %s", ip, ifname,
+               strerror(errno));
+        close(fd);
+        return FERRY_ERR_IO;
+    }
+    tcp_listener_t *l = &mod->listeners[mod->nlisteners];
+    l->poll.kind = TCP_POLL_LISTENER;
+    l->poll.fd = fd;
+    l->addr = *a;
+    l->addr.port = ntohs(a->family == 4 ? ((struct sockaddr_in *)&ss)->sin_port
+                                        : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    snprintf(l->ifname, sizeof(l->ifname), "%s", ifname);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &l->poll};
+    if (epoll_ctl(mod->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        close(fd);
+        return rt_log_errno(log, "tcp: epoll_ctl", errno);
+    }
+    mod->nlisteners++;
+    return FERRY_OK;
+}
+
+/* Opens a listener on every selected address. */
+static int open_listeners(tcp_module_t *mod)
+{
+    ferry_ctx_t *ctx = mod->super.ctx;
+    if_item_t inc[TCP_IF_ITEMS], exc[TCP_IF_ITEMS];
+    int ninc = 0, nexc = 0;
+    int rc;
+    if ((rc = parse_if_list(ctx, "FERRY_TCP_IF_INCLUDE", mod->p.if_include, inc, &ninc)) !=
+            FERRY_OK ||
+        (rc = parse_if_list(ctx, "FERRY_TCP_IF_EXCLUDE", mod->p.if_exclude, exc, &nexc)) !=
+            FERRY_OK)
+        return rc;
+    struct ifaddrs *ifs;
+    if (getifaddrs(&ifs) != 0)
+        return rt_log_errno(&ctx->log, "tcp: getifaddrs", errno);
+    for (struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
+        if (i->ifa_addr == NULL || !(i->ifa_flags & IFF_UP) ||
+            (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+            continue;
+        tcp_addr_entry_t a = {0};
+        if (i->ifa_addr->sa_family == AF_INET) {
+            a.family = 4;
+            memcpy(a.addr, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, 4);
+            if (i->ifa_netmask != NULL)
+                a.prefix = (uint8_t)mask_len(
+                    (const uint8_t *)&((struct sockaddr_in *)i->ifa_netmask)->sin_addr, 4);
+        } else {
+            a.family = 6;
+            memcpy(a.addr, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, 16);
+            /* Link-local addresses need a scope a peer cannot name. */
+            if (a.addr[0] == 0xfe && (a.addr[1] & 0xc0) == 0x80)
+                continue;
+            if (i->ifa_netmask != NULL)
+                a.prefix = (uint8_t)mask_len(
+                    (const uint8_t *)&((struct sockaddr_in6 *)i->ifa_netmask)->sin6_addr, 16);
+        }
+        if (ninc > 0 && !if_match(inc, ninc, i->ifa_name, &a))
+            continue;
+        if (nexc > 0 && if_match(exc, nexc, i->ifa_name, &a))
+            continue;
+        if (mod->nlisteners == TCP_MAX_ADDRS) {
+            rt_log(&ctx->log, RT_LOG_WARN,
+                   "tcp: more than %d addresses selected; %s and later ones unused "
+                   "(narrow FERRY_TCP_IF_INCLUDE)",
+                   TCP_MAX_ADDRS, i->ifa_name);
+            break;
+        }
+        if (open_listener(mod, &a, i->ifa_name) == FERRY_OK)
+            mod->local[mod->nlocal++] = mod->listeners[mod->nlisteners - 1].addr;
+    }
+    freeifaddrs(ifs);
+    if (mod->nlisteners == 0) {
+        rt_log(&ctx->log, ninc > 0 ? RT_LOG_WARN : RT_LOG_INFO,
+               "tcp: no usable interface%s%s%s", ninc > 0 ? " matches FERRY_TCP_IF_INCLUDE='" : "",
+               ninc > 0 ? mod->p.if_include : "", ninc > 0 ? "'" : "");
+        return FERRY_ERR_UNREACH;
+    }
+    return FERRY_OK;
+}
+
+static int publish(tcp_module_t *mod)
+{
+    ferry_ctx_t *ctx = mod->super.ctx;
+    tcp_addr_blob_t blob;
+    memset(&blob, 0, sizeof(blob));
+    blob.magic = (uint32_t)TCP_MAGIC;
+    blob.version = TCP_VERSION;
+    blob.count = (uint16_t)mod->nlisteners;
+    for (int i = 0; i < mod->nlisteners; i++)
+        blob.entry[i] = mod->listeners[i].addr;
+    int rc = rt_modex_put(ctx->modex, "btl.tcp", &blob,
+                          offsetof(tcp_addr_blob_t, entry) +
+                              (size_t)blob.count * sizeof(tcp_addr_entry_t));
+    if (rc != FERRY_OK || ctx->rank != 0)
+        return rc;
+    /* Rank 0 makes the job's secret; the others read it through the
+     * launcher when they first connect or accept. */
+    size_t got = 0;
+    while (got < TCP_KEY_LEN) {
+        ssize_t n = getrandom(mod->jobkey + got, TCP_KEY_LEN - got, 0);
+        if (n < 0 && errno != EINTR)
+            return rt_log_errno(&ctx->log, "tcp: getrandom for the job key", errno);
+        if (n > 0)
+            got += (size_t)n;
+    }
+    mod->have_jobkey = true;
+    return rt_modex_put(ctx->modex, "btl.tcp.jobkey", mod->jobkey, TCP_KEY_LEN);
+}
+
+extern const ferry_btl_component_t btl_tcp_component;
+
+static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *count_out)
+{
+    tcp_params_t p;
+    int rc = tcp_read_params(ctx, &p);
+    if (rc != FERRY_OK)
+        return rc;
+    *count_out = 0;
+    tcp_module_t *mod = calloc(1, sizeof(*mod));
+    ferry_btl_module_t **list = calloc(1, sizeof(*list));
+    if (mod == NULL || list == NULL) {
+        free(mod);
+        free(list);
+        return FERRY_ERR_NO_MEMORY;
+    }
+    const ferry_btl_attr_t attr = {
+        .name = "tcp",
+        .eager_limit = p.eager_limit,
+        .max_send_size = p.max_send_size,
+        .rdma_pipeline_frag_size = 4u << 20,
+        .min_rdma_size = 0,
+        .max_rdma_size = TCP_MAX_RDMA,
+        .exclusivity = 1024,
+        .latency = 10000,
+        .bandwidth = 3000,
+        .flags = FERRY_BTL_FLAG_SEND | FERRY_BTL_FLAG_SEND_INPLACE | FERRY_BTL_FLAG_PUT |
+                 FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI,
+        .reg_handle_size = 2 * sizeof(uint32_t),
+        .mem_per_peer = p.rx_buffer,
+    };
+    rc = btl_base_module_init(&mod->super, &btl_tcp_component, ctx, &attr, &tcp_ops);
+    if (rc != FERRY_OK) {
+        free(mod);
+        free(list);
+        return rc;
+    }
+    mod->p = p;
+    mod->epfd = -1;
+    mod->nranks = ctx->size;
+    util_list_init(&mod->conns);
+    util_list_init(&mod->connecting);
+    util_list_init(&mod->sending);
+    util_list_init(&mod->completed);
+    util_list_init(&mod->reports);
+    mod->eps = calloc((size_t)ctx->size, sizeof(*mod->eps));
+    mod->hot = calloc((size_t)ctx->size, sizeof(*mod->hot));
+    mod->same_host = calloc((size_t)ctx->size, sizeof(*mod->same_host));
+    mod->regs = calloc(p.reg_slots, sizeof(*mod->regs));
+    mod->reg_gen = calloc(p.reg_slots, sizeof(*mod->reg_gen));
+    if (mod->eps == NULL || mod->hot == NULL || mod->same_host == NULL || mod->regs == NULL ||
+        mod->reg_gen == NULL) {
+        rc = FERRY_ERR_NO_MEMORY;
+        goto err_finalize;
+    }
+    mod->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (mod->epfd < 0) {
+        rc = rt_log_errno(&ctx->log, "tcp: epoll_create1", errno);
+        goto err_finalize;
+    }
+    const btl_frag_params_t fp = {
+        .eager_size = p.eager_limit,
+        .max_size = p.max_send_size,
+        .num = p.free_list_num,
+        .max = p.free_list_max,
+        .inc = p.free_list_inc,
+        .max_frags = p.free_list_max < 256 ? p.free_list_max : 256,
+    };
+    if ((rc = btl_frags_init(&mod->frags, &mod->super, &fp)) != FERRY_OK ||
+        (rc = open_listeners(mod)) != FERRY_OK || (rc = publish(mod)) != FERRY_OK)
+        goto err_finalize;
+    list[0] = &mod->super;
+    *modules_out = list;
+    *count_out = 1;
+    return FERRY_OK;
+
+err_finalize:
+    free(list);
+    tcp_finalize(&mod->super);
+    return rc;
+}
+
+const ferry_btl_component_t btl_tcp_component = {
+    .name = "tcp",
+    .description = "TCP sockets between processes on any hosts",
+    .register_params = tcp_register_params,
+    .open = tcp_open,
+};
