@@ -1,0 +1,495 @@
+/*
+ * The ofi module: the libfabric objects of one domain and the module's
+ * operations.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "btl/ofi/ofi.h"
+#include "rt/modex.h"
+
+/* ---- endpoints ---- */
+
+static int ofi_add_procs(ferry_btl_module_t *btl, size_t n, const ferry_btl_proc_t *procs,
+                         ferry_btl_endpoint_t **eps_out, struct ferry_bitmap *reachable)
+{
+    ofi_module_t *mod = ofi_of(btl);
+    if (btl == NULL || (n > 0 && (procs == NULL || eps_out == NULL)))
+        return FERRY_ERR_INVALID;
+    for (size_t i = 0; i < n; i++) {
+        int r = procs[i].rank;
+        eps_out[i] = NULL;
+        if (r < 0 || r >= mod->nranks)
+            continue;
+        ferry_btl_endpoint_t *ep;
+        int rc = ofi_ep_get(mod, r, true, &ep);
+        if (rc != FERRY_OK)
+            return rc;
+        if (ep == NULL)
+            continue;
+        ep->deleted = false;
+        eps_out[i] = ep;
+        if (reachable != NULL)
+            util_bitmap_set(reachable, i);
+    }
+    return FERRY_OK;
+}
+
+/* Endpoints live as long as the module (the address vector keeps their
+ * addresses); del_procs fails what is pending and refuses new work. */
+static int ofi_del_procs(ferry_btl_module_t *btl, size_t n, ferry_btl_endpoint_t **eps)
+{
+    ofi_module_t *mod = ofi_of(btl);
+    if (btl == NULL || (n > 0 && eps == NULL))
+        return FERRY_ERR_INVALID;
+    for (size_t i = 0; i < n; i++) {
+        ferry_btl_endpoint_t *ep = eps[i];
+        if (ep == NULL || ep->mod != mod)
+            continue;
+        ofi_ep_fail_pending(mod, ep, FERRY_ERR_UNREACH);
+        ep->deleted = true;
+    }
+    return FERRY_OK;
+}
+
+/* ---- descriptors ---- */
+
+static int ofi_alloc(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, size_t size,
+                     uint32_t flags, ferry_btl_desc_t **des_out)
+{
+    return btl == NULL ? FERRY_ERR_INVALID
+                       : btl_frags_alloc(&ofi_of(btl)->frags, size, flags, des_out);
+}
+
+static int ofi_free(ferry_btl_module_t *btl, ferry_btl_desc_t *des)
+{
+    return btl == NULL ? FERRY_ERR_INVALID : btl_frags_free(&ofi_of(btl)->frags, des);
+}
+
+static int ofi_prepare_src(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                           ferry_btl_reg_t *reg, ferry_convertor_t *conv, size_t reserve,
+                           size_t *size, uint32_t flags, ferry_btl_desc_t **des_out)
+{
+    return btl == NULL ? FERRY_ERR_INVALID
+                       : btl_frags_prepare_src(&ofi_of(btl)->frags, ep, reg, conv, reserve,
+                                               size, flags, des_out);
+}
+
+static int ofi_prepare_dst(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                           ferry_btl_reg_t *reg, ferry_convertor_t *conv, size_t reserve,
+                           size_t *size, uint32_t flags, ferry_btl_desc_t **des_out)
+{
+    return btl == NULL ? FERRY_ERR_INVALID
+                       : btl_frags_prepare_dst(&ofi_of(btl)->frags, ep, reg, conv, reserve,
+                                               size, flags, des_out);
+}
+
+/* ---- sending ---- */
+
+static int ofi_send(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des,
+                    uint8_t tag)
+{
+    ofi_module_t *mod = ofi_of(btl);
+    if (btl == NULL || tag >= FERRY_BTL_TAG_BTL_MIN || !btl_frag_valid(des) ||
+        (des->flags & FERRY_BTL_DES_INFLIGHT) || des->src == NULL || des->src_cnt != 1 ||
+        des->src[0].len > btl->attr.max_send_size)
+        return FERRY_ERR_INVALID;
+    int rc = ofi_ep_ready(mod, ep);
+    if (rc != FERRY_OK)
+        return rc;
+    btl_frag_t *frag = btl_frag_of(des);
+    frag->op = OFI_OP_SEND;
+    frag->tag = tag;
+    frag->ep = ep;
+    des->flags |= FERRY_BTL_DES_INFLIGHT;
+    if (util_list_empty(&ep->queue)) {
+        rc = ofi_post_send(mod, ep, NULL, 0, ferry_btl_seg_ptr(&des->src[0]), des->src[0].len,
+                           tag, OFI_T_DATA);
+        if (rc == FERRY_OK) {
+            /* The bytes were copied: the descriptor is the caller's again
+             * once its callback has run, from progress. */
+            ofi_complete(mod, frag, FERRY_OK);
+            return FERRY_OK;
+        }
+        if (rc != FERRY_ERR_NO_RESOURCE) {
+            des->flags &= ~(uint32_t)FERRY_BTL_DES_INFLIGHT;
+            return rc;
+        }
+    }
+    util_list_append(&ep->queue, &frag->link);
+    ofi_mark_sending(mod, ep);
+    return FERRY_OK;
+}
+
+static int ofi_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void *header,
+                     size_t header_len, const void *payload, size_t payload_len, uint8_t tag)
+{
+    ofi_module_t *mod = ofi_of(btl);
+    if (btl == NULL || tag >= FERRY_BTL_TAG_BTL_MIN || (header == NULL && header_len > 0) ||
+        (payload == NULL && payload_len > 0) || header_len > btl->attr.max_send_size ||
+        payload_len > btl->attr.max_send_size - header_len)
+        return FERRY_ERR_INVALID;
+    int rc = ofi_ep_ready(mod, ep);
+    if (rc != FERRY_OK)
+        return rc;
+    /* Nothing may overtake what is queued. */
+    if (!util_list_empty(&ep->queue))
+        return FERRY_ERR_NO_RESOURCE;
+    return ofi_post_send(mod, ep, header, header_len, payload, payload_len, tag, OFI_T_DATA);
+}
+
+/* ---- progress ---- */
+
+static int run_completions(ofi_module_t *mod)
+{
+    int n = 0;
+    util_list_item_t *it;
+    /* Only those due now: a callback may start work that completes at once. */
+    size_t due = util_list_len(&mod->completed);
+    while (due-- > 0 && (it = util_list_pop_front(&mod->completed)) != NULL) {
+        btl_frag_t *frag = UTIL_CONTAINER_OF(it, btl_frag_t, link);
+        ferry_btl_desc_t *des = &frag->base;
+        uint32_t flags = des->flags;
+        ferry_btl_endpoint_t *ep = frag->ep;
+        if (frag->op != OFI_OP_SEND && ep != NULL)
+            ep->rdma_inflight--;
+        des->flags &= ~(uint32_t)FERRY_BTL_DES_INFLIGHT;
+        if (des->cbfunc != NULL)
+            des->cbfunc(&mod->super, ep, des, frag->status);
+        if (flags & FERRY_BTL_DES_OWNERSHIP)
+            btl_frag_put(&mod->frags, frag);
+        n++;
+    }
+    return n;
+}
+
+static int ofi_progress(ferry_btl_module_t *btl)
+{
+    ofi_module_t *mod = ofi_of(btl);
+    int n = ofi_poll_cq(mod);
+    if (n < 0)
+        return n;
+    if (!util_list_empty(&mod->sending)) {
+        uint64_t now = ofi_now_ns();
+        util_list_item_t *it = util_list_first(&mod->sending);
+        while (it != NULL) {
+            ferry_btl_endpoint_t *ep =
+                UTIL_CONTAINER_OF(it, ferry_btl_endpoint_t, sending_link);
+            it = util_list_next(&mod->sending, it);
+            n += ofi_drain_queue(mod, ep, now);
+            if (util_list_empty(&ep->queue)) {
+                util_list_remove(&mod->sending, &ep->sending_link);
+                ep->sending = false;
+            }
+        }
+    }
+    if (!util_list_empty(&mod->completed))
+        n += run_completions(mod);
+    return n;
+}
+
+static int ofi_flush(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep)
+{
+    ofi_module_t *mod = ofi_of(btl);
+    if (btl == NULL || (ep != NULL && ep->mod != mod))
+        return FERRY_ERR_INVALID;
+    for (int r = 0; r < mod->nranks; r++) {
+        ferry_btl_endpoint_t *e = mod->eps[r];
+        if (e == NULL || (ep != NULL && e != ep))
+            continue;
+        unsigned idle = 0;
+        /* Bounded: a peer that stops answering fails its endpoint after
+         * FERRY_OFI_SEND_TIMEOUT (queued work) or through an error
+         * completion from the provider, which completes what is pending. */
+        while (e->rdma_inflight > 0) {
+            int got = ofi_progress(btl);
+            if (got < 0)
+                return got;
+            if (got == 0)
+                rt_idle(&idle);
+            else
+                idle = 0;
+        }
+    }
+    return FERRY_OK;
+}
+
+static void ofi_dump(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, int verbose)
+{
+    ofi_module_t *mod = ofi_of(btl);
+    rt_log(&btl->ctx->log, RT_LOG_ERROR,
+           "ofi: provider %s domain %s: tx slots free %zu of %zu, rx buffers posted %zu",
+           mod->my_addr.prov, mod->info != NULL ? mod->info->domain_attr->name : "?",
+           mod->tx_nfree, mod->p.tx_slots, mod->rx_posted);
+    for (int r = 0; r < mod->nranks; r++) {
+        ferry_btl_endpoint_t *e = mod->eps[r];
+        if (e == NULL || (ep != NULL && e != ep))
+            continue;
+        rt_log(&btl->ctx->log, RT_LOG_ERROR, "ofi: rank %d state %d queued %zu rdma %zu", r,
+               (int)e->state, util_list_len(&e->queue), e->rdma_inflight);
+    }
+}
+
+/* Tells every peer we talked to that we are leaving, so that its later
+ * sends failing is no surprise; best effort, as the peer may be gone. */
+static void announce_close(ofi_module_t *mod)
+{
+    if (mod->ep == NULL || mod->eps == NULL || mod->tx_ctx == NULL)
+        return;
+    for (int r = 0; r < mod->nranks; r++) {
+        ferry_btl_endpoint_t *ep = mod->eps[r];
+        if (ep == NULL || ep->state != OFI_EP_READY || r == mod->super.ctx->rank)
+            continue;
+        /* A few tries, progressing in between; never a wait on the peer. */
+        for (int tries = 0; tries < 100; tries++) {
+            int rc = ofi_post_send(mod, ep, NULL, 0, NULL, 0, 0, OFI_T_CLOSE);
+            if (rc != FERRY_ERR_NO_RESOURCE)
+                break;
+            ofi_poll_cq(mod);
+        }
+    }
+    /* Let reliable providers that progress in software push the messages
+     * out before the endpoint closes. */
+    for (int i = 0; i < 64 && mod->tx_nfree < mod->p.tx_slots; i++)
+        ofi_poll_cq(mod);
+}
+
+static void close_fid(ofi_module_t *mod, struct fid *fid, const char *what)
+{
+    if (fid == NULL)
+        return;
+    int rc = fi_close(fid);
+    if (rc != 0)
+        ofi_log_error(mod, what, rc);
+}
+
+static int ofi_finalize(ferry_btl_module_t *btl)
+{
+    ofi_module_t *mod = ofi_of(btl);
+    if (mod == NULL)
+        return FERRY_OK;
+    mod->closing = true;
+    announce_close(mod);
+    if (mod->eps != NULL) {
+        for (int r = 0; r < mod->nranks; r++) {
+            if (mod->eps[r] != NULL)
+                ofi_ep_fail_pending(mod, mod->eps[r], FERRY_ERR_CANCELED);
+        }
+    }
+    /* Callbacks for what was failed above. */
+    run_completions(mod);
+    /* The endpoint goes first: it holds the receive buffers and any
+     * registration bound to it. */
+    close_fid(mod, mod->ep != NULL ? &mod->ep->fid : NULL, "closing the endpoint");
+    mod->ep = NULL;
+    /* What the closed endpoint will never complete. */
+    while (mod->rma_ctxs_ready && !util_list_empty(&mod->rma_posted))
+        ofi_rdma_done(mod, UTIL_CONTAINER_OF(util_list_first(&mod->rma_posted), ofi_opctx_t, link),
+                      FERRY_ERR_CANCELED);
+    run_completions(mod);
+    /* The pools first: their registration cache deregisters through us. */
+    int rc = btl_frags_fini(&mod->frags);
+    ofi_rx_fini(mod);
+    ofi_tx_fini(mod);
+    ofi_mr_release_all(mod);
+    close_fid(mod, mod->av != NULL ? &mod->av->fid : NULL, "closing the address vector");
+    close_fid(mod, mod->cq != NULL ? &mod->cq->fid : NULL, "closing the completion queue");
+    close_fid(mod, mod->domain != NULL ? &mod->domain->fid : NULL, "closing the domain");
+    close_fid(mod, mod->fabric != NULL ? &mod->fabric->fid : NULL, "closing the fabric");
+    if (mod->rma_ctxs_ready && util_pool_fini(&mod->rma_ctxs) > 0 && rc == FERRY_OK)
+        rc = FERRY_ERR_BUSY;
+    if (mod->eps != NULL)
+        for (int r = 0; r < mod->nranks; r++) {
+            ferry_btl_endpoint_t *ep = mod->eps[r];
+            util_list_item_t *it;
+            while (ep != NULL && (it = util_list_pop_front(&ep->held)) != NULL)
+                free(UTIL_CONTAINER_OF(it, ofi_held_t, link));
+            free(ep);
+        }
+    free(mod->eps);
+    free(mod->regs);
+    if (mod->info != NULL)
+        fi_freeinfo(mod->info);
+    free(mod);
+    return rc;
+}
+
+static const ferry_btl_ops_t ofi_ops = {
+    .add_procs = ofi_add_procs,
+    .del_procs = ofi_del_procs,
+    .register_am = btl_base_register_am,
+    .register_error = btl_base_register_error,
+    .finalize = ofi_finalize,
+    .alloc = ofi_alloc,
+    .free = ofi_free,
+    .prepare_src = ofi_prepare_src,
+    .prepare_dst = ofi_prepare_dst,
+    .send = ofi_send,
+    .sendi = ofi_sendi,
+    .put = ofi_put,
+    .get = ofi_get,
+    .register_mem = ofi_register_mem,
+    .deregister_mem = ofi_deregister_mem,
+    .mem_alloc = btl_base_unsupported_mem_alloc,
+    .mem_free = btl_base_unsupported_mem_free,
+    .flush = ofi_flush,
+    .progress = ofi_progress,
+    .dump = ofi_dump,
+};
+
+/* ---- opening ---- */
+
+/* Software providers (tcp, shm, sockets, udp) lose to ferry's own sm and
+ * tcp transports where those reach; native fabrics win over tcp. */
+static uint32_t default_exclusivity(const char *prov)
+{
+    static const char *const soft[] = {"tcp", "shm", "sockets", "udp", "net"};
+    for (size_t i = 0; i < sizeof(soft) / sizeof(soft[0]); i++)
+        if (strstr(prov, soft[i]) != NULL)
+            return 512;
+    return 16384;
+}
+
+static int open_fabric(ofi_module_t *mod)
+{
+    struct fi_info *info = mod->info;
+    int rc;
+    struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_NONE};
+    struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
+    size_t len = sizeof(mod->my_addr.addr);
+
+    if ((rc = fi_fabric(info->fabric_attr, &mod->fabric, NULL)) != 0)
+        return ofi_log_error(mod, "fi_fabric", rc);
+    if ((rc = fi_domain(mod->fabric, info, &mod->domain, NULL)) != 0)
+        return ofi_log_error(mod, "fi_domain", rc);
+    cq_attr.size = mod->p.tx_slots + mod->p.rx_slots + 256;
+    if ((rc = fi_cq_open(mod->domain, &cq_attr, &mod->cq, NULL)) != 0)
+        return ofi_log_error(mod, "fi_cq_open", rc);
+    av_attr.count = (size_t)mod->nranks;
+    if ((rc = fi_av_open(mod->domain, &av_attr, &mod->av, NULL)) != 0)
+        return ofi_log_error(mod, "fi_av_open", rc);
+    if ((rc = fi_endpoint(mod->domain, info, &mod->ep, NULL)) != 0)
+        return ofi_log_error(mod, "fi_endpoint", rc);
+    if ((rc = fi_ep_bind(mod->ep, &mod->cq->fid, FI_TRANSMIT | FI_RECV)) != 0)
+        return ofi_log_error(mod, "fi_ep_bind (completion queue)", rc);
+    if ((rc = fi_ep_bind(mod->ep, &mod->av->fid, 0)) != 0)
+        return ofi_log_error(mod, "fi_ep_bind (address vector)", rc);
+    if ((rc = fi_enable(mod->ep)) != 0)
+        return ofi_log_error(mod, "fi_enable", rc);
+    /* After fi_enable: shm (1.17) keeps the option in its receive context,
+     * which exists only once the endpoint is enabled. */
+    if (mod->use_multi_recv) {
+        size_t min = mod->p.max_send_size + sizeof(ofi_hdr_t);
+        if ((rc = fi_setopt(&mod->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min,
+                            sizeof(min))) != 0)
+            return ofi_log_error(mod, "setting FI_OPT_MIN_MULTI_RECV", rc);
+    }
+    if ((rc = fi_getname(&mod->ep->fid, mod->my_addr.addr, &len)) != 0)
+        return ofi_log_error(mod, "fi_getname", rc);
+    mod->my_addr.addrlen = (uint32_t)len;
+    return FERRY_OK;
+}
+
+extern const ferry_btl_component_t btl_ofi_component;
+
+int ofi_module_open(ferry_ctx_t *ctx, const ofi_params_t *p, struct fi_info *info, int index,
+                    ferry_btl_module_t **btl_out)
+{
+    ofi_module_t *mod = calloc(1, sizeof(*mod));
+    if (mod == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    const char *prov = info->fabric_attr->prov_name;
+    size_t max_msg = info->ep_attr->max_msg_size;
+    size_t max_rdma = max_msg < ((size_t)1 << 30) ? max_msg : ((size_t)1 << 30);
+    bool native = default_exclusivity(prov) > 512;
+    const ferry_btl_attr_t attr = {
+        .name = "ofi",
+        .eager_limit = p->eager_limit,
+        .max_send_size = p->max_send_size,
+        .rdma_pipeline_frag_size = 1u << 20,
+        .min_rdma_size = 0,
+        .max_rdma_size = max_rdma,
+        .exclusivity = p->exclusivity >= 0 ? (uint32_t)p->exclusivity
+                                           : default_exclusivity(prov),
+        .latency = native ? 2000 : 20000,
+        .bandwidth = native ? 10000 : 1000,
+        .flags = FERRY_BTL_FLAG_SEND | FERRY_BTL_FLAG_SEND_INPLACE | FERRY_BTL_FLAG_PUT |
+                 FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI,
+        .reg_handle_size = sizeof(ofi_key_t),
+        .mem_per_peer = 64, /* an address vector entry and an endpoint */
+    };
+    int rc = btl_base_module_init(&mod->super, &btl_ofi_component, ctx, &attr, &ofi_ops);
+    if (rc != FERRY_OK) {
+        free(mod);
+        return rc;
+    }
+    mod->p = *p;
+    mod->index = index;
+    mod->nranks = ctx->size;
+    mod->next_req_key = 1;
+    util_list_init(&mod->sending);
+    util_list_init(&mod->completed);
+    util_list_init(&mod->rma_posted);
+    if (index == 0)
+        snprintf(mod->modex_key, sizeof(mod->modex_key), "btl.ofi");
+    else
+        snprintf(mod->modex_key, sizeof(mod->modex_key), "btl.ofi.%d", index);
+    mod->info = fi_dupinfo(info);
+    mod->eps = calloc((size_t)ctx->size, sizeof(*mod->eps));
+    if (mod->info == NULL || mod->eps == NULL) {
+        rc = FERRY_ERR_NO_MEMORY;
+        goto err_finalize;
+    }
+    mod->mr_mode = (uint64_t)mod->info->domain_attr->mr_mode;
+    /* FI_MR_LOCAL named in FERRY_OFI_MR_MODE is honoured even where the
+     * provider does not demand it, so that path can be tested anywhere. */
+    const rt_param_t *mrp = rt_param_find(&ctx->params, "ofi_mr_mode");
+    if (mrp != NULL && mrp->from_env && strstr(p->mr_mode, "local") != NULL)
+        mod->mr_mode |= FI_MR_LOCAL;
+    mod->inject_size = mod->info->tx_attr->inject_size;
+    /* ofi_rxm (1.17) hands a multi-receive buffer back before a large
+     * (rendezvous) message placed in it has completed, so a reposted
+     * buffer could be overwritten under it: one buffer per message there. */
+    mod->use_multi_recv = p->multi_recv && (mod->info->caps & FI_MULTI_RECV) != 0 &&
+                          strstr(prov, "ofi_rxm") == NULL;
+    mod->my_addr.version = OFI_ADDR_VERSION;
+    snprintf(mod->my_addr.prov, sizeof(mod->my_addr.prov), "%s", prov);
+
+    const btl_frag_params_t fp = {
+        .eager_size = p->eager_limit,
+        .max_size = p->max_send_size,
+        .num = p->free_list_num,
+        .max = p->free_list_max,
+        .inc = p->free_list_inc,
+        .max_frags = p->free_list_max < 256 ? p->free_list_max : 256,
+    };
+    const util_pool_params_t cp = {
+        .name = "ofi rma contexts",
+        .elem_size = sizeof(ofi_opctx_t),
+        .align = 64,
+        .initial = 16,
+        .max = 0,
+        .increment = 64,
+    };
+    if ((rc = btl_frags_init(&mod->frags, &mod->super, &fp)) != FERRY_OK ||
+        (rc = util_pool_init(&mod->rma_ctxs, &cp)) != FERRY_OK)
+        goto err_finalize;
+    mod->rma_ctxs_ready = true;
+    if ((rc = open_fabric(mod)) != FERRY_OK || (rc = ofi_tx_init(mod)) != FERRY_OK ||
+        (rc = ofi_rx_init(mod)) != FERRY_OK || (rc = ofi_rx_post_all(mod)) != FERRY_OK)
+        goto err_finalize;
+    rc = rt_modex_put(ctx->modex, mod->modex_key, &mod->my_addr, sizeof(mod->my_addr));
+    if (rc != FERRY_OK)
+        goto err_finalize;
+    rt_log(&ctx->log, RT_LOG_DEBUG,
+           "ofi: module %d: provider %s, domain %s, mr_mode 0x%llx, inject %zu, %s receives",
+           index, prov, mod->info->domain_attr->name, (unsigned long long)mod->mr_mode,
+           mod->inject_size, mod->use_multi_recv ? "multi" : "single");
+    *btl_out = &mod->super;
+    return FERRY_OK;
+
+err_finalize:
+    ofi_finalize(&mod->super);
+    return rc;
+}

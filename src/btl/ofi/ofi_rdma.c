@@ -1,0 +1,153 @@
+/*
+ * ofi put and get: fi_write and fi_read on registered memory.
+ *
+ * Before any byte moves, the initiator checks the remote range against what
+ * the target's key says (base, length, rights): the contract's check,
+ * without a round trip. What the key cannot tell (the target released the
+ * registration since) the provider refuses with an error completion, which
+ * becomes FERRY_ERR_ACCESS.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "btl/ofi/ofi.h"
+
+/* The remote segment's range checked against its key. */
+static int check_remote(const ferry_btl_segment_t *remote, size_t len, uint32_t need,
+                        ofi_key_t *key_out)
+{
+    ofi_key_t key;
+    memcpy(&key, remote->key, sizeof(key));
+    if (key.len > SIZE_MAX)
+        return FERRY_ERR_ACCESS;
+    const ferry_btl_reg_t view = {
+        .base = (void *)(uintptr_t)key.base,
+        .len = (size_t)key.len,
+        .access = key.access,
+    };
+    int rc = btl_base_check_access(&view, remote->addr, len, need);
+    if (rc == FERRY_OK)
+        *key_out = key;
+    return rc;
+}
+
+int ofi_rdma_post(ofi_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag)
+{
+    ferry_btl_desc_t *des = &frag->base;
+    bool put = frag->op == OFI_OP_PUT;
+    const ferry_btl_segment_t *local = put ? &des->src[0] : &des->dst[0];
+    const ferry_btl_segment_t *remote = put ? &des->dst[0] : &des->src[0];
+    ofi_key_t key;
+    memcpy(&key, remote->key, sizeof(key));
+
+    ofi_opctx_t *oc = util_pool_get(&mod->rma_ctxs);
+    if (oc == NULL)
+        return FERRY_ERR_NO_RESOURCE;
+    memset(oc, 0, sizeof(*oc));
+    oc->kind = OFI_CTX_RMA;
+    oc->ep = ep;
+    oc->frag = frag;
+
+    bool need_reg;
+    void *desc = ofi_mr_local_desc(mod, local, &need_reg);
+    if (need_reg) {
+        /* FI_MR_LOCAL and memory we do not know: registered for this
+         * operation only. */
+        int rc = ofi_mr_register(mod, ferry_btl_seg_ptr(local), local->len, FERRY_ACCESS_LOCAL,
+                                 &oc->tmp_reg);
+        if (rc != FERRY_OK) {
+            util_pool_put(&mod->rma_ctxs, oc);
+            return rc;
+        }
+        desc = fi_mr_desc(oc->tmp_reg->mr);
+    }
+    uint64_t raddr = (mod->mr_mode & FI_MR_VIRT_ADDR) ? remote->addr : remote->addr - key.base;
+    ssize_t rc;
+    if (put)
+        rc = fi_write(mod->ep, ferry_btl_seg_ptr(local), local->len, desc, ep->fi_addr, raddr,
+                      key.mr_key, &oc->fctx);
+    else
+        rc = fi_read(mod->ep, ferry_btl_seg_ptr(local), local->len, desc, ep->fi_addr, raddr,
+                     key.mr_key, &oc->fctx);
+    if (rc == 0) {
+        util_list_append(&mod->rma_posted, &oc->link);
+        return FERRY_OK;
+    }
+    if (oc->tmp_reg != NULL)
+        ofi_mr_deregister(mod, oc->tmp_reg);
+    util_pool_put(&mod->rma_ctxs, oc);
+    if (rc == -FI_EAGAIN)
+        return FERRY_ERR_NO_RESOURCE;
+    int status = ofi_status_from_fi((int)rc);
+    if (status == FERRY_ERR_ACCESS || status == FERRY_ERR_INVALID)
+        return FERRY_ERR_ACCESS;
+    char why[128];
+    snprintf(why, sizeof(why), "posting a %s failed: %s", put ? "put" : "get",
+             fi_strerror((int)-rc));
+    ofi_ep_fail(mod, ep, FERRY_ERR_UNREACH, why);
+    return FERRY_ERR_UNREACH;
+}
+
+void ofi_rdma_done(ofi_module_t *mod, ofi_opctx_t *oc, int status)
+{
+    btl_frag_t *frag = oc->frag;
+    util_list_remove(&mod->rma_posted, &oc->link);
+    if (oc->tmp_reg != NULL)
+        ofi_mr_deregister(mod, oc->tmp_reg);
+    util_pool_put(&mod->rma_ctxs, oc);
+    ofi_complete(mod, frag, status);
+}
+
+static int rdma_start(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des,
+                      bool put)
+{
+    ofi_module_t *mod = ofi_of(btl);
+    if (btl == NULL || !btl_frag_valid(des) || (des->flags & FERRY_BTL_DES_INFLIGHT) ||
+        des->src == NULL || des->dst == NULL || des->src_cnt != 1 || des->dst_cnt != 1 ||
+        des->src[0].len != des->dst[0].len || des->src[0].len > btl->attr.max_rdma_size)
+        return FERRY_ERR_INVALID;
+    const ferry_btl_segment_t *local = put ? &des->src[0] : &des->dst[0];
+    const ferry_btl_segment_t *remote = put ? &des->dst[0] : &des->src[0];
+    if (local->len > 0 && ferry_btl_seg_ptr(local) == NULL)
+        return FERRY_ERR_INVALID;
+    int rc = ofi_ep_ready(mod, ep);
+    if (rc != FERRY_OK)
+        return rc;
+    ofi_key_t key;
+    rc = check_remote(remote, remote->len,
+                      put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ, &key);
+    if (rc != FERRY_OK)
+        return rc;
+    btl_frag_t *frag = btl_frag_of(des);
+    frag->op = put ? OFI_OP_PUT : OFI_OP_GET;
+    frag->ep = ep;
+    des->flags |= FERRY_BTL_DES_INFLIGHT;
+    ep->rdma_inflight++;
+    if (local->len == 0) {
+        ofi_complete(mod, frag, FERRY_OK);
+        return FERRY_OK;
+    }
+    if (util_list_empty(&ep->queue)) {
+        rc = ofi_rdma_post(mod, ep, frag);
+        if (rc == FERRY_OK)
+            return FERRY_OK;
+        if (rc != FERRY_ERR_NO_RESOURCE) {
+            ep->rdma_inflight--;
+            des->flags &= ~(uint32_t)FERRY_BTL_DES_INFLIGHT;
+            return rc;
+        }
+    }
+    util_list_append(&ep->queue, &frag->link);
+    ofi_mark_sending(mod, ep);
+    return FERRY_OK;
+}
+
+int ofi_put(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des)
+{
+    return rdma_start(btl, ep, des, true);
+}
+
+int ofi_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des)
+{
+    return rdma_start(btl, ep, des, false);
+}
