@@ -20,9 +20,12 @@ CTEST_JOBS ?= 2
 CMAKE_ARGS ?=
 
 # The Debian packages the build and the tests need: a compiler and make,
-# CMake, pkg-config (install test), and MPICH (its hydra launcher is a second
-# PMI-1 server the modex is tested against).
-DEPS ?= build-essential cmake pkg-config mpich
+# CMake, pkg-config (install test); libfabric (the ofi transport) and libpmix
+# (the PMIx launcher backend); MPICH and Open MPI (their launchers, hydra and
+# mpirun, start ferry jobs in the tests); iproute2 and util-linux (network
+# namespaces for the multi-host tests).
+DEPS ?= build-essential cmake pkg-config libfabric-dev libfabric-bin libpmix-dev mpich \
+        openmpi-bin iproute2 util-linux
 
 # Make's built-in CC is "cc"; only a compiler named by the user is passed on,
 # so that CMake otherwise finds the system default itself.
