@@ -264,6 +264,33 @@ static void test_rdma_self(ferry_ctx_t *ctx)
     free(target);
     free(src);
     free(back);
+
+    /* Memory from ferry_mem_alloc: a shared heap where sm is open, plain
+     * registered pages otherwise (FERRY_BTL=self). */
+    void *heap;
+    ferry_mem_t *hmem;
+    ferry_rkey_t hkey;
+    CHECK(ferry_mem_alloc(ctx, 10000, FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE, &heap,
+                          &hmem) == FERRY_OK);
+    CHECK(((uintptr_t)heap & 4095) == 0);
+    CHECK(ferry_mem_rkey(hmem, &hkey) == FERRY_OK);
+    char msg[] = "into allocated memory";
+    comp_t hc = {0, 1};
+    CHECK(ferry_put(ctx, me, msg, sizeof(msg), NULL, (uint64_t)(uintptr_t)heap + 9000, &hkey,
+                    on_comp, &hc) == FERRY_OK);
+    CHECK(ferry_flush(ctx, me) == FERRY_OK && hc.done == 1 && hc.status == FERRY_OK);
+    CHECK(memcmp((char *)heap + 9000, msg, sizeof(msg)) == 0);
+    /* Whole pages are registered: 12288 bytes, and not one more. */
+    CHECK(ferry_put(ctx, me, msg, 2, NULL, (uint64_t)(uintptr_t)heap + 12287, &hkey, on_comp,
+                    &hc) == FERRY_ERR_ACCESS);
+    void *none_addr = NULL;
+    ferry_mem_t *none = NULL;
+    CHECK(ferry_mem_alloc(ctx, 0, 0, &none_addr, &none) == FERRY_ERR_INVALID);
+    CHECK(ferry_mem_alloc(ctx, 8, 0x80, &none_addr, &none) == FERRY_ERR_INVALID);
+    CHECK(ferry_mem_alloc(NULL, 8, 0, &none_addr, &none) == FERRY_ERR_INVALID);
+    CHECK(none == NULL && none_addr == NULL);
+    CHECK(ferry_mem_free(ctx, hmem) == FERRY_OK);
+    CHECK(ferry_mem_free(ctx, NULL) == FERRY_OK);
     printf("ok  rdma to self\n");
 }
 
