@@ -37,6 +37,8 @@ DEMO_DIR := build
 TEST_DIR := build-test
 ASAN_DIR := build-asan
 TSAN_DIR := build-tsan
+# Which tests make tsan runs (ctest arguments); empty: all of them.
+TSAN_TESTS ?=
 
 .PHONY: all demo test asan tsan install deps clean build-release
 
@@ -102,7 +104,7 @@ tsan: deps
 	norand=""; \
 	if setarch "$$(uname -m)" -R true 2>/dev/null; then norand="setarch $$(uname -m) -R"; fi; \
 	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-	    $$norand $(CTEST) --output-on-failure -j $(CTEST_JOBS)
+	    $$norand $(CTEST) --output-on-failure -j $(CTEST_JOBS) $(TSAN_TESTS)
 
 # Configured with the prefix so that GNUInstallDirs picks the library folder
 # the system expects there (lib/<multiarch> under /usr on Debian).
