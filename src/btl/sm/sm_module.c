@@ -545,6 +545,7 @@ static int sm_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *cou
         .max = p.free_list_max,
         .inc = p.free_list_inc,
         .max_frags = p.free_list_max < 256 ? p.free_list_max : 256,
+        .reg_limit_hint = "FERRY_SM_REG_SLOTS",
     };
     if ((rc = btl_frags_init(&mod->frags, &mod->super, &fp)) != FERRY_OK ||
         (rc = segment_create(mod)) != FERRY_OK)

@@ -43,9 +43,10 @@ int sm_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *bas
     while (slot < mod->p.reg_slots && mod->regs[slot] != NULL)
         slot++;
     if (slot == mod->p.reg_slots) {
-        rt_log(&btl->ctx->log, RT_LOG_ERROR,
-               "sm: all %zu registration slots in use (raise FERRY_SM_REG_SLOTS)",
-               mod->p.reg_slots);
+        /* Not an error yet: the registration cache evicts and retries, and
+         * names the limit if that fails too. */
+        rt_log(&btl->ctx->log, RT_LOG_DEBUG,
+               "sm: all %zu registration slots in use (FERRY_SM_REG_SLOTS)", mod->p.reg_slots);
         return FERRY_ERR_NO_RESOURCE;
     }
     sm_reg_t *reg = calloc(1, sizeof(*reg));
