@@ -46,6 +46,15 @@
 #define TCP_MAX_ADDRS 16
 #define TCP_MAX_RDMA ((size_t)1 << 30)
 
+/* Active messages at least this long are read to their end with one exact
+ * read, into a receive buffer grown to hold them; shorter ones come in bulk
+ * reads into a buffer that holds at least two of them. */
+#define TCP_BIG_FRAME (16u * 1024u)
+
+/* Bytes read beyond a payload or a large frame: the next frame's header and
+ * RDMA body, enough to know where its payload goes before reading it. */
+#define TCP_LOOKAHEAD (sizeof(tcp_hdr_t) + sizeof(tcp_rdma_body_t))
+
 /* Frame types. */
 enum {
     TCP_T_DATA = 1,     /* active message: tag, len payload bytes */
@@ -169,6 +178,8 @@ struct ferry_btl_endpoint {
     bool sending;          /* in mod->sending */
     util_list_item_t sending_link;
     bool hot;              /* in mod->hot: polled with recv directly */
+    int sndbuf;            /* SO_SNDBUF as last read, for sendi_room */
+    size_t spilled_bytes;  /* inline-send bytes copied after a partial write */
     /* Receiving. */
     unsigned char *rx;
     size_t rx_cap, rx_len, rx_off;
@@ -218,6 +229,7 @@ typedef struct tcp_params {
     size_t max_send_size;
     size_t sendq_max;
     size_t rx_buffer;
+    size_t sndbuf, rcvbuf; /* SO_SNDBUF / SO_RCVBUF; 0: the kernel's autotuning */
     long long keepalive_time, keepalive_intvl, keepalive_probes;
     long long poll_direct;
     size_t reg_slots;
@@ -262,6 +274,8 @@ struct tcp_module {
 uint64_t tcp_now_ns(void);
 
 /* tcp_endpoint.c */
+/* Sets FERRY_TCP_SNDBUF and FERRY_TCP_RCVBUF on a socket (when not 0). */
+void tcp_set_bufs(tcp_module_t *mod, int fd);
 ferry_btl_endpoint_t *tcp_ep_get(tcp_module_t *mod, int rank);
 void tcp_ep_free(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
 int tcp_ep_connect(tcp_module_t *mod, ferry_btl_endpoint_t *ep);

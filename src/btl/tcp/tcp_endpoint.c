@@ -153,9 +153,24 @@ static bool key_equal(const uint8_t *a, const uint8_t *b)
     return diff == 0;
 }
 
+void tcp_set_bufs(tcp_module_t *mod, int fd)
+{
+    /* Setting either size turns the kernel's autotuning of it off, and the
+     * kernel caps it at net.core.wmem_max / rmem_max; 0 keeps autotuning. */
+    if (mod->p.sndbuf > 0) {
+        int v = (int)mod->p.sndbuf;
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
+    }
+    if (mod->p.rcvbuf > 0) {
+        int v = (int)mod->p.rcvbuf;
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+    }
+}
+
 static void set_sockopts(tcp_module_t *mod, int fd)
 {
     int one = 1;
+    tcp_set_bufs(mod, fd);
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
     int idle = (int)mod->p.keepalive_time, intvl = (int)mod->p.keepalive_intvl,
@@ -357,8 +372,10 @@ static void hello_fill(tcp_module_t *mod, tcp_hello_t *h, int status, bool with_
 static int ep_established(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     if (ep->rx == NULL) {
-        size_t frame = sizeof(tcp_hdr_t) + mod->super.attr.max_send_size;
-        ep->rx_cap = mod->p.rx_buffer > 2 * frame ? mod->p.rx_buffer : 2 * frame;
+        /* Two small frames at least; a large one grows the buffer when it
+         * comes (tcp_io.c, frames_want). */
+        size_t small = 2 * (sizeof(tcp_hdr_t) + TCP_BIG_FRAME) + TCP_LOOKAHEAD;
+        ep->rx_cap = mod->p.rx_buffer > small ? mod->p.rx_buffer : small;
         ep->rx = malloc(ep->rx_cap);
         if (ep->rx == NULL) {
             tcp_ep_fail(mod, ep, FERRY_ERR_NO_MEMORY, "out of memory for the receive buffer");

@@ -1,14 +1,17 @@
 /*
  * Framed I/O on a connected endpoint: the send queue written with one
  * sendmsg (a writev that does not raise SIGPIPE) over as many fragments as
- * fit, and the receive side, which reads as much as the buffer takes, parses
- * every whole frame in it, and reads the payload of put and get answers
- * straight into their destination.
+ * fit; inline sends written whole or not at all when large; and the receive
+ * side, which reads as much as the buffer takes, parses every whole frame in
+ * it, reads a large active message to its end with one exact read, and reads
+ * the payload of puts and get answers straight into their destination.
  */
 #include <errno.h>
+#include <linux/sockios.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -18,6 +21,15 @@
 
 /* Fragments gathered into one sendmsg. */
 #define TCP_BATCH 16
+
+/* Inline sends at least this long go only when the socket has room for all
+ * of them (see sendi_room); shorter ones are cheap to copy when they do not
+ * fit. */
+#define TCP_ROOM_CHECK (32u * 1024u)
+
+/* Inline sends up to this long (header included) are gathered into one
+ * buffer and written with send. */
+#define TCP_SENDI_FLAT 256u
 
 uint64_t tcp_now_ns(void)
 {
@@ -243,6 +255,33 @@ int tcp_push(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
     return events;
 }
 
+/* Whether the socket takes len more bytes whole. A large inline send that
+ * the socket takes only in part leaves the rest to be copied (the caller
+ * owns its buffer again when sendi returns), which costs as much as the
+ * write; refusing it (NO_RESOURCE) until the peer has read enough keeps the
+ * one copy the kernel makes. The kernel accepts writes while the bytes it
+ * holds, counted with their buffers' overhead, stay under SO_SNDBUF; the
+ * bytes not yet acknowledged (SIOCOUTQ) plus a margin stand for that. */
+static bool sendi_room(ferry_btl_endpoint_t *ep, size_t len)
+{
+    int outq = 0;
+    if (ioctl(ep->poll.fd, SIOCOUTQ, &outq) != 0 || outq <= 0)
+        return true; /* nothing in flight, or no answer: write */
+    size_t need = len + len / 16 + 4096;
+    for (int pass = 0; pass < 2; pass++) {
+        if (ep->sndbuf > outq && (size_t)(ep->sndbuf - outq) >= need)
+            return true;
+        /* The kernel grows (and may shrink) the buffer as it goes. */
+        int val = 0;
+        socklen_t sl = sizeof(val);
+        if (pass > 0 || getsockopt(ep->poll.fd, SOL_SOCKET, SO_SNDBUF, &val, &sl) != 0)
+            break;
+        ep->sndbuf = val;
+    }
+    /* A buffer too small ever to hold it takes the message in parts. */
+    return ep->sndbuf <= 0 || (size_t)ep->sndbuf < 2 * need;
+}
+
 int tcp_sendi_now(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const void *header,
                   size_t header_len, const void *payload, size_t payload_len, uint8_t tag)
 {
@@ -254,11 +293,27 @@ int tcp_sendi_now(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const void *heade
         iov[cnt++] = (struct iovec){(void *)header, header_len};
     if (payload_len > 0)
         iov[cnt++] = (struct iovec){(void *)payload, payload_len};
-    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
     size_t total = sizeof(h) + header_len + payload_len;
+    if (total >= TCP_ROOM_CHECK && !sendi_room(ep, total))
+        return FERRY_ERR_NO_RESOURCE;
+    /* A small message is gathered here and goes with send: copying a few
+     * bytes costs less than the kernel's import of a message header and
+     * its iovec array, on the latency path. */
+    unsigned char flat[TCP_SENDI_FLAT];
+    if (total <= sizeof(flat)) {
+        size_t off = 0;
+        for (int i = 0; i < cnt; i++) {
+            memcpy(flat + off, iov[i].iov_base, iov[i].iov_len);
+            off += iov[i].iov_len;
+        }
+        iov[0] = (struct iovec){flat, total};
+        cnt = 1;
+    }
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
     ssize_t wrote;
     do {
-        wrote = sendmsg(ep->poll.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        wrote = cnt == 1 ? send(ep->poll.fd, iov[0].iov_base, total, MSG_NOSIGNAL | MSG_DONTWAIT)
+                         : sendmsg(ep->poll.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     } while (wrote < 0 && errno == EINTR);
     if (wrote < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK)
@@ -298,6 +353,7 @@ int tcp_sendi_now(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const void *heade
         off += len - skip;
         skip = 0;
     }
+    ep->spilled_bytes += rest;
     tcp_enqueue(mod, ep, &ctl->frag, rest);
     return FERRY_OK;
 }
@@ -522,8 +578,9 @@ static int parse(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
         ep->rx_off = ep->rx_len = 0;
     } else if (ep->rx_mode == TCP_RX_FRAMES && ep->rx_off > 0 &&
                ep->rx_cap - ep->rx_off < ep->rx_cap / 2) {
-        /* Room for a whole frame of the largest size after the partial one:
-         * the buffer holds at least two of them. */
+        /* Room for a whole small frame after the partial one: the buffer
+         * holds at least two of them (frames_want makes room for large
+         * ones). */
         memmove(ep->rx, ep->rx + ep->rx_off, ep->rx_len - ep->rx_off);
         ep->rx_len -= ep->rx_off;
         ep->rx_off = 0;
@@ -540,40 +597,121 @@ static void rx_closed(tcp_module_t *mod, ferry_btl_endpoint_t *ep, ssize_t n, in
         tcp_ep_fail(mod, ep, FERRY_ERR_UNREACH, "receive failed: %s", strerror(err));
 }
 
+/* How many bytes the next read of frames asks for, at rx + rx_len (0 when
+ * the endpoint failed). When the header of a large active message has
+ * arrived, the read stops at the end of that frame plus a lookahead: the
+ * message is then whole in the buffer and delivered from there, and no byte
+ * of the frame after it is read ahead (which, for a put or another large
+ * message, would have to be copied again). The partial frame moves to the
+ * front first when it would not fit, and the buffer grows (once, to the
+ * largest frame this peer sends) when the frame is longer than it. Otherwise
+ * the read takes all the room there is, so a burst of small frames costs one
+ * system call. */
+static size_t frames_want(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    size_t avail = ep->rx_len - ep->rx_off;
+    size_t want = 0;
+    if (avail >= sizeof(tcp_hdr_t)) {
+        tcp_hdr_t h;
+        memcpy(&h, ep->rx + ep->rx_off, sizeof(h));
+        /* parse_one has checked the header: a DATA frame left in the buffer
+         * is within the largest send and not yet whole. */
+        if (h.type == TCP_T_DATA && h.len >= TCP_BIG_FRAME &&
+            h.len <= mod->super.attr.max_send_size && sizeof(h) + h.len > avail)
+            want = sizeof(h) + h.len - avail + TCP_LOOKAHEAD;
+    }
+    size_t need = want > 0 ? want : TCP_LOOKAHEAD;
+    if (ep->rx_off > 0 && ep->rx_cap - ep->rx_len < need) {
+        memmove(ep->rx, ep->rx + ep->rx_off, avail);
+        ep->rx_len = avail;
+        ep->rx_off = 0;
+    }
+    if (ep->rx_cap - ep->rx_len < need) {
+        size_t cap = ep->rx_len + need;
+        unsigned char *rx = realloc(ep->rx, cap);
+        if (rx == NULL) {
+            tcp_ep_fail(mod, ep, FERRY_ERR_NO_MEMORY,
+                        "out of memory for a receive buffer of %zu bytes", cap);
+            return 0;
+        }
+        ep->rx = rx;
+        ep->rx_cap = cap;
+    }
+    return want > 0 ? want : ep->rx_cap - ep->rx_len;
+}
+
+/* Reads up to want bytes: into the buffer at rx_len, or, while a payload
+ * goes straight to its destination, the payload first (*got_direct_out says
+ * how much of it came) and the start of the next frame into the buffer. */
+static ssize_t recv_once(ferry_btl_endpoint_t *ep, size_t want, size_t *got_direct_out)
+{
+    *got_direct_out = 0;
+    if (ep->rx_mode != TCP_RX_DIRECT)
+        return recv(ep->poll.fd, ep->rx + ep->rx_len, want, MSG_DONTWAIT);
+    /* The payload goes straight to its destination, and the start of the
+     * next frame into the (empty) buffer behind it. */
+    struct iovec iov[2] = {{ep->rx_dst, ep->rx_left},
+                           {ep->rx + ep->rx_len, want - ep->rx_left}};
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = iov[1].iov_len > 0 ? 2 : 1};
+    ssize_t n = recvmsg(ep->poll.fd, &msg, MSG_DONTWAIT);
+    if (n > 0)
+        *got_direct_out = (size_t)n < ep->rx_left ? (size_t)n : ep->rx_left;
+    return n;
+}
+
 int tcp_recv(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     int events = 0;
     for (int round = 0; round < 8 && ep->state == TCP_EP_CONNECTED; round++) {
-        ssize_t n;
-        if (ep->rx_mode == TCP_RX_DIRECT) {
-            n = recv(ep->poll.fd, ep->rx_dst, ep->rx_left, MSG_DONTWAIT);
-            if (n > 0) {
-                ep->rx_dst += n;
+        size_t want;
+        switch (ep->rx_mode) {
+        case TCP_RX_DIRECT: {
+            /* The buffer is empty while a payload is read directly. */
+            size_t room = ep->rx_cap - ep->rx_len;
+            want = ep->rx_left + (room < TCP_LOOKAHEAD ? room : TCP_LOOKAHEAD);
+            break;
+        }
+        case TCP_RX_DISCARD: {
+            /* The buffer (empty here too) is the scratch the bytes go to. */
+            size_t room = ep->rx_cap - ep->rx_len;
+            want = ep->rx_left < room ? ep->rx_left : room;
+            break;
+        }
+        default:
+            want = frames_want(mod, ep);
+            if (want == 0)
+                return events;
+            break;
+        }
+        size_t direct;
+        ssize_t n = recv_once(ep, want, &direct);
+        if (n > 0) {
+            size_t extra = (size_t)n - direct;
+            if (ep->rx_mode == TCP_RX_DIRECT) {
+                ep->rx_dst += direct;
+                ep->rx_left -= direct;
+                ep->rx_len += extra;
+                if (ep->rx_left == 0) {
+                    finish_direct(mod, ep);
+                    events++;
+                }
+            } else if (ep->rx_mode == TCP_RX_DISCARD) {
                 ep->rx_left -= (size_t)n;
                 if (ep->rx_left == 0) {
                     finish_direct(mod, ep);
                     events++;
                 }
-                continue;
+                extra = 0;
+            } else {
+                ep->rx_len += extra;
             }
-        } else if (ep->rx_mode == TCP_RX_DISCARD) {
-            size_t want = ep->rx_left < ep->rx_cap ? ep->rx_left : ep->rx_cap;
-            n = recv(ep->poll.fd, ep->rx, want, MSG_DONTWAIT);
-            if (n > 0) {
-                ep->rx_left -= (size_t)n;
-                if (ep->rx_left == 0) {
-                    finish_direct(mod, ep);
-                    events++;
-                }
-                continue;
-            }
-        } else {
-            n = recv(ep->poll.fd, ep->rx + ep->rx_len, ep->rx_cap - ep->rx_len, MSG_DONTWAIT);
-            if (n > 0) {
-                ep->rx_len += (size_t)n;
+            if (extra > 0)
                 events += parse(mod, ep);
-                continue;
-            }
+            /* A short read emptied the socket: asking again would only
+             * cost a system call that says so. */
+            if ((size_t)n < want)
+                break;
+            continue;
         }
         if (n < 0 && errno == EINTR)
             continue;

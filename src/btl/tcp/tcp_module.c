@@ -278,9 +278,14 @@ static int tcp_progress(ferry_btl_module_t *btl)
         }
     }
     /* New connections, and peers beyond the direct few: through epoll,
-     * every call while something waits on it, else every sixteenth. */
-    if (!direct || mod->nhot > mod->p.poll_direct || !util_list_empty(&mod->connecting) ||
-        !util_list_empty(&mod->conns) || (calls & 15) == 0)
+     * every call while something waits on it. Otherwise epoll has only the
+     * listeners to tell about: every sixteenth call while some peer may
+     * still connect to us, and once every peer is connected (only
+     * strangers or refused reconnects are left to accept) every 1024th,
+     * so the latency path makes no epoll_wait call. */
+    uint32_t every = mod->nhot >= mod->nranks - 1 ? 1023u : 15u;
+    if (!direct || !util_list_empty(&mod->connecting) || !util_list_empty(&mod->conns) ||
+        (calls & every) == 0)
         n += poll_events(mod, direct);
 
     util_list_item_t *it = util_list_first(&mod->sending);
@@ -333,10 +338,10 @@ static void tcp_dump(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, int verb
             continue;
         rt_log(&btl->ctx->log, RT_LOG_ERROR,
                "tcp: rank %d state %s fd %d queued %zu frags (%zu bytes) awaiting answers %zu "
-               "rdma %zu rx %zu/%zu mode %d",
+               "rdma %zu rx %zu/%zu mode %d copied after partial inline sends %zu bytes",
                r, state_names[e->state], e->poll.fd, util_list_len(&e->queue), e->queued_bytes,
                util_list_len(&e->rdma_wait), e->rdma_inflight, e->rx_off, e->rx_len,
-               (int)e->rx_mode);
+               (int)e->rx_mode, e->spilled_bytes);
     }
 }
 
@@ -404,6 +409,11 @@ static int tcp_finalize(ferry_btl_module_t *btl)
             ferry_btl_endpoint_t *ep = mod->eps[r];
             if (ep == NULL)
                 continue;
+            if (ep->spilled_bytes > 0)
+                rt_log(&btl->ctx->log, RT_LOG_DEBUG,
+                       "tcp: %zu bytes of inline sends to rank %d were copied after partial "
+                       "writes",
+                       ep->spilled_bytes, r);
             tcp_ep_fail(mod, ep, FERRY_ERR_UNREACH, "finalized");
         }
     }
@@ -480,8 +490,9 @@ static int tcp_read_params(ferry_ctx_t *ctx, tcp_params_t *p)
         (rc = rt_param_register_size(r, "tcp_eager_limit", 4096, 64, 1u << 20,
                                      "Largest tcp fragment taken from the eager pool (bytes)",
                                      &p->eager_limit)) != FERRY_OK ||
-        (rc = rt_param_register_size(r, "tcp_max_send_size", 128 * 1024, 1024, 64u << 20,
-                                     "Largest single tcp send (bytes)",
+        (rc = rt_param_register_size(r, "tcp_max_send_size", 1024 * 1024, 1024, 64u << 20,
+                                     "Largest single tcp send (bytes; a receiver's buffer "
+                                     "grows to the largest frame its peer sends)",
                                      &p->max_send_size)) != FERRY_OK ||
         (rc = rt_param_register_size(r, "tcp_sendq_max", 4u << 20, 4096, (size_t)1 << 40,
                                      "Bytes queued per tcp peer beyond which alloc, "
@@ -491,6 +502,14 @@ static int tcp_read_params(ferry_ctx_t *ctx, tcp_params_t *p)
                                      "Receive buffer per connected tcp peer (bytes; at least "
                                      "two of the largest frames)",
                                      &p->rx_buffer)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "tcp_sndbuf", 0, 0, 1u << 30,
+                                     "SO_SNDBUF of tcp sockets (bytes; 0: the kernel's "
+                                     "autotuning)",
+                                     &p->sndbuf)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "tcp_rcvbuf", 0, 0, 1u << 30,
+                                     "SO_RCVBUF of tcp sockets (bytes; 0: the kernel's "
+                                     "autotuning)",
+                                     &p->rcvbuf)) != FERRY_OK ||
         (rc = rt_param_register_int(r, "tcp_keepalive_time", 10, 1, 86400,
                                     "Seconds of silence before tcp keepalive probes a peer",
                                     &p->keepalive_time)) != FERRY_OK ||
@@ -672,6 +691,9 @@ static int open_listener(tcp_module_t *mod, const tcp_addr_entry_t *a, const cha
         return rt_log_errno(log, "tcp: socket", errno);
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    /* Accepted sockets inherit the sizes, and the receive window's scale is
+     * fixed at the handshake, before accept returns. */
+    tcp_set_bufs(mod, fd);
     if (a->family == 6)
         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
     if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, 128) != 0 ||
@@ -790,6 +812,17 @@ static int publish(tcp_module_t *mod)
 
 extern const ferry_btl_component_t btl_tcp_component;
 
+/* Max-size descriptors are as large as the largest send: at most 256 of
+ * them, and no more than 32 MiB worth (but at least 4). */
+static size_t max_frags(const tcp_params_t *p)
+{
+    size_t n = p->free_list_max < 256 ? p->free_list_max : 256;
+    size_t by_bytes = ((size_t)32 << 20) / p->max_send_size;
+    if (by_bytes < 4)
+        by_bytes = 4;
+    return n < by_bytes ? n : by_bytes;
+}
+
 static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *count_out)
 {
     tcp_params_t p;
@@ -854,7 +887,7 @@ static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *co
         .num = p.free_list_num,
         .max = p.free_list_max,
         .inc = p.free_list_inc,
-        .max_frags = p.free_list_max < 256 ? p.free_list_max : 256,
+        .max_frags = max_frags(&p),
     };
     if ((rc = btl_frags_init(&mod->frags, &mod->super, &fp)) != FERRY_OK ||
         (rc = open_listeners(mod)) != FERRY_OK || (rc = publish(mod)) != FERRY_OK)
