@@ -129,6 +129,17 @@ typedef struct bench_floors {
     size_t tcp_size[BENCH_SIZES_MAX];
     double tcp_mbs[BENCH_SIZES_MAX];
     /* <<< tcp floors */
+    /* >>> ofi floors (bench_floor_ofi.c) */
+    bool ofi_setup_done;
+    bool ofi_ok;
+    char ofi_error[160];
+    char ofi_prov[160];    /* provider and domain measured */
+    struct bench_ofi *ofi; /* this rank's libfabric objects; NULL before setup */
+    double ofi_lat_us;     /* fi_inject/fi_recv ping-pong half round trip; < 0 unavailable */
+    int n_ofi;
+    size_t ofi_size[BENCH_SIZES_MAX];
+    double ofi_mbs[BENCH_SIZES_MAX];
+    /* <<< ofi floors */
 } bench_floors_t;
 
 typedef struct bench {
@@ -247,6 +258,18 @@ int bench_floor_tcp(bench_t *b, const size_t *sizes, int n);
 double bench_floor_tcp_stream_at(const bench_t *b, size_t size);
 void bench_floor_tcp_fini(bench_t *b);
 /* <<< tcp floors */
+
+/* >>> ofi floors (bench_floor_ofi.c) */
+enum { BENCH_CTRL_OFI = 8 }; /* libfabric floor: address, target buffer and key */
+/* FERRY_BTL selects ofi and neither sm nor tcp: the tables' floors are raw
+ * libfabric's on the provider the transport uses. */
+bool bench_floor_ofi_selected(const bench_t *b);
+/* Collective: opens the endpoints and measures the ping-pong once, and the
+ * fi_write stream at every size not yet measured. */
+int bench_floor_ofi(bench_t *b, const size_t *sizes, int n);
+double bench_floor_ofi_stream_at(const bench_t *b, size_t size);
+void bench_floor_ofi_fini(bench_t *b);
+/* <<< ofi floors */
 
 /* ---- bench_am.c ---- */
 

@@ -201,6 +201,12 @@ int bench_floor_cacheline(bench_t *b)
         b->floors.cacheline_us = b->floors.tcp_lat_us;
     }
     /* <<< tcp floors */
+    /* >>> ofi floors: over ofi, the latency floor is raw libfabric's ping-pong. */
+    if (rc == FERRY_OK && bench_floor_ofi_selected(b)) {
+        rc = bench_floor_ofi(b, NULL, 0);
+        b->floors.cacheline_us = b->floors.ofi_lat_us;
+    }
+    /* <<< ofi floors */
     return rc;
 }
 
@@ -303,6 +309,10 @@ double bench_floor_pvw_at(const bench_t *b, size_t size)
     if (bench_floor_tcp_selected(b))
         return bench_floor_tcp_stream_at(b, size);
     /* <<< tcp floors */
+    /* >>> ofi floors: over ofi, the bandwidth floor is the fi_write stream. */
+    if (bench_floor_ofi_selected(b))
+        return bench_floor_ofi_stream_at(b, size);
+    /* <<< ofi floors */
     return pvw_raw_at(b, size);
 }
 
@@ -357,6 +367,10 @@ int bench_floor_pvw(bench_t *b, const size_t *sizes, int n)
     if (bench_floor_tcp_selected(b))
         return bench_floor_tcp(b, sizes, n);
     /* <<< tcp floors */
+    /* >>> ofi floors */
+    if (bench_floor_ofi_selected(b))
+        return bench_floor_ofi(b, sizes, n);
+    /* <<< ofi floors */
     return FERRY_OK;
 }
 
@@ -452,6 +466,29 @@ int bench_run_limits(bench_t *b)
         fflush(stdout);
     }
     /* <<< tcp floors */
+    /* >>> ofi floors: measured in limits runs that select ofi */
+    if (bench_floor_ofi_selected(b)) {
+        if ((rc = bench_floor_ofi(b, sizes, n)) != FERRY_OK)
+            return rc;
+        if (b->rank == 0) {
+            bench_floors_t *f = &b->floors;
+            if (f->ofi_ok)
+                printf("# libfabric (%s) fi_inject/fi_recv ping-pong, 8 bytes, half round "
+                       "trip: %.3f us\n", f->ofi_prov, f->ofi_lat_us);
+            else
+                printf("# libfabric floors: n/a (%s)\n", f->ofi_error);
+            printf("# libfabric fi_write stream, %d in flight per window\n", BENCH_WINDOW);
+            printf("# %-8s%18s\n", "Size", "fi_write (MB/s)");
+            bench_csv_row(b, "ofi-pingpong", 8, f->ofi_lat_us, "us");
+            for (int i = 0; i < n; i++) {
+                double mbs = bench_floor_ofi_stream_at(b, sizes[i]);
+                printf("%-10zu%18.2f\n", sizes[i], mbs);
+                bench_csv_row(b, "ofi-write-stream", sizes[i], mbs, "MB/s");
+            }
+            fflush(stdout);
+        }
+    }
+    /* <<< ofi floors */
     /* Rank 1 waits here while rank 0 copies. */
     return bench_barrier(b);
 }

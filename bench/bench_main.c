@@ -385,6 +385,14 @@ void bench_table_begin(bench_t *b, bench_mode_t mode, const char *floor_what,
         floor_what = "loopback TCP stream, one socket, writes of the same size (ratio = "
                      "bandwidth / floor)";
     /* <<< tcp floors */
+    /* >>> ofi floors: the tables' floors are raw libfabric's when ofi carries the run. */
+    if (bench_floor_ofi_selected(b) && mode_kind(mode) == KIND_LAT)
+        floor_what = "raw libfabric 8-byte fi_inject/fi_recv ping-pong half round trip, same "
+                     "provider (ratio = latency / floor)";
+    else if (bench_floor_ofi_selected(b) && mode != BENCH_AM_RATE && !rdma_alloc(b, mode))
+        floor_what = "raw libfabric fi_write stream, 64 in flight, same size and provider "
+                     "(ratio = bandwidth / floor)";
+    /* <<< ofi floors */
     printf("# floor: %s\n", floor_what);
     printf("# %-8s%18s%14s%10s\n", "Size", value_col, floor_col, "Ratio");
     fflush(stdout);
@@ -664,6 +672,7 @@ int main(int argc, char **argv)
     }
     bench_rdma_fini(&b);
     bench_floor_tcp_fini(&b); /* tcp floors */
+    bench_floor_ofi_fini(&b); /* ofi floors */
     rc = ferry_finalize(b.ctx);
     free(b.pattern);
     if (!b.opts.alloc)

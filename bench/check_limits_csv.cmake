@@ -26,6 +26,8 @@ set(n_cacheline 0)
 set(n_memcpy 0)
 set(n_pvw 0)
 set(number "[0-9]+(\\.[0-9]+)?")
+set(n_ofi_pp 0) # ofi floors
+set(n_ofi_wr 0) # ofi floors
 foreach(line IN LISTS lines)
   if(line MATCHES "^cacheline-pingpong,[^,]+,64,(${number}),us,,$")
     math(EXPR n_cacheline "${n_cacheline} + 1")
@@ -33,6 +35,12 @@ foreach(line IN LISTS lines)
     math(EXPR n_memcpy "${n_memcpy} + 1")
   elseif(line MATCHES "^process_vm_writev,[^,]+,([0-9]+),(${number}),MB/s,,$")
     math(EXPR n_pvw "${n_pvw} + 1")
+  # >>> ofi floors: with -DEXPECT_OFI=1 (FERRY_BTL selects ofi) the libfabric rows.
+  elseif(EXPECT_OFI AND line MATCHES "^ofi-pingpong,[^,]+,8,(${number}),us,,$")
+    math(EXPR n_ofi_pp "${n_ofi_pp} + 1")
+  elseif(EXPECT_OFI AND line MATCHES "^ofi-write-stream,[^,]+,([0-9]+),(${number}),MB/s,,$")
+    math(EXPR n_ofi_wr "${n_ofi_wr} + 1")
+  # <<< ofi floors
   elseif(NOT line STREQUAL header)
     message(FATAL_ERROR "unexpected CSV line '${line}'")
   endif()
@@ -42,4 +50,10 @@ if(NOT n_cacheline EQUAL 1 OR NOT n_memcpy EQUAL 17 OR NOT n_pvw EQUAL 17)
   message(FATAL_ERROR "CSV rows: ${n_cacheline} cache-line (1 expected), ${n_memcpy} memcpy "
                       "and ${n_pvw} process_vm_writev (17 each expected)")
 endif()
+# >>> ofi floors
+if(EXPECT_OFI AND (NOT n_ofi_pp EQUAL 1 OR NOT n_ofi_wr EQUAL 17))
+  message(FATAL_ERROR "CSV rows: ${n_ofi_pp} ofi-pingpong (1 expected) and ${n_ofi_wr} "
+                      "ofi-write-stream (17 expected)")
+endif()
+# <<< ofi floors
 message(STATUS "CSV ${CSV}: header and 35 rows as expected")

@@ -59,7 +59,13 @@ enum {
     FERRY_BTL_FLAG_GET = 1u << 3,
     FERRY_BTL_FLAG_ATOMICS = 1u << 4,
     FERRY_BTL_FLAG_SENDI = 1u << 5, /* sendi can succeed (not the unsupported stub) */
-    FERRY_BTL_FLAG_MEM_ALLOC = 1u << 6 /* mem_alloc gives memory peers reach faster */
+    FERRY_BTL_FLAG_MEM_ALLOC = 1u << 6, /* mem_alloc gives memory peers reach faster */
+    /* A limit, not a capability: a put/get through the key of a registration
+     * the target has released is NOT refused with FERRY_ERR_ACCESS (the
+     * fabric underneath does not check it, or checks it only by failing the
+     * connection). Every other key, bound and right is still checked.
+     * Transports without the flag refuse such accesses as the contract says. */
+    FERRY_BTL_FLAG_NO_KEY_REVOKE = 1u << 7
 };
 
 /* Limits and capabilities, as data. */

@@ -7,6 +7,8 @@
 #                (local_agent.sh), PMI over TCP, host lists, errors. No root.
 #   ns_contract  the contract suite over tcp across namespaces, and a mixed
 #                job (sm within a namespace, tcp across).
+#   ns_ofi       the contract suite over the ofi transport (libfabric
+#                tcp;ofi_rxm on each namespace's veth) across namespaces.
 #   ns_kill      a rank SIGKILLed in one namespace is reported by the others
 #                (plain `ip netns exec` agent, one host per rank).
 #   ns_foreign   a process outside the job connects to a rank without the
@@ -133,6 +135,16 @@ ns_contract)
     ferryrun_ns --host "$H1:2,$H2:2" --timeout 200 -x FERRY_TCP_IF_INCLUDE=eth0 \
         -x FERRY_BTL=self,sm,tcp "$STRESS" 2
     expect_status 0
+    ;;
+ns_ofi)
+    setup_ns 2
+    # One rank per namespace: the contract suite over ofi (tcp;ofi_rxm) on
+    # the namespace's veth, eth0; SKIPPED without the ofi transport.
+    ferryrun_ns --host "$H1:1,$H2:1" --timeout 280 -x "FERRY_OFI_PROVIDER=tcp;ofi_rxm" \
+        -x FERRY_OFI_IFACE=eth0 -x FERRY_BTL=self,ofi -x FERRY_LOG_LEVEL=info "$CONTRACT" ofi
+    skip_if_skipped
+    expect_status 0
+    expect_out "passed, 0 failed"
     ;;
 ns_kill)
     setup_ns 3

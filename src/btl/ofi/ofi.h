@@ -25,8 +25,9 @@
  * put/get are fi_write/fi_read. A registration's key (ofi_key_t, 32 bytes)
  * carries its base, length and rights, so the initiator refuses an access
  * outside them before any byte moves; what only the target can know (a key
- * released since) the provider refuses with an error completion, mapped to
- * FERRY_ERR_ACCESS.
+ * released since) a native provider refuses with an error completion, mapped
+ * to FERRY_ERR_ACCESS; software providers do not (the module then reports
+ * FERRY_BTL_FLAG_NO_KEY_REVOKE, see ofi_module.c).
  */
 #ifndef BTL_OFI_H
 #define BTL_OFI_H
@@ -128,8 +129,11 @@ typedef struct ofi_opctx {
     struct fi_context2 fctx;
     ofi_ctx_kind_t kind;
     ferry_btl_endpoint_t *ep;
-    btl_frag_t *frag;      /* RMA: the descriptor; TX: NULL (completed at post) */
+    btl_frag_t *frag;      /* RMA: the descriptor; TX: NULL (completed at post); RMA
+                            * abandoned at a peer's failure: NULL, the context waiting
+                            * for the provider to give it back */
     ofi_reg_t *tmp_reg;    /* RMA: a registration made for this operation */
+    struct mem_reg *tmp_creg; /* RMA: the cache's registration tmp_reg belongs to */
     unsigned char *buf;    /* TX/RX: the registered slot */
     size_t buf_len;
     uint32_t index;        /* TX/RX: slot number */
@@ -228,10 +232,16 @@ static inline ofi_module_t *ofi_of(ferry_btl_module_t *btl)
 int ofi_log_error(ofi_module_t *mod, const char *what, int fi_rc);
 int ofi_status_from_fi(int fi_err);
 
-/* ofi_mr.c: the one place memory meets the domain (the registration cache
- * of src/mem plugs in here). */
+/* ofi_mr.c: the one place memory meets the domain. */
 int ofi_mr_register(ofi_module_t *mod, void *base, size_t len, uint32_t access,
                     ofi_reg_t **reg_out);
+/* A registration of local memory for one operation, through the module's
+ * registration cache (src/mem) when it has one, so that repeated operations
+ * on one buffer register it once; *creg_out is the cache's entry (NULL when
+ * registered directly). ofi_mr_release gives it back. */
+int ofi_mr_acquire(ofi_module_t *mod, void *base, size_t len, uint32_t access,
+                   ofi_reg_t **reg_out, struct mem_reg **creg_out);
+void ofi_mr_release(ofi_module_t *mod, ofi_reg_t *reg, struct mem_reg *creg);
 int ofi_mr_deregister(ofi_module_t *mod, ofi_reg_t *reg);
 void ofi_mr_release_all(ofi_module_t *mod);
 /* The local descriptor for [addr, addr+len) described by seg, or NULL with
@@ -275,6 +285,10 @@ int ofi_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t 
  * later) or a failure (the fragment is then completed with it). */
 int ofi_rdma_post(ofi_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag);
 void ofi_rdma_done(ofi_module_t *mod, ofi_opctx_t *oc, int status);
+/* Completes the put/get posted to ep with status without waiting for the
+ * provider, which may never answer for a dead peer (shm); their contexts
+ * stay posted until the provider returns them or the endpoint closes. */
+void ofi_rdma_abandon(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status);
 
 /* ofi_module.c */
 int ofi_module_open(ferry_ctx_t *ctx, const ofi_params_t *p, struct fi_info *info, int index,

@@ -119,6 +119,10 @@ void ofi_ep_fail(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status, const 
     }
     ep->state = OFI_EP_FAILED;
     ofi_ep_fail_pending(mod, ep, FERRY_ERR_UNREACH);
+    /* What the provider holds for a dead peer it may never return (shm
+     * waits for the target to copy a large write): completed now, so no
+     * flush waits on the dead. */
+    ofi_rdma_abandon(mod, ep, FERRY_ERR_UNREACH);
     if (!mod->closing)
         btl_base_report_error(&mod->super, status, ep->rank, "ofi (%s): rank %d: %s",
                               mod->my_addr.prov, ep->rank, why);

@@ -340,6 +340,31 @@ static const ferry_btl_ops_t ofi_ops = {
 
 /* ---- opening ---- */
 
+/* Does the provider refuse an access through a released registration's key
+ * with an error completion, and nothing worse? The rule (docs/ofi.md,
+ * Limits): software providers do not. shm (1.17) checks no key on its
+ * cross-memory-attach path and writes into the released memory; tcp (and
+ * ofi_rxm over it) checks the key but answers a bad one by closing the
+ * connection, which loses what else was in flight to that peer and fails
+ * it; sockets, udp, net and ofi_rxd are taken to be alike. Native providers
+ * check keys in hardware and report a bad one as an error completion, which
+ * becomes FERRY_ERR_ACCESS with the peer kept. NULL when the provider
+ * refuses revoked keys; otherwise why not, for the log. */
+static const char *revoked_key_gap(const char *prov)
+{
+    if (strcmp(prov, "shm") == 0)
+        return "its cross-memory-attach path checks no key, so the access writes or reads "
+               "the released memory";
+    if (strstr(prov, "tcp") != NULL)
+        return "it answers an unknown key by closing the connection, which fails the peer";
+    static const char *const soft[] = {"sockets", "udp", "net", "ofi_rxd"};
+    for (size_t i = 0; i < sizeof(soft) / sizeof(soft[0]); i++)
+        if (strstr(prov, soft[i]) != NULL)
+            return "a software provider, not known to refuse released keys without failing "
+                   "the peer";
+    return NULL;
+}
+
 /* Software providers (tcp, shm, sockets, udp) lose to ferry's own sm and
  * tcp transports where those reach; native fabrics win over tcp. */
 static uint32_t default_exclusivity(const char *prov)
@@ -403,6 +428,7 @@ int ofi_module_open(ferry_ctx_t *ctx, const ofi_params_t *p, struct fi_info *inf
     size_t max_msg = info->ep_attr->max_msg_size;
     size_t max_rdma = max_msg < ((size_t)1 << 30) ? max_msg : ((size_t)1 << 30);
     bool native = default_exclusivity(prov) > 512;
+    const char *key_gap = revoked_key_gap(prov);
     const ferry_btl_attr_t attr = {
         .name = "ofi",
         .eager_limit = p->eager_limit,
@@ -415,7 +441,8 @@ int ofi_module_open(ferry_ctx_t *ctx, const ofi_params_t *p, struct fi_info *inf
         .latency = native ? 2000 : 20000,
         .bandwidth = native ? 10000 : 1000,
         .flags = FERRY_BTL_FLAG_SEND | FERRY_BTL_FLAG_SEND_INPLACE | FERRY_BTL_FLAG_PUT |
-                 FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI,
+                 FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI |
+                 (key_gap != NULL ? FERRY_BTL_FLAG_NO_KEY_REVOKE : 0u),
         .reg_handle_size = sizeof(ofi_key_t),
         .mem_per_peer = 64, /* an address vector entry and an endpoint */
     };
@@ -486,6 +513,10 @@ int ofi_module_open(ferry_ctx_t *ctx, const ofi_params_t *p, struct fi_info *inf
            "ofi: module %d: provider %s, domain %s, mr_mode 0x%llx, inject %zu, %s receives",
            index, prov, mod->info->domain_attr->name, (unsigned long long)mod->mr_mode,
            mod->inject_size, mod->use_multi_recv ? "multi" : "single");
+    if (key_gap != NULL)
+        rt_log(&ctx->log, RT_LOG_INFO,
+               "ofi: provider %s does not enforce revoked memory keys (%s); "
+               "FERRY_BTL_FLAG_NO_KEY_REVOKE set", prov, key_gap);
     *btl_out = &mod->super;
     return FERRY_OK;
 

@@ -15,14 +15,19 @@
  * - FI_MR_ENDPOINT: each registration is bound to the module's endpoint
  *   and enabled.
  *
- * Every registration goes through ofi_mr_register, the one place the
- * registration cache of src/mem will plug in (it was not there when this
- * was written: memory is registered directly with fi_mr_reg).
+ * Every registration goes through ofi_mr_register. Registrations made on
+ * behalf of an operation go through the module's registration cache
+ * (src/mem/rcache.h): prepare_src/prepare_dst's (and so the API's puts and
+ * gets without a local registration) through the fragment code's use of it
+ * (src/btl/frag.c), and the FI_MR_LOCAL registration of unknown local memory
+ * through ofi_mr_acquire; the cache calls back into ofi_register_mem.
+ * ferry_mem_register's explicit registrations stay direct.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "btl/ofi/ofi.h"
+#include "mem/rcache.h"
 
 #define OFI_REG_MAGIC 0x5245474fu /* "OGER" */
 
@@ -179,4 +184,28 @@ int ofi_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *breg)
         reg->slot >= mod->nregs_cap || mod->regs[reg->slot] != reg)
         return FERRY_ERR_INVALID;
     return ofi_mr_deregister(mod, reg);
+}
+
+int ofi_mr_acquire(ofi_module_t *mod, void *base, size_t len, uint32_t access,
+                   ofi_reg_t **reg_out, struct mem_reg **creg_out)
+{
+    mem_rcache_t *cache = btl_frags_rcache(&mod->frags);
+    *creg_out = NULL;
+    if (cache == NULL)
+        return ofi_mr_register(mod, base, len, access, reg_out);
+    mem_reg_t *creg;
+    int rc = mem_rcache_get(cache, base, len, access | FERRY_ACCESS_LOCAL, &creg);
+    if (rc != FERRY_OK)
+        return rc;
+    *reg_out = creg->handle;
+    *creg_out = creg;
+    return FERRY_OK;
+}
+
+void ofi_mr_release(ofi_module_t *mod, ofi_reg_t *reg, struct mem_reg *creg)
+{
+    if (creg != NULL)
+        mem_rcache_put(btl_frags_rcache(&mod->frags), creg);
+    else if (reg != NULL)
+        ofi_mr_deregister(mod, reg);
 }

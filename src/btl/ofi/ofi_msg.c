@@ -182,7 +182,10 @@ static int rx_post(ofi_module_t *mod, ofi_opctx_t *oc)
         mod->rx_posted++;
         return FERRY_OK;
     }
-    if (rc == -FI_EAGAIN)
+    /* shm (1.17) says -FI_ENOMEM while its receive entries are held by
+     * work a dead peer left unfinished: a shortage like -FI_EAGAIN, so the
+     * buffer is posted again at the next progress call. */
+    if (rc == -FI_EAGAIN || rc == -FI_ENOMEM)
         return FERRY_ERR_NO_RESOURCE;
     return ofi_log_error(mod, "posting a receive buffer", (int)rc);
 }
@@ -330,9 +333,14 @@ static void handle_error(ofi_module_t *mod)
         ptext = fi_strerror(err.err);
     ofi_opctx_t *oc = err.op_context;
     if (oc == NULL) {
-        btl_base_report_error(&mod->super, ofi_status_from_fi(err.err), -1,
-                              "ofi (%s): error completion without context: %s",
-                              mod->my_addr.prov, ptext);
+        /* No operation of ours: the provider failed work a peer started
+         * here (shm copies a peer's large write on the target's side, and
+         * that copy fails once the peer has died). The peer that started it
+         * is told by its own completion; here nothing is lost and nobody is
+         * failed, since the provider does not say which peer it was. */
+        rt_log(&mod->super.ctx->log, RT_LOG_DEBUG,
+               "ofi (%s): error completion for a peer's operation: %s", mod->my_addr.prov,
+               ptext);
         return;
     }
     switch (oc->kind) {
@@ -350,7 +358,10 @@ static void handle_error(ofi_module_t *mod)
     case OFI_CTX_TX: {
         mod->tx_free[mod->tx_nfree++] = oc->index;
         ferry_btl_endpoint_t *ep = oc->ep;
-        if (ep != NULL && err.err != FI_ECANCELED) {
+        /* ferry cancels nothing itself before closing: a canceled send
+         * before that is the provider giving up on the peer (ofi_rxm
+         * cancels what was in flight on a connection that died). */
+        if (ep != NULL && !mod->closing) {
             char why[320];
             snprintf(why, sizeof(why), "send failed: %s", ptext);
             ofi_ep_fail(mod, ep, FERRY_ERR_UNREACH, why);
@@ -362,17 +373,20 @@ static void handle_error(ofi_module_t *mod)
         ferry_btl_endpoint_t *ep = oc->ep;
         /* The target refused the key or the range: that operation fails,
          * the peer is fine. Anything else means the peer is gone. */
+        const char *what = oc->frag == NULL              ? "put/get (abandoned)"
+                           : oc->frag->op == OFI_OP_PUT ? "put"
+                                                        : "get";
         if (status == FERRY_ERR_ACCESS || status == FERRY_ERR_INVALID) {
-            rt_log(&mod->super.ctx->log, RT_LOG_DEBUG, "ofi: %s to rank %d refused: %s",
-                   oc->frag->op == OFI_OP_PUT ? "put" : "get", ep->rank, ptext);
+            rt_log(&mod->super.ctx->log, RT_LOG_DEBUG, "ofi: %s to rank %d refused: %s", what,
+                   ep->rank, ptext);
             ofi_rdma_done(mod, oc, FERRY_ERR_ACCESS);
         } else {
             char why[320];
-            snprintf(why, sizeof(why), "%s failed: %s",
-                     oc->frag->op == OFI_OP_PUT ? "put" : "get", ptext);
-            ofi_rdma_done(mod, oc, err.err == FI_ECANCELED ? FERRY_ERR_CANCELED
-                                                           : FERRY_ERR_UNREACH);
-            if (err.err != FI_ECANCELED)
+            snprintf(why, sizeof(why), "%s failed: %s", what, ptext);
+            /* Canceled while not closing: as for sends, the provider gave
+             * up on the peer. */
+            ofi_rdma_done(mod, oc, mod->closing ? FERRY_ERR_CANCELED : FERRY_ERR_UNREACH);
+            if (!mod->closing)
                 ofi_ep_fail(mod, ep, FERRY_ERR_UNREACH, why);
         }
         break;

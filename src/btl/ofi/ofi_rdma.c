@@ -4,8 +4,9 @@
  * Before any byte moves, the initiator checks the remote range against what
  * the target's key says (base, length, rights): the contract's check,
  * without a round trip. What the key cannot tell (the target released the
- * registration since) the provider refuses with an error completion, which
- * becomes FERRY_ERR_ACCESS.
+ * registration since) a native provider refuses with an error completion,
+ * which becomes FERRY_ERR_ACCESS; where the provider cannot, the module says
+ * so with FERRY_BTL_FLAG_NO_KEY_REVOKE.
  */
 #include <stdio.h>
 #include <string.h>
@@ -53,8 +54,8 @@ int ofi_rdma_post(ofi_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag)
     if (need_reg) {
         /* FI_MR_LOCAL and memory we do not know: registered for this
          * operation only. */
-        int rc = ofi_mr_register(mod, ferry_btl_seg_ptr(local), local->len, FERRY_ACCESS_LOCAL,
-                                 &oc->tmp_reg);
+        int rc = ofi_mr_acquire(mod, ferry_btl_seg_ptr(local), local->len, FERRY_ACCESS_LOCAL,
+                                &oc->tmp_reg, &oc->tmp_creg);
         if (rc != FERRY_OK) {
             util_pool_put(&mod->rma_ctxs, oc);
             return rc;
@@ -73,12 +74,13 @@ int ofi_rdma_post(ofi_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag)
         util_list_append(&mod->rma_posted, &oc->link);
         return FERRY_OK;
     }
-    if (oc->tmp_reg != NULL)
-        ofi_mr_deregister(mod, oc->tmp_reg);
+    ofi_mr_release(mod, oc->tmp_reg, oc->tmp_creg);
     util_pool_put(&mod->rma_ctxs, oc);
     if (rc == -FI_EAGAIN)
         return FERRY_ERR_NO_RESOURCE;
     int status = ofi_status_from_fi((int)rc);
+    rt_log(&mod->super.ctx->log, RT_LOG_DEBUG, "ofi: posting a %s of %zu bytes to rank %d: %s",
+           put ? "put" : "get", local->len, ep->rank, fi_strerror((int)-rc));
     if (status == FERRY_ERR_ACCESS || status == FERRY_ERR_INVALID)
         return FERRY_ERR_ACCESS;
     char why[128];
@@ -92,10 +94,24 @@ void ofi_rdma_done(ofi_module_t *mod, ofi_opctx_t *oc, int status)
 {
     btl_frag_t *frag = oc->frag;
     util_list_remove(&mod->rma_posted, &oc->link);
-    if (oc->tmp_reg != NULL)
-        ofi_mr_deregister(mod, oc->tmp_reg);
+    ofi_mr_release(mod, oc->tmp_reg, oc->tmp_creg);
     util_pool_put(&mod->rma_ctxs, oc);
-    ofi_complete(mod, frag, status);
+    if (frag != NULL)
+        ofi_complete(mod, frag, status);
+}
+
+void ofi_rdma_abandon(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status)
+{
+    if (!mod->rma_ctxs_ready)
+        return;
+    for (util_list_item_t *it = util_list_first(&mod->rma_posted); it != NULL;
+         it = util_list_next(&mod->rma_posted, it)) {
+        ofi_opctx_t *oc = UTIL_CONTAINER_OF(it, ofi_opctx_t, link);
+        if (oc->ep == ep && oc->frag != NULL) {
+            ofi_complete(mod, oc->frag, status);
+            oc->frag = NULL;
+        }
+    }
 }
 
 static int rdma_start(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des,
