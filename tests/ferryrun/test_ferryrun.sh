@@ -203,9 +203,10 @@ bind)
 forward_signal)
     "$FERRYRUN" -n 2 "$HELPER" sleep 60 >"$OUT" 2>"$ERR" &
     pid=$!
-    # Wait for both ranks to start.
+    # Wait for both ranks to start. The background job opens $OUT itself,
+    # so the first looks may find no file yet: that counts as no rank.
     i=0
-    while [ "$(grep -c '^pid ' "$OUT")" -lt 2 ] && [ $i -lt 100 ]; do
+    while [ "$(grep -c '^pid ' "$OUT" 2>/dev/null || true)" != 2 ] && [ $i -lt 100 ]; do
         sleep 0.1
         i=$((i + 1))
     done
