@@ -290,3 +290,27 @@ int btl_frags_prepare_dst(btl_frags_t *frags, ferry_btl_endpoint_t *ep, ferry_bt
     *des_out = &frag->base;
     return FERRY_OK;
 }
+
+int btl_frags_run_completions(btl_frags_t *frags, util_list_t *list,
+                              void (*on_done)(btl_frag_t *frag))
+{
+    int n = 0;
+    util_list_item_t *it;
+    size_t due = util_list_len(list);
+    while (due-- > 0 && (it = util_list_pop_front(list)) != NULL) {
+        btl_frag_t *frag = UTIL_CONTAINER_OF(it, btl_frag_t, link);
+        ferry_btl_desc_t *des = &frag->base;
+        /* After the callback the descriptor may be the caller's again (and
+         * freed by it): only what was read before is used. */
+        uint32_t flags = des->flags;
+        if (on_done != NULL)
+            on_done(frag);
+        des->flags &= ~(uint32_t)FERRY_BTL_DES_INFLIGHT;
+        if (des->cbfunc != NULL)
+            des->cbfunc(frags->btl, frag->ep, des, frag->status);
+        if (flags & FERRY_BTL_DES_OWNERSHIP)
+            btl_frag_put(frags, frag);
+        n++;
+    }
+    return n;
+}

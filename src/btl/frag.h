@@ -102,6 +102,15 @@ static inline struct mem_rcache *btl_frags_rcache(const btl_frags_t *frags)
     return frags->rcache;
 }
 
+/* Runs the completions queued on list (fragments linked by their link
+ * field) that were due when called, so that work a callback starts and that
+ * completes at once waits for the next call. For each: on_done(frag) first
+ * (the transport's own accounting; may be NULL), then the descriptor leaves
+ * flight, its callback runs with frag->status and, with
+ * FERRY_BTL_DES_OWNERSHIP, it returns to its pool. Returns how many ran. */
+int btl_frags_run_completions(btl_frags_t *frags, util_list_t *list,
+                              void (*on_done)(btl_frag_t *frag));
+
 /* Descriptors in use, by pool, for dump. */
 size_t btl_frags_in_use(const btl_frags_t *frags, btl_frag_kind_t kind);
 

@@ -194,27 +194,16 @@ static int tcp_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const vo
 
 /* ---- progress ---- */
 
+/* A put or get leaves the endpoint's count of operations in flight. */
+static void tcp_completion_done(btl_frag_t *frag)
+{
+    if (frag->op != TCP_OP_SEND && frag->ep != NULL)
+        frag->ep->rdma_inflight--;
+}
+
 static int run_completions(tcp_module_t *mod)
 {
-    int n = 0;
-    util_list_item_t *it;
-    /* Only those due now: a callback may start work that completes at once. */
-    size_t due = util_list_len(&mod->completed);
-    while (due-- > 0 && (it = util_list_pop_front(&mod->completed)) != NULL) {
-        btl_frag_t *frag = UTIL_CONTAINER_OF(it, btl_frag_t, link);
-        ferry_btl_desc_t *des = &frag->base;
-        uint32_t flags = des->flags;
-        ferry_btl_endpoint_t *ep = frag->ep;
-        if (frag->op != TCP_OP_SEND && ep != NULL)
-            ep->rdma_inflight--;
-        des->flags &= ~(uint32_t)FERRY_BTL_DES_INFLIGHT;
-        if (des->cbfunc != NULL)
-            des->cbfunc(&mod->super, ep, des, frag->status);
-        if (flags & FERRY_BTL_DES_OWNERSHIP)
-            btl_frag_put(&mod->frags, frag);
-        n++;
-    }
-    return n;
+    return btl_frags_run_completions(&mod->frags, &mod->completed, tcp_completion_done);
 }
 
 static int run_reports(tcp_module_t *mod)
