@@ -280,6 +280,9 @@ struct ferry_btl_module {
     } am[FERRY_BTL_TAG_COUNT];
     ferry_btl_error_cb_t error_cb;
     void *error_cbdata;
+    /* The shared descriptor pools (src/btl/frag.h) when the transport uses
+     * them, so that their alloc/free/prepare ops can serve it directly. */
+    struct btl_frags *frags;
 };
 
 /* One per transport: registers its parameters, and opens its modules (none

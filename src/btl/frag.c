@@ -88,12 +88,15 @@ int btl_frags_init(btl_frags_t *frags, ferry_btl_module_t *btl, const btl_frag_p
         btl_frags_fini(frags);
         return rc;
     }
+    btl->frags = frags;
     return FERRY_OK;
 }
 
 int btl_frags_fini(btl_frags_t *frags)
 {
     int rc = FERRY_OK;
+    if (frags->btl != NULL && frags->btl->frags == frags)
+        frags->btl->frags = NULL;
     for (int k = 0; k < BTL_FRAG_KINDS; k++) {
         if (!frags->ready[k])
             continue;
@@ -313,4 +316,37 @@ int btl_frags_run_completions(btl_frags_t *frags, util_list_t *list,
         n++;
     }
     return n;
+}
+
+int btl_frags_op_alloc(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, size_t size,
+                       uint32_t flags, ferry_btl_desc_t **des_out)
+{
+    if (btl == NULL || btl->frags == NULL)
+        return FERRY_ERR_INVALID;
+    return btl_frags_alloc(btl->frags, size, flags, des_out);
+}
+
+int btl_frags_op_free(ferry_btl_module_t *btl, ferry_btl_desc_t *des)
+{
+    if (btl == NULL || btl->frags == NULL)
+        return FERRY_ERR_INVALID;
+    return btl_frags_free(btl->frags, des);
+}
+
+int btl_frags_op_prepare_src(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                             ferry_btl_reg_t *reg, ferry_convertor_t *conv, size_t reserve,
+                             size_t *size, uint32_t flags, ferry_btl_desc_t **des_out)
+{
+    if (btl == NULL || btl->frags == NULL)
+        return FERRY_ERR_INVALID;
+    return btl_frags_prepare_src(btl->frags, ep, reg, conv, reserve, size, flags, des_out);
+}
+
+int btl_frags_op_prepare_dst(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                             ferry_btl_reg_t *reg, ferry_convertor_t *conv, size_t reserve,
+                             size_t *size, uint32_t flags, ferry_btl_desc_t **des_out)
+{
+    if (btl == NULL || btl->frags == NULL)
+        return FERRY_ERR_INVALID;
+    return btl_frags_prepare_dst(btl->frags, ep, reg, conv, reserve, size, flags, des_out);
 }

@@ -102,6 +102,18 @@ static inline struct mem_rcache *btl_frags_rcache(const btl_frags_t *frags)
     return frags->rcache;
 }
 
+/* The same four as ready-made ops, for a transport with nothing to add:
+ * they find the pools through btl->frags (set by btl_frags_init). */
+int btl_frags_op_alloc(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, size_t size,
+                       uint32_t flags, ferry_btl_desc_t **des_out);
+int btl_frags_op_free(ferry_btl_module_t *btl, ferry_btl_desc_t *des);
+int btl_frags_op_prepare_src(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                             ferry_btl_reg_t *reg, ferry_convertor_t *conv, size_t reserve,
+                             size_t *size, uint32_t flags, ferry_btl_desc_t **des_out);
+int btl_frags_op_prepare_dst(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                             ferry_btl_reg_t *reg, ferry_convertor_t *conv, size_t reserve,
+                             size_t *size, uint32_t flags, ferry_btl_desc_t **des_out);
+
 /* Runs the completions queued on list (fragments linked by their link
  * field) that were due when called, so that work a callback starts and that
  * completes at once waits for the next call. For each: on_done(frag) first

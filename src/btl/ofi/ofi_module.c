@@ -55,36 +55,6 @@ static int ofi_del_procs(ferry_btl_module_t *btl, size_t n, ferry_btl_endpoint_t
 
 /* ---- descriptors ---- */
 
-static int ofi_alloc(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, size_t size,
-                     uint32_t flags, ferry_btl_desc_t **des_out)
-{
-    return btl == NULL ? FERRY_ERR_INVALID
-                       : btl_frags_alloc(&ofi_of(btl)->frags, size, flags, des_out);
-}
-
-static int ofi_free(ferry_btl_module_t *btl, ferry_btl_desc_t *des)
-{
-    return btl == NULL ? FERRY_ERR_INVALID : btl_frags_free(&ofi_of(btl)->frags, des);
-}
-
-static int ofi_prepare_src(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
-                           ferry_btl_reg_t *reg, ferry_convertor_t *conv, size_t reserve,
-                           size_t *size, uint32_t flags, ferry_btl_desc_t **des_out)
-{
-    return btl == NULL ? FERRY_ERR_INVALID
-                       : btl_frags_prepare_src(&ofi_of(btl)->frags, ep, reg, conv, reserve,
-                                               size, flags, des_out);
-}
-
-static int ofi_prepare_dst(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
-                           ferry_btl_reg_t *reg, ferry_convertor_t *conv, size_t reserve,
-                           size_t *size, uint32_t flags, ferry_btl_desc_t **des_out)
-{
-    return btl == NULL ? FERRY_ERR_INVALID
-                       : btl_frags_prepare_dst(&ofi_of(btl)->frags, ep, reg, conv, reserve,
-                                               size, flags, des_out);
-}
-
 /* ---- sending ---- */
 
 static int ofi_send(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des,
@@ -310,10 +280,10 @@ static const ferry_btl_ops_t ofi_ops = {
     .register_am = btl_base_register_am,
     .register_error = btl_base_register_error,
     .finalize = ofi_finalize,
-    .alloc = ofi_alloc,
-    .free = ofi_free,
-    .prepare_src = ofi_prepare_src,
-    .prepare_dst = ofi_prepare_dst,
+    .alloc = btl_frags_op_alloc,
+    .free = btl_frags_op_free,
+    .prepare_src = btl_frags_op_prepare_src,
+    .prepare_dst = btl_frags_op_prepare_dst,
     .send = ofi_send,
     .sendi = ofi_sendi,
     .put = ofi_put,

@@ -200,41 +200,6 @@ static int self_del_procs(ferry_btl_module_t *btl, size_t n, ferry_btl_endpoint_
 
 /* ---- descriptors ---- */
 
-static int self_alloc(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, size_t size,
-                      uint32_t flags, ferry_btl_desc_t **des_out)
-{
-    if (btl == NULL)
-        return FERRY_ERR_INVALID;
-    return btl_frags_alloc(&self_of(btl)->frags, size, flags, des_out);
-}
-
-static int self_free(ferry_btl_module_t *btl, ferry_btl_desc_t *des)
-{
-    if (btl == NULL)
-        return FERRY_ERR_INVALID;
-    return btl_frags_free(&self_of(btl)->frags, des);
-}
-
-static int self_prepare_src(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
-                            ferry_btl_reg_t *reg, ferry_convertor_t *conv, size_t reserve,
-                            size_t *size, uint32_t flags, ferry_btl_desc_t **des_out)
-{
-    if (btl == NULL)
-        return FERRY_ERR_INVALID;
-    return btl_frags_prepare_src(&self_of(btl)->frags, ep, reg, conv, reserve, size, flags,
-                                 des_out);
-}
-
-static int self_prepare_dst(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
-                            ferry_btl_reg_t *reg, ferry_convertor_t *conv, size_t reserve,
-                            size_t *size, uint32_t flags, ferry_btl_desc_t **des_out)
-{
-    if (btl == NULL)
-        return FERRY_ERR_INVALID;
-    return btl_frags_prepare_dst(&self_of(btl)->frags, ep, reg, conv, reserve, size, flags,
-                                 des_out);
-}
-
 /* ---- data movement ---- */
 
 /* Checks what every operation needs and queues it. */
@@ -281,7 +246,8 @@ static int self_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const v
         payload_len > btl->attr.max_send_size - header_len)
         return FERRY_ERR_INVALID;
     ferry_btl_desc_t *des;
-    int rc = self_alloc(btl, ep, header_len + payload_len, FERRY_BTL_DES_OWNERSHIP, &des);
+    int rc = btl_frags_op_alloc(btl, ep, header_len + payload_len, FERRY_BTL_DES_OWNERSHIP,
+                                &des);
     if (rc != FERRY_OK)
         return rc;
     char *p = ferry_btl_seg_ptr(&des->src[0]);
@@ -291,7 +257,7 @@ static int self_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const v
         memcpy(p + header_len, payload, payload_len);
     rc = self_send(btl, ep, des, tag);
     if (rc != FERRY_OK)
-        self_free(btl, des);
+        btl_frags_op_free(btl, des);
     return rc;
 }
 
@@ -407,10 +373,10 @@ static const ferry_btl_ops_t self_ops = {
     .register_am = btl_base_register_am,
     .register_error = btl_base_register_error,
     .finalize = self_finalize,
-    .alloc = self_alloc,
-    .free = self_free,
-    .prepare_src = self_prepare_src,
-    .prepare_dst = self_prepare_dst,
+    .alloc = btl_frags_op_alloc,
+    .free = btl_frags_op_free,
+    .prepare_src = btl_frags_op_prepare_src,
+    .prepare_dst = btl_frags_op_prepare_dst,
     .send = self_send,
     .sendi = self_sendi,
     .put = self_put,

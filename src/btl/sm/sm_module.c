@@ -90,36 +90,6 @@ static int sm_del_procs(ferry_btl_module_t *btl, size_t n, ferry_btl_endpoint_t 
 
 /* ---- descriptors ---- */
 
-static int sm_alloc(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, size_t size,
-                    uint32_t flags, ferry_btl_desc_t **des_out)
-{
-    return btl == NULL ? FERRY_ERR_INVALID
-                       : btl_frags_alloc(&sm_of(btl)->frags, size, flags, des_out);
-}
-
-static int sm_free(ferry_btl_module_t *btl, ferry_btl_desc_t *des)
-{
-    return btl == NULL ? FERRY_ERR_INVALID : btl_frags_free(&sm_of(btl)->frags, des);
-}
-
-static int sm_prepare_src(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
-                          ferry_btl_reg_t *reg, ferry_convertor_t *conv, size_t reserve,
-                          size_t *size, uint32_t flags, ferry_btl_desc_t **des_out)
-{
-    return btl == NULL ? FERRY_ERR_INVALID
-                       : btl_frags_prepare_src(&sm_of(btl)->frags, ep, reg, conv, reserve, size,
-                                               flags, des_out);
-}
-
-static int sm_prepare_dst(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
-                          ferry_btl_reg_t *reg, ferry_convertor_t *conv, size_t reserve,
-                          size_t *size, uint32_t flags, ferry_btl_desc_t **des_out)
-{
-    return btl == NULL ? FERRY_ERR_INVALID
-                       : btl_frags_prepare_dst(&sm_of(btl)->frags, ep, reg, conv, reserve, size,
-                                               flags, des_out);
-}
-
 /* ---- sending ---- */
 
 /* Checks an endpoint before new work goes to it, connecting it lazily. */
@@ -333,10 +303,10 @@ static const ferry_btl_ops_t sm_ops = {
     .register_am = btl_base_register_am,
     .register_error = btl_base_register_error,
     .finalize = sm_finalize,
-    .alloc = sm_alloc,
-    .free = sm_free,
-    .prepare_src = sm_prepare_src,
-    .prepare_dst = sm_prepare_dst,
+    .alloc = btl_frags_op_alloc,
+    .free = btl_frags_op_free,
+    .prepare_src = btl_frags_op_prepare_src,
+    .prepare_dst = btl_frags_op_prepare_dst,
     .send = sm_send,
     .sendi = sm_sendi,
     .put = sm_put,

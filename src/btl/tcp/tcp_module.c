@@ -94,11 +94,6 @@ static int tcp_alloc(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, size_t s
     return btl_frags_alloc(&tcp_of(btl)->frags, size, flags, des_out);
 }
 
-static int tcp_free(ferry_btl_module_t *btl, ferry_btl_desc_t *des)
-{
-    return btl == NULL ? FERRY_ERR_INVALID : btl_frags_free(&tcp_of(btl)->frags, des);
-}
-
 static int tcp_prepare_src(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
                            ferry_btl_reg_t *reg, ferry_convertor_t *conv, size_t reserve,
                            size_t *size, uint32_t flags, ferry_btl_desc_t **des_out)
@@ -110,15 +105,6 @@ static int tcp_prepare_src(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
         return FERRY_ERR_NO_RESOURCE;
     return btl_frags_prepare_src(&tcp_of(btl)->frags, ep, reg, conv, reserve, size, flags,
                                  des_out);
-}
-
-static int tcp_prepare_dst(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
-                           ferry_btl_reg_t *reg, ferry_convertor_t *conv, size_t reserve,
-                           size_t *size, uint32_t flags, ferry_btl_desc_t **des_out)
-{
-    return btl == NULL ? FERRY_ERR_INVALID
-                       : btl_frags_prepare_dst(&tcp_of(btl)->frags, ep, reg, conv, reserve,
-                                               size, flags, des_out);
 }
 
 /* ---- sending ---- */
@@ -441,9 +427,9 @@ static const ferry_btl_ops_t tcp_ops = {
     .register_error = btl_base_register_error,
     .finalize = tcp_finalize,
     .alloc = tcp_alloc,
-    .free = tcp_free,
+    .free = btl_frags_op_free,
     .prepare_src = tcp_prepare_src,
-    .prepare_dst = tcp_prepare_dst,
+    .prepare_dst = btl_frags_op_prepare_dst,
     .send = tcp_send,
     .sendi = tcp_sendi,
     .put = tcp_put,
