@@ -5,6 +5,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int btl_base_module_init(ferry_btl_module_t *btl, const ferry_btl_component_t *component,
@@ -54,6 +55,33 @@ int btl_base_module_init(ferry_btl_module_t *btl, const ferry_btl_component_t *c
     btl->ops = ops;
     btl->ctx = ctx;
     btl->component = component;
+    return FERRY_OK;
+}
+
+int btl_base_open_single(ferry_btl_module_t *module, ferry_btl_module_t ***modules_out,
+                         int *count_out)
+{
+    ferry_btl_module_t **list = calloc(1, sizeof(*list));
+    if (list == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    list[0] = module;
+    *modules_out = list;
+    *count_out = 1;
+    return FERRY_OK;
+}
+
+int btl_base_wait_inflight(ferry_btl_module_t *btl, const size_t *inflight)
+{
+    unsigned idle = 0;
+    while (*inflight > 0) {
+        int got = btl->ops->progress(btl);
+        if (got < 0)
+            return got;
+        if (got == 0)
+            rt_idle(&idle);
+        else
+            idle = 0;
+    }
     return FERRY_OK;
 }
 

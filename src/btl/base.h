@@ -33,6 +33,17 @@ int btl_base_deliver(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd);
 void btl_base_report_error(ferry_btl_module_t *btl, int status, int peer, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* The end of a component's open for a transport with one module: hands
+ * module back as a list of one. FERRY_ERR_NO_MEMORY leaves the outputs
+ * untouched and the module to the caller to finalize. */
+int btl_base_open_single(ferry_btl_module_t *module, ferry_btl_module_t ***modules_out,
+                         int *count_out);
+
+/* For flush: progresses the module until *inflight (an endpoint's count of
+ * puts and gets not yet completed) reaches zero, giving the core away while
+ * idle. Returns FERRY_OK, or the negative status progress failed with. */
+int btl_base_wait_inflight(ferry_btl_module_t *btl, const size_t *inflight);
+
 /* Optional ops: these stubs return FERRY_ERR_NOT_SUPPORTED. */
 int btl_base_unsupported_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
                                const void *header, size_t header_len, const void *payload,

@@ -157,19 +157,12 @@ static int ofi_flush(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep)
         ferry_btl_endpoint_t *e = mod->eps[r];
         if (e == NULL || (ep != NULL && e != ep))
             continue;
-        unsigned idle = 0;
         /* Bounded: a peer that stops answering fails its endpoint after
          * FERRY_OFI_SEND_TIMEOUT (queued work) or through an error
          * completion from the provider, which completes what is pending. */
-        while (e->rdma_inflight > 0) {
-            int got = ofi_progress(btl);
-            if (got < 0)
-                return got;
-            if (got == 0)
-                rt_idle(&idle);
-            else
-                idle = 0;
-        }
+        int rc = btl_base_wait_inflight(btl, &e->rdma_inflight);
+        if (rc != FERRY_OK)
+            return rc;
     }
     return FERRY_OK;
 }

@@ -453,12 +453,8 @@ static int self_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *c
     if (rc != FERRY_OK)
         return rc;
     self_module_t *mod = calloc(1, sizeof(*mod));
-    ferry_btl_module_t **list = calloc(1, sizeof(*list));
-    if (mod == NULL || list == NULL) {
-        free(mod);
-        free(list);
+    if (mod == NULL)
         return FERRY_ERR_NO_MEMORY;
-    }
     const ferry_btl_attr_t attr = {
         .name = "self",
         .eager_limit = p.eager_limit,
@@ -485,20 +481,15 @@ static int self_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *c
         .inc = p.inc,
         .max_frags = p.max < 64 ? p.max : 64, /* max fragments are large */
     };
-    rc = btl_frags_init(&mod->frags, &mod->super, &fp);
-    if (rc != FERRY_OK)
+    if ((rc = btl_frags_init(&mod->frags, &mod->super, &fp)) != FERRY_OK ||
+        (rc = btl_base_open_single(&mod->super, modules_out, count_out)) != FERRY_OK)
         goto err_finalize;
-    list[0] = &mod->super;
-    *modules_out = list;
-    *count_out = 1;
     return FERRY_OK;
 
 err_finalize:
-    free(list);
     self_finalize(&mod->super);
     return rc;
 err_free_mod:
-    free(list);
     free(mod);
     return rc;
 }

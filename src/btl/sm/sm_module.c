@@ -240,13 +240,9 @@ static int sm_flush(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep)
         ferry_btl_endpoint_t *e = mod->eps[r];
         if (e == NULL || (ep != NULL && e != ep))
             continue;
-        unsigned idle = 0;
-        while (e->rdma_inflight > 0) {
-            if (sm_progress(btl) == 0)
-                rt_idle(&idle);
-            else
-                idle = 0;
-        }
+        int rc = btl_base_wait_inflight(btl, &e->rdma_inflight);
+        if (rc != FERRY_OK)
+            return rc;
     }
     return FERRY_OK;
 }
@@ -458,12 +454,8 @@ static int sm_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *cou
     if (rc != FERRY_OK)
         return rc;
     sm_module_t *mod = calloc(1, sizeof(*mod));
-    ferry_btl_module_t **list = calloc(1, sizeof(*list));
-    if (mod == NULL || list == NULL) {
-        free(mod);
-        free(list);
+    if (mod == NULL)
         return FERRY_ERR_NO_MEMORY;
-    }
     const ferry_btl_attr_t attr = {
         .name = "sm",
         .eager_limit = p.eager_limit,
@@ -482,7 +474,6 @@ static int sm_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *cou
     rc = btl_base_module_init(&mod->super, &btl_sm_component, ctx, &attr, &sm_ops);
     if (rc != FERRY_OK) {
         free(mod);
-        free(list);
         return rc;
     }
     mod->p = p;
@@ -509,13 +500,11 @@ static int sm_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *cou
     if ((rc = btl_frags_init(&mod->frags, &mod->super, &fp)) != FERRY_OK ||
         (rc = segment_create(mod)) != FERRY_OK)
         goto err_finalize;
-    list[0] = &mod->super;
-    *modules_out = list;
-    *count_out = 1;
+    if ((rc = btl_base_open_single(&mod->super, modules_out, count_out)) != FERRY_OK)
+        goto err_finalize;
     return FERRY_OK;
 
 err_finalize:
-    free(list);
     sm_finalize(&mod->super);
     return rc;
 }
