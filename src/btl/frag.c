@@ -350,3 +350,13 @@ int btl_frags_op_prepare_dst(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
         return FERRY_ERR_INVALID;
     return btl_frags_prepare_dst(btl->frags, ep, reg, conv, reserve, size, flags, des_out);
 }
+
+int btl_frags_check_send(const ferry_btl_module_t *btl, const ferry_btl_desc_t *des,
+                         uint8_t tag)
+{
+    if (btl == NULL || tag >= FERRY_BTL_TAG_BTL_MIN || !btl_frag_valid(des) ||
+        (des->flags & FERRY_BTL_DES_INFLIGHT) || des->src == NULL || des->src_cnt != 1 ||
+        des->src[0].len > btl->attr.max_send_size)
+        return FERRY_ERR_INVALID;
+    return FERRY_OK;
+}

@@ -102,6 +102,12 @@ static inline struct mem_rcache *btl_frags_rcache(const btl_frags_t *frags)
     return frags->rcache;
 }
 
+/* The checks every send op makes of its arguments: a tag below the
+ * transports' own, one of our descriptors and not in flight, one source
+ * segment of at most max_send_size. FERRY_OK or FERRY_ERR_INVALID. */
+int btl_frags_check_send(const ferry_btl_module_t *btl, const ferry_btl_desc_t *des,
+                         uint8_t tag);
+
 /* The same four as ready-made ops, for a transport with nothing to add:
  * they find the pools through btl->frags (set by btl_frags_init). */
 int btl_frags_op_alloc(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, size_t size,

@@ -61,11 +61,10 @@ static int ofi_send(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl
                     uint8_t tag)
 {
     ofi_module_t *mod = ofi_of(btl);
-    if (btl == NULL || tag >= FERRY_BTL_TAG_BTL_MIN || !btl_frag_valid(des) ||
-        (des->flags & FERRY_BTL_DES_INFLIGHT) || des->src == NULL || des->src_cnt != 1 ||
-        des->src[0].len > btl->attr.max_send_size)
-        return FERRY_ERR_INVALID;
-    int rc = ofi_ep_ready(mod, ep);
+    int rc = btl_frags_check_send(btl, des, tag);
+    if (rc != FERRY_OK)
+        return rc;
+    rc = ofi_ep_ready(mod, ep);
     if (rc != FERRY_OK)
         return rc;
     btl_frag_t *frag = btl_frag_of(des);
