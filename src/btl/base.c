@@ -85,6 +85,17 @@ int btl_base_wait_inflight(ferry_btl_module_t *btl, const size_t *inflight)
     return FERRY_OK;
 }
 
+int btl_base_check_register(const ferry_btl_module_t *btl, const void *base, size_t len,
+                            uint32_t access, ferry_btl_reg_t **reg_out)
+{
+    const uint32_t known = FERRY_ACCESS_LOCAL | FERRY_ACCESS_REMOTE_READ |
+                           FERRY_ACCESS_REMOTE_WRITE;
+    if (btl == NULL || base == NULL || len == 0 || (access & ~known) != 0 || reg_out == NULL ||
+        (uintptr_t)base > UINTPTR_MAX - len)
+        return FERRY_ERR_INVALID;
+    return FERRY_OK;
+}
+
 int btl_base_register_am(ferry_btl_module_t *btl, uint8_t tag, ferry_btl_am_cb_t cb,
                          void *cbdata)
 {

@@ -44,6 +44,12 @@ int btl_base_open_single(ferry_btl_module_t *module, ferry_btl_module_t ***modul
  * idle. Returns FERRY_OK, or the negative status progress failed with. */
 int btl_base_wait_inflight(ferry_btl_module_t *btl, const size_t *inflight);
 
+/* The checks every register_mem makes of its arguments: a module, memory
+ * that is there and does not wrap, known FERRY_ACCESS_* bits, somewhere to
+ * put the result. FERRY_OK or FERRY_ERR_INVALID. */
+int btl_base_check_register(const ferry_btl_module_t *btl, const void *base, size_t len,
+                            uint32_t access, ferry_btl_reg_t **reg_out);
+
 /* Optional ops: these stubs return FERRY_ERR_NOT_SUPPORTED. */
 int btl_base_unsupported_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
                                const void *header, size_t header_len, const void *payload,

@@ -67,12 +67,9 @@ static int self_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, 
                              size_t len, uint32_t access, ferry_btl_reg_t **reg_out)
 {
     self_module_t *mod = self_of(btl);
-    const uint32_t known = FERRY_ACCESS_LOCAL | FERRY_ACCESS_REMOTE_READ |
-                           FERRY_ACCESS_REMOTE_WRITE;
-    if (btl == NULL || base == NULL || len == 0 || (access & ~known) != 0 || reg_out == NULL)
-        return FERRY_ERR_INVALID;
-    if ((uintptr_t)base > UINTPTR_MAX - len)
-        return FERRY_ERR_INVALID;
+    int rc = btl_base_check_register(btl, base, len, access, reg_out);
+    if (rc != FERRY_OK)
+        return rc;
 
     uint32_t slot = 0;
     while (slot < mod->nregs && mod->regs[slot] != NULL)

@@ -17,12 +17,10 @@ int tcp_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *ba
                      uint32_t access, ferry_btl_reg_t **reg_out)
 {
     tcp_module_t *mod = (tcp_module_t *)btl;
-    const uint32_t known = FERRY_ACCESS_LOCAL | FERRY_ACCESS_REMOTE_READ |
-                           FERRY_ACCESS_REMOTE_WRITE;
     (void)ep;
-    if (btl == NULL || base == NULL || len == 0 || (access & ~known) != 0 || reg_out == NULL ||
-        (uintptr_t)base > UINTPTR_MAX - len)
-        return FERRY_ERR_INVALID;
+    int rc = btl_base_check_register(btl, base, len, access, reg_out);
+    if (rc != FERRY_OK)
+        return rc;
     uint32_t slot = 0;
     while (slot < mod->p.reg_slots && mod->regs[slot] != NULL)
         slot++;
