@@ -227,6 +227,7 @@ static int sm_progress(ferry_btl_module_t *btl)
         n += run_completions(mod);
     if ((mod->progress_calls & 15) == 0)
         n += sm_check_peers(mod);
+    n += btl_base_progress_reports(&mod->super);
     return n;
 }
 
@@ -288,6 +289,7 @@ static int sm_finalize(ferry_btl_module_t *btl)
         munmap(mod->seg, mod->seg_size);
         shm_unlink(mod->seg_name);
     }
+    btl_base_reports_fini(&mod->super);
     free(mod);
     return rc;
 }
