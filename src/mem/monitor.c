@@ -87,12 +87,12 @@ static int uffd_open(int *err_out)
     return fd;
 }
 
-static void dispatch(uintptr_t start, uintptr_t end)
+static void dispatch(mem_monitor_event_t event, uintptr_t start, uintptr_t end)
 {
     for (util_list_item_t *it = util_list_first(&mon.clients); it != NULL;
          it = util_list_next(&mon.clients, it)) {
         mem_monitor_client_t *c = UTIL_CONTAINER_OF(it, mem_monitor_client_t, link);
-        c->invalidate(c, start, end);
+        c->invalidate(c, event, start, end);
     }
 }
 
@@ -108,13 +108,15 @@ static void drain(void)
             const struct uffd_msg *m = &msgs[i];
             switch (m->event) {
             case UFFD_EVENT_UNMAP:
-                dispatch((uintptr_t)m->arg.remove.start, (uintptr_t)m->arg.remove.end);
+                dispatch(MEM_MONITOR_UNMAP, (uintptr_t)m->arg.remove.start,
+                         (uintptr_t)m->arg.remove.end);
                 break;
             case UFFD_EVENT_REMOVE:
-                dispatch((uintptr_t)m->arg.remove.start, (uintptr_t)m->arg.remove.end);
+                dispatch(MEM_MONITOR_DISCARD, (uintptr_t)m->arg.remove.start,
+                         (uintptr_t)m->arg.remove.end);
                 break;
             case UFFD_EVENT_REMAP:
-                dispatch((uintptr_t)m->arg.remap.from,
+                dispatch(MEM_MONITOR_MOVE, (uintptr_t)m->arg.remap.from,
                          (uintptr_t)(m->arg.remap.from + m->arg.remap.len));
                 break;
             case UFFD_EVENT_PAGEFAULT: {

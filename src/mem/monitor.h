@@ -51,13 +51,27 @@
 
 #include "util/list.h"
 
+/* How a range lost its memory. */
+typedef enum {
+    MEM_MONITOR_UNMAP,   /* unmapped (munmap, brk shrinking, a mapping placed over it) */
+    MEM_MONITOR_MOVE,    /* moved elsewhere by mremap: nothing is mapped here any more */
+    MEM_MONITOR_DISCARD  /* still mapped, but its pages were discarded (madvise
+                            DONTNEED/REMOVE/FREE): it reads as zeros or as new pages */
+} mem_monitor_event_t;
+
 /* A cache that wants to hear about unmapped ranges. */
 typedef struct mem_monitor_client {
     /* Called from the monitor thread with the monitor lock held, for a range
      * [start, end) that no longer holds the memory it held. It must not
      * allocate, free, log or call a transport: any of those may unmap memory
-     * and wait for this very thread. */
-    void (*invalidate)(struct mem_monitor_client *client, uintptr_t start, uintptr_t end);
+     * and wait for this very thread.
+     * Timing: for UNMAP and MOVE the kernel reports after the pages are gone
+     * (the unmapping thread then waits until the event is read), for DISCARD
+     * before they go. So the lock orders a lookup after the invalidation of
+     * anything unmapped before the lookup began, but cannot stop an
+     * unmapping that races an access already under way in another thread. */
+    void (*invalidate)(struct mem_monitor_client *client, mem_monitor_event_t event,
+                       uintptr_t start, uintptr_t end);
     util_list_item_t link;
 } mem_monitor_client_t;
 

@@ -66,10 +66,14 @@ static bool first_overlap(mem_itree_node_t *n, void *arg)
     return false;
 }
 
-/* Monitor thread, lock held: drop every registration overlapping the range.
- * Unused ones go to the dead list for the owner to release. */
-static void rcache_invalidate(mem_monitor_client_t *client, uintptr_t start, uintptr_t end)
+/* Monitor thread, lock held: drop every registration overlapping the range
+ * (whatever happened to it: a discarded range holds other pages now, which
+ * a transport with hardware translation would not see). Unused ones go to
+ * the dead list for the owner to release. */
+static void rcache_invalidate(mem_monitor_client_t *client, mem_monitor_event_t event,
+                              uintptr_t start, uintptr_t end)
 {
+    (void)event;
     mem_rcache_t *c = UTIL_CONTAINER_OF(client, mem_rcache_t, client);
     for (;;) {
         struct drop_arg a = {NULL};
