@@ -28,14 +28,7 @@ bool sm_ring_reserve(ferry_btl_endpoint_t *ep, size_t len, unsigned char **slot_
     uint64_t need = skip + size + SM_ALIGN;
 
     if (ep->head + need - ep->cached_tail > ring) {
-        uint64_t tail = atomic_load_explicit(&ep->out->tail, memory_order_acquire);
-        /* The tail is the peer's word: it may never pass what we wrote. */
-        if (tail > ep->head || tail < ep->cached_tail) {
-            sm_ep_fail(ep->mod, ep, "its channel's tail is corrupt");
-            return false;
-        }
-        ep->cached_tail = tail;
-        if (ep->head + need - tail > ring)
+        if (sm_ring_refresh_tail(ep) < 0 || ep->head + need - ep->cached_tail > ring)
             return false;
     }
     if (skip > 0) {
@@ -84,6 +77,21 @@ void sm_ring_commit(ferry_btl_endpoint_t *ep, uint64_t pos, uint32_t len, uint8_
                           memory_order_release);
 }
 
+int sm_ring_refresh_tail(ferry_btl_endpoint_t *ep)
+{
+    uint64_t tail = atomic_load_explicit(&ep->out->tail, memory_order_acquire);
+    /* The tail is the peer's word: it may never pass what we wrote, nor go
+     * back. */
+    if (tail > ep->head || tail < ep->cached_tail) {
+        sm_ep_fail(ep->mod, ep, "its channel's tail is corrupt");
+        return -1;
+    }
+    ep->cached_tail = tail;
+    /* Ring puts it passed are read back now: their status words are in
+     * space we may reuse as soon as we return. */
+    return util_list_empty(&ep->ring_puts) ? 0 : sm_rdma_puts_done(ep->mod, ep, tail);
+}
+
 static void publish_tail(ferry_btl_endpoint_t *ep)
 {
     atomic_store_explicit(&ep->in->tail, ep->rpos, memory_order_release);
@@ -112,7 +120,7 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
             sm_ep_fail(mod, ep, "it sent a message longer than the ring");
             return n;
         }
-        const unsigned char *msg = base + off + SM_HDR_SIZE;
+        unsigned char *msg = base + off + SM_HDR_SIZE;
         switch (type) {
         case SM_T_SKIP:
             ep->rpos += ring - off;
@@ -131,7 +139,8 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
         case SM_T_PUT:
         case SM_T_GET_REQ:
         case SM_T_GET_RESP:
-            sm_rdma_handle(mod, ep, type, msg, len);
+            if (!sm_rdma_handle(mod, ep, type, msg, len))
+                goto out; /* a get past the peer's budget waits where it is */
             /* A ring put completes at its initiator when our tail passes it. */
             publish_now = publish_now || type == SM_T_PUT;
             break;
@@ -144,6 +153,7 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
         ep->rpos += sm_align(SM_HDR_SIZE + len);
         n++;
     }
+out:
     /* Credits go back in batches (the seed's sr_win), or at once when an
      * initiator waits on them. */
     if (ep->rpos - ep->published_tail >= ring / 8 || (publish_now && ep->rpos != ep->published_tail))
