@@ -8,8 +8,11 @@ ferryrun=$1 prog=$2
 dir=$(mktemp -d) || exit 1
 livepid="" jobpid=""
 cleanup() {
-    [ -n "$livepid" ] && kill "$livepid" 2>/dev/null
-    [ -n "$jobpid" ] && kill "$jobpid" 2>/dev/null
+    # The live ones end by themselves once their input ends, and remove
+    # their own files (ferryrun its job's).
+    exec 3>&- 4>&-
+    [ -n "$livepid" ] && wait "$livepid"
+    [ -n "$jobpid" ] && wait "$jobpid"
     rm -f "/dev/shm/ferry-sweep-test-$$-0" "/dev/shm/ferry-sweep-test-$$-1-h1"
     rm -rf "$dir"
 }

@@ -10,6 +10,8 @@
  *
  * usage (under ferryrun -n 2 --keep-going): sm_defer
  */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -84,9 +86,10 @@ int main(void)
         while ((rc = ferry_am_send(ctx, 0, TAG_GO, buf, sizeof(buf))) == FERRY_ERR_NO_RESOURCE)
             ;
         CHECK(rc == FERRY_OK);
-        /* No more reading (it would publish a good tail): wait for rank 0 to
-         * finalize, then go without finalizing, our segment with us. */
-        while (!atomic_load_explicit(&ep->peer_hdr->closing, memory_order_acquire))
+        /* No more reading (it would publish a good tail): wait until rank 0
+         * finalizes or dies, then go without finalizing, our segment with us. */
+        while (!atomic_load_explicit(&ep->peer_hdr->closing, memory_order_acquire) &&
+               !(kill(ep->pid, 0) != 0 && errno == ESRCH))
             usleep(1000);
         shm_unlink(((sm_module_t *)btl)->seg_name);
         _exit(0);
