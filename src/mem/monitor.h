@@ -32,8 +32,9 @@
  * - Needs userfaultfd: root, CAP_SYS_PTRACE, vm.unprivileged_userfaultfd=1,
  *   or access to /dev/userfaultfd. Without it caches release unused
  *   registrations at once (leave-pinned off), which is always correct.
- * - Watched ranges stay watched until unmapped; unmapping one costs the
- *   unmapping thread a wake-up of the monitor thread.
+ * - A watched range stays watched until unmapped or unwatched (by its last
+ *   watcher); unmapping one costs the unmapping thread a wake-up of the
+ *   monitor thread.
  * - Watching the pages of a registration splits the mapping holding them at
  *   those pages, and mremap refuses (EFAULT) a range spanning two parts: an
  *   application that mremaps a whole buffer of which ferry registered only
@@ -83,10 +84,19 @@ int mem_monitor_attach(mem_monitor_client_t *client, char *why, size_t why_len);
 /* Removes client; the last one stops the thread. */
 void mem_monitor_detach(mem_monitor_client_t *client);
 
-/* Watches the pages holding [start, end) for unmapping. FERRY_OK, or
- * FERRY_ERR_NOT_SUPPORTED when the range cannot be watched (see above).
- * Only while attached. */
-int mem_monitor_watch(uintptr_t start, uintptr_t end);
+/* A watched range, for mem_monitor_unwatch. */
+typedef struct mem_monitor_watch mem_monitor_watch_t;
+
+/* Watches the pages holding [start, end) for unmapping; *watch_out is set
+ * on success. FERRY_OK, FERRY_ERR_NO_MEMORY, or FERRY_ERR_NOT_SUPPORTED
+ * when the range cannot be watched (see above). Only while attached. */
+int mem_monitor_watch(uintptr_t start, uintptr_t end, mem_monitor_watch_t **watch_out);
+
+/* Ends a watch: its pages stop being watched unless another watch covers
+ * them too (so that watching does not keep splitting the process's
+ * mappings for ranges nobody registers any more). Frees watch; safe on
+ * NULL and after the monitor stopped. Never with the monitor lock held. */
+void mem_monitor_unwatch(mem_monitor_watch_t *watch);
 
 /* The lock the monitor holds while reading and handling events; caches hold
  * it while they look up, insert or drop registrations. Never allocate, free

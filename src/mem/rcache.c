@@ -134,6 +134,7 @@ static void release_list(mem_rcache_t *c, util_list_t *list)
     while ((it = util_list_pop_front(list)) != NULL) {
         mem_reg_t *r = UTIL_CONTAINER_OF(it, mem_reg_t, link);
         c->p.dereg(c->p.arg, r->handle);
+        mem_monitor_unwatch(r->watch);
         free(r);
     }
 }
@@ -272,7 +273,7 @@ int mem_rcache_get(mem_rcache_t *c, void *addr, size_t len, uint32_t access, mem
     r->node.end = start + len;
     /* Kept unused only if its memory is watched, or unwatched by choice. */
     r->keep = c->leave_pinned &&
-              (!c->monitored || mem_monitor_watch(start, start + len) == FERRY_OK);
+              (!c->monitored || mem_monitor_watch(start, start + len, &r->watch) == FERRY_OK);
 
     mem_monitor_lock();
     mem_itree_insert(&c->tree, &r->node);
@@ -332,6 +333,7 @@ int mem_rcache_destroy(mem_rcache_t *c)
         mem_reg_t *r = UTIL_CONTAINER_OF(c->tree.root, mem_reg_t, node);
         mem_itree_remove(&c->tree, &r->node);
         c->p.dereg(c->p.arg, r->handle);
+        mem_monitor_unwatch(r->watch);
         free(r);
     }
     if (busy > 0) {

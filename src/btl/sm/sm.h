@@ -253,10 +253,11 @@ struct sm_reg {
     uint32_t slot;
     uint32_t gen;
     uint64_t nonce;
-    /* Watched by the unmap monitor: node is in the module's tree of watched
-     * ranges, and revoked is set (by the monitor thread, under the monitor
-     * lock) once the memory is unmapped or moved. */
-    bool watched;
+    /* Watched by the unmap monitor (watch is not NULL): node is in the
+     * module's tree of watched ranges, and revoked is set (by the monitor
+     * thread, under the monitor lock) once the memory is unmapped or
+     * moved. */
+    mem_monitor_watch_t *watch;
     bool revoked;
     mem_itree_node_t node;
 };

@@ -152,7 +152,8 @@ int sm_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *bas
     const uint32_t remote = FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE;
     if (access & remote) {
         monitor_start(mod);
-        reg->watched = mod->mon_state == 1 && mem_monitor_watch(start, start + len) == FERRY_OK;
+        if (mod->mon_state == 1 && mem_monitor_watch(start, start + len, &reg->watch) != FERRY_OK)
+            reg->watch = NULL;
     }
     reg->node.start = start;
     reg->node.end = start + len;
@@ -186,7 +187,7 @@ int sm_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *bas
     e->heap_off = heap_off;
     e->heap_len = heap_len;
     atomic_store_explicit(&e->gen, gen, memory_order_release);
-    if (reg->watched)
+    if (reg->watch != NULL)
         mem_itree_insert(&mod->watched, &reg->node);
     table_unlock(mod);
 
@@ -218,11 +219,12 @@ int sm_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *breg)
     uint32_t gen = atomic_load_explicit(&e->gen, memory_order_relaxed);
     if ((gen & 1) == 0)
         atomic_store_explicit(&e->gen, gen + 1, memory_order_release);
-    if (reg->watched)
+    if (reg->watch != NULL)
         mem_itree_remove(&mod->watched, &reg->node);
     table_unlock(mod);
     mod->regs[reg->slot] = NULL;
     reg->magic = 0;
+    mem_monitor_unwatch(reg->watch);
     free(reg);
     return FERRY_OK;
 }
@@ -234,8 +236,11 @@ void sm_regs_release(sm_module_t *mod)
         mem_monitor_detach(&mod->mon_client);
     mod->mon_state = -1;
     if (mod->regs != NULL)
-        for (size_t i = 0; i < mod->p.reg_slots; i++)
+        for (size_t i = 0; i < mod->p.reg_slots; i++) {
+            if (mod->regs[i] != NULL)
+                mem_monitor_unwatch(mod->regs[i]->watch);
             free(mod->regs[i]);
+        }
     free(mod->regs);
     mod->regs = NULL;
 }
@@ -310,33 +315,32 @@ int sm_target_copy(sm_module_t *mod, const sm_key_t *key, uint64_t addr, void *b
     const sm_reg_t *reg = target_reg(mod, key, addr, len, to_mem);
     if (reg == NULL)
         return FERRY_ERR_ACCESS;
-    if (len == 0)
-        return FERRY_OK;
     void *mem = (void *)(uintptr_t)addr;
-    if (reg->watched && !mod->p.copy_checked) {
+    if (reg->watch != NULL) {
+        /* Under the lock the monitor holds while it revokes: anything
+         * unmapped before now is marked. */
+        bool copied = false;
         mem_monitor_lock();
         bool live = !reg->revoked;
-        if (live) {
+        if (live && len > 0 && !mod->p.copy_checked) {
             if (to_mem)
                 memcpy(mem, buf, len);
             else
                 memcpy(buf, mem, len);
+            copied = true;
         }
         mem_monitor_unlock();
-        return live ? FERRY_OK : FERRY_ERR_ACCESS;
+        if (!live)
+            return FERRY_ERR_ACCESS;
+        if (copied)
+            return FERRY_OK;
     }
+    if (len == 0)
+        return FERRY_OK;
     if (mod->self_cma) {
         int rc = copy_by_kernel(mod, addr, buf, len, to_mem);
         if (rc != FERRY_ERR_NOT_SUPPORTED)
             return rc;
-    }
-    /* A watched registration is still checked against the monitor here. */
-    if (reg->watched) {
-        mem_monitor_lock();
-        bool live = !reg->revoked;
-        mem_monitor_unlock();
-        if (!live)
-            return FERRY_ERR_ACCESS;
     }
     if (!range_mapped(addr, len))
         return FERRY_ERR_ACCESS;
