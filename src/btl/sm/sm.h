@@ -231,6 +231,10 @@ struct ferry_btl_endpoint {
     sm_chan_t *in;
     uint64_t rpos;
     uint64_t published_tail;
+    /* The lap headers at rpos carry, for positions from rlap_start to the
+     * end of that lap (so that polling computes it once a lap). */
+    uint64_t rlap_start;
+    uint16_t rlap;
     bool put_refused; /* a chunk of the put being received was refused */
     bool polled; /* in the module's poll list */
     bool sending; /* in the module's sending list */

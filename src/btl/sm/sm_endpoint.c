@@ -145,6 +145,8 @@ void sm_poll_add(sm_module_t *mod, ferry_btl_endpoint_t *ep)
     if (ep->polled)
         return;
     ep->in = sm_chan_of(mod, ep->rank);
+    ep->rlap_start = ep->rpos & ~(uint64_t)(mod->p.ring_size - 1);
+    ep->rlap = sm_lap(ep->rpos, mod->p.ring_size);
     mod->poll[mod->npoll++] = ep;
     ep->polled = true;
 }

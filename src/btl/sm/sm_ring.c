@@ -16,6 +16,21 @@ static inline bool slot_is_hdr(const uint64_t *bits, uint64_t slot)
     return (bits[slot / 64] >> (slot % 64)) & 1;
 }
 
+/* Out of cached credits: reads the tail (completing the ring puts it
+ * passed) and tries again. Kept out of line, and entered only by a tail
+ * call, so that the common case pays nothing for what it does. */
+static bool __attribute__((noinline)) reserve_slow(ferry_btl_endpoint_t *ep, size_t len,
+                                                   unsigned char **slot_out, uint64_t *pos_out)
+{
+    const uint64_t ring = ep->mod->p.ring_size;
+    const uint64_t size = sm_align(SM_HDR_SIZE + len);
+    uint64_t off = ep->head & (ring - 1);
+    uint64_t need = (off + size > ring ? ring - off : 0) + size + SM_ALIGN;
+    if (sm_ring_refresh_tail(ep) < 0 || ep->head + need - ep->cached_tail > ring)
+        return false;
+    return sm_ring_reserve(ep, len, slot_out, pos_out);
+}
+
 bool sm_ring_reserve(ferry_btl_endpoint_t *ep, size_t len, unsigned char **slot_out,
                      uint64_t *pos_out)
 {
@@ -27,10 +42,8 @@ bool sm_ring_reserve(ferry_btl_endpoint_t *ep, size_t len, unsigned char **slot_
      * because sm_ring_commit zeroes it. */
     uint64_t need = skip + size + SM_ALIGN;
 
-    if (ep->head + need - ep->cached_tail > ring) {
-        if (sm_ring_refresh_tail(ep) < 0 || ep->head + need - ep->cached_tail > ring)
-            return false;
-    }
+    if (ep->head + need - ep->cached_tail > ring)
+        return reserve_slow(ep, len, slot_out, pos_out);
     if (skip > 0) {
         /* The message goes to the ring's start; see sm_ring_commit. */
         if (!slot_is_hdr(ep->hdr_bits, 0)) {
@@ -109,8 +122,13 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
 
     while (n < 64 && ep->polled) {
         uint64_t off = ep->rpos & (ring - 1);
+        if (ep->rpos - ep->rlap_start >= ring) {
+            /* A new lap (or a position set from outside): once a lap. */
+            ep->rlap_start = ep->rpos - off;
+            ep->rlap = sm_lap(ep->rpos, ring);
+        }
         uint64_t h = atomic_load_explicit(hdr_at(base, off), memory_order_acquire);
-        if ((uint16_t)(h >> 48) != sm_lap(ep->rpos, ring))
+        if ((uint16_t)(h >> 48) != ep->rlap)
             break;
         uint32_t len = (uint32_t)h;
         uint8_t tag = (uint8_t)(h >> 32);
