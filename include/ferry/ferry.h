@@ -26,29 +26,66 @@ extern "C" {
 #define FERRY_VERSION_MAJOR 0
 #define FERRY_VERSION_MINOR 1
 
-/* Status codes. Success is zero, errors are negative and stable. */
-enum {
-    FERRY_OK = 0,
-    FERRY_ERR = -1,              /* unspecified failure (see the log) */
-    FERRY_ERR_NO_RESOURCE = -2,  /* temporarily out of resources: progress and retry */
-    FERRY_ERR_INVALID = -3,      /* an argument or parameter value is invalid */
-    FERRY_ERR_NOT_SUPPORTED = -4,/* the operation or mode is not supported */
-    FERRY_ERR_UNREACH = -5,      /* the peer cannot be reached or has failed */
-    FERRY_ERR_NO_MEMORY = -6,    /* memory allocation failed */
-    FERRY_ERR_ACCESS = -7,       /* remote memory access outside a registration or its rights */
-    FERRY_ERR_TRUNCATE = -8,     /* data larger than the space offered */
-    FERRY_ERR_TIMEOUT = -9,      /* a bounded wait ran out */
-    FERRY_ERR_PROTO = -10,       /* a peer or launcher sent malformed data */
-    FERRY_ERR_IO = -11,          /* an operating-system call failed */
-    FERRY_ERR_BUSY = -12,        /* the object is in use */
-    FERRY_ERR_NOT_FOUND = -13,   /* no such key, tag, peer or parameter */
-    FERRY_ERR_CANCELED = -14,    /* the operation was canceled by teardown */
-    FERRY_ERR_LAUNCHER = -15,    /* the launcher (PMI) failed or is absent */
-    FERRY_ERR_LAST = -16
-};
+/*
+ * Status codes: the one table of them. Each entry gives the code's name
+ * (FERRY_ followed by the first argument), its value and the message
+ * ferry_strerror returns; the enum below, ferry_strerror and
+ * ferry_status_name are all generated from it, so a code cannot be added
+ * without its message. Success is zero, errors are negative, and a code's
+ * value never changes once released. X(name, value, message) is the
+ * caller's macro, as in libuv's UV_ERRNO_MAP.
+ */
+#define FERRY_STATUS_MAP(X)                                                              \
+    X(OK, 0, "success")                                                                  \
+    /* unspecified failure (see the log) */                                              \
+    X(ERR, -1, "unspecified error")                                                      \
+    /* temporarily out of resources: progress and retry */                               \
+    X(ERR_NO_RESOURCE, -2, "temporarily out of resources")                               \
+    /* an argument or parameter value is invalid */                                      \
+    X(ERR_INVALID, -3, "invalid argument or parameter")                                  \
+    /* the operation or mode is not supported */                                         \
+    X(ERR_NOT_SUPPORTED, -4, "operation not supported")                                  \
+    /* the peer cannot be reached or has failed */                                       \
+    X(ERR_UNREACH, -5, "peer unreachable or failed")                                     \
+    /* memory allocation failed */                                                       \
+    X(ERR_NO_MEMORY, -6, "out of memory")                                                \
+    /* remote memory access outside a registration or its rights */                      \
+    X(ERR_ACCESS, -7, "remote access denied")                                            \
+    /* data larger than the space offered */                                             \
+    X(ERR_TRUNCATE, -8, "data truncated")                                                \
+    /* a bounded wait ran out */                                                         \
+    X(ERR_TIMEOUT, -9, "timed out")                                                      \
+    /* a peer or launcher sent malformed data */                                         \
+    X(ERR_PROTO, -10, "protocol error: malformed data")                                  \
+    /* an operating-system call failed */                                                \
+    X(ERR_IO, -11, "operating-system call failed")                                       \
+    /* the object is in use */                                                           \
+    X(ERR_BUSY, -12, "object in use")                                                    \
+    /* no such key, tag, peer or parameter */                                            \
+    X(ERR_NOT_FOUND, -13, "not found")                                                   \
+    /* the operation was canceled by teardown */                                         \
+    X(ERR_CANCELED, -14, "canceled")                                                     \
+    /* the launcher (PMI) failed or is absent */                                         \
+    X(ERR_LAUNCHER, -15, "launcher (PMI) failed or absent")
 
-/* Returns a static, human-readable name for a status; never NULL. */
+#define FERRY_STATUS_ENUM_(name, value, message) FERRY_##name = (value),
+#define FERRY_STATUS_COUNT_(name, value, message) +1
+enum {
+    FERRY_STATUS_MAP(FERRY_STATUS_ENUM_)
+    /* One below the lowest code: the codes are FERRY_ERR_LAST + 1 .. 0. */
+    FERRY_ERR_LAST = -(0 FERRY_STATUS_MAP(FERRY_STATUS_COUNT_))
+};
+#undef FERRY_STATUS_ENUM_
+#undef FERRY_STATUS_COUNT_
+
+/* Returns a static, human-readable message for a status ("invalid argument
+ * or parameter"); "unknown status" for a value that is not a code. Never
+ * NULL. */
 const char *ferry_strerror(int status);
+
+/* Returns the status code's name as a static string ("FERRY_ERR_INVALID");
+ * "FERRY_UNKNOWN" for a value that is not a code. Never NULL. */
+const char *ferry_status_name(int status);
 
 /* Threading levels, as in MPI. */
 typedef enum {
