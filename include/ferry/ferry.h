@@ -198,21 +198,26 @@ int ferry_mem_rkey(const ferry_mem_t *mem, ferry_rkey_t *rkey_out);
 
 /* ---- Active messages ---------------------------------------------------- */
 
-/* Application tags are 0 .. FERRY_AM_TAG_MAX; tags above are ferry's own. */
+/* Application tags are 0 .. FERRY_AM_TAG_MAX; tags above are ferry's own. A
+ * tag is an int so that a wrong one is refused rather than truncated: any
+ * call given a tag outside 0 .. FERRY_AM_TAG_MAX returns FERRY_ERR_INVALID
+ * (300 is not taken as 44). Ranks (src, dst) are ints in [0, size). */
 #define FERRY_AM_TAG_MAX 191
 
 /*
- * Called from ferry_progress for each message with the registered tag. data is
- * valid only until the callback returns. The callback may send; its call to
- * ferry_progress does nothing.
+ * Called from ferry_progress for each message with the registered tag (tag is
+ * in 0 .. FERRY_AM_TAG_MAX, src the sender's rank). data is valid only until
+ * the callback returns. The callback may send; its call to ferry_progress
+ * does nothing.
  */
-typedef void (*ferry_am_cb_t)(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data,
+typedef void (*ferry_am_cb_t)(ferry_ctx_t *ctx, int src, int tag, const void *data,
                               size_t len, void *arg);
 
 /* Sets (or with cb NULL, clears) the handler of an application tag. Register
  * handlers before peers may send (for example before a ferry_barrier): a
- * message for a tag without a handler is dropped with a warning. */
-int ferry_am_register(ferry_ctx_t *ctx, uint8_t tag, ferry_am_cb_t cb, void *arg);
+ * message for a tag without a handler is dropped with a warning. A tag
+ * outside 0 .. FERRY_AM_TAG_MAX is FERRY_ERR_INVALID. */
+int ferry_am_register(ferry_ctx_t *ctx, int tag, ferry_am_cb_t cb, void *arg);
 
 /* Largest active message that can go to dst (the transport's max send size
  * less ferry's header), or a negative status. */
@@ -223,10 +228,10 @@ long ferry_am_max_size(ferry_ctx_t *ctx, int dst);
  * returns, so the buffer may be reused at once. Returns FERRY_ERR_NO_RESOURCE
  * when the transport is out of buffers or credits: call ferry_progress and
  * retry; nothing was sent. Messages from one sender to one receiver are
- * delivered in the order sent. len above ferry_am_max_size is
- * FERRY_ERR_INVALID.
+ * delivered in the order sent. len above ferry_am_max_size, a tag outside
+ * 0 .. FERRY_AM_TAG_MAX or dst outside [0, size) is FERRY_ERR_INVALID.
  */
-int ferry_am_send(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size_t len);
+int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t len);
 
 /* ---- One-sided put and get --------------------------------------------- */
 
@@ -270,8 +275,8 @@ int ferry_flush(ferry_ctx_t *ctx, int dst);
  * FERRY_ERR_NO_RESOURCE (progress and retry; nothing was sent) like
  * ferry_am_send; more bytes than ferry_am_max_size is FERRY_ERR_INVALID.
  */
-int ferry_am_sendv(ferry_ctx_t *ctx, int dst, uint8_t tag, const ferry_iov_t *iov, size_t n);
-int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, uint8_t tag, ferry_convertor_t *conv);
+int ferry_am_sendv(ferry_ctx_t *ctx, int dst, int tag, const ferry_iov_t *iov, size_t n);
+int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *conv);
 
 /*
  * As ferry_put and ferry_get, with the local side any convertor layout and

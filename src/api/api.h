@@ -67,6 +67,10 @@ int api_rdma_progress(ferry_ctx_t *ctx);
  * below FERRY_BTL_TAG_BTL_MIN. */
 void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, void *cbdata);
 
+/* An application tag: 0 .. FERRY_AM_TAG_MAX. Checked before any narrowing to
+ * the transports' 8-bit tags. */
+bool api_tag_valid(int tag);
+
 /* Validates dst and returns its peer, or NULL with *status_out set. */
 rt_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out);
 

@@ -22,10 +22,10 @@
 #define DT_BOUNCE_BLOCK 4096
 #define DT_BOUNCE_TOTAL (64 * 1024)
 
-int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, uint8_t tag, ferry_convertor_t *conv)
+int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *conv)
 {
     int rc;
-    if (conv == NULL || tag > FERRY_AM_TAG_MAX)
+    if (conv == NULL || !api_tag_valid(tag))
         return FERRY_ERR_INVALID;
     rt_peer_t *peer = api_peer(ctx, dst, &rc);
     if (peer == NULL)
@@ -50,7 +50,7 @@ int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, uint8_t tag, ferry_convertor_t
     }
     des->flags |= FERRY_BTL_DES_OWNERSHIP;
     des->cbfunc = NULL;
-    rc = btl->ops->send(btl, peer->ep, des, tag);
+    rc = btl->ops->send(btl, peer->ep, des, (uint8_t)tag);
     if (rc != FERRY_OK) {
         btl->ops->free(btl, des);
         ferry_convertor_set_position(conv, start);
@@ -58,7 +58,7 @@ int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, uint8_t tag, ferry_convertor_t
     return rc;
 }
 
-int ferry_am_sendv(ferry_ctx_t *ctx, int dst, uint8_t tag, const ferry_iov_t *iov, size_t n)
+int ferry_am_sendv(ferry_ctx_t *ctx, int dst, int tag, const ferry_iov_t *iov, size_t n)
 {
     ferry_convertor_t conv;
     int rc = ferry_convertor_init_iov(&conv, iov, n);

@@ -4,6 +4,7 @@
  * barrier and the no-recursion rule. Runs as one process or under ferryrun;
  * each rank talks to every rank a transport reaches.
  */
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +34,7 @@ static unsigned char pattern(int src, size_t size, size_t i)
     return (unsigned char)(src * 31 + size * 7 + i * 13);
 }
 
-static void on_data(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_data(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     am_state_t *st = arg;
@@ -52,7 +53,7 @@ static void on_data(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, si
     st->received++;
 }
 
-static void on_nested(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_nested(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                       void *arg)
 {
     am_state_t *st = arg;
@@ -75,7 +76,7 @@ static void wait_for_at(ferry_ctx_t *ctx, const int *counter, int target, int li
 #define wait_for(ctx, counter, target) wait_for_at(ctx, counter, target, __LINE__)
 
 /* Sends, progressing through back pressure. */
-static int send_retry(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *buf, size_t len)
+static int send_retry(ferry_ctx_t *ctx, int dst, int tag, const void *buf, size_t len)
 {
     int rc;
     while ((rc = ferry_am_send(ctx, dst, tag, buf, len)) == FERRY_ERR_NO_RESOURCE)
@@ -307,7 +308,7 @@ typedef struct rkey_box {
     rkey_msg_t msg;
 } rkey_box_t;
 
-static void on_rkey(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_rkey(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     rkey_box_t *box = arg;
@@ -411,6 +412,63 @@ static void test_rdma_peer(ferry_ctx_t *ctx, rkey_box_t *box, bool alloc)
     printf("ok  rdma to peer%s\n", alloc ? " (ferry_mem_alloc memory)" : "");
 }
 
+typedef struct tag_box {
+    int hits;
+    int last_tag;
+} tag_box_t;
+
+static void on_tag(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len, void *arg)
+{
+    tag_box_t *box = arg;
+    box->hits++;
+    box->last_tag = tag;
+}
+
+/* Tags are ints, checked before anything narrows them to a transport's 8-bit
+ * tag: 300 is refused, not delivered as 300 & 255 = 44. */
+static void test_tags(ferry_ctx_t *ctx)
+{
+    enum { LOW = 44 }; /* 300, 556 and -212 all wrap to it */
+    static const int bad[] = {300, 556, 256, -212, -1, FERRY_AM_TAG_MAX + 1, 255, INT_MAX,
+                              INT_MIN};
+    int me = ferry_rank(ctx);
+    tag_box_t right = {0, -1}, wrong = {0, -1};
+    char byte = 'x';
+    ferry_iov_t iov = {.base = &byte, .len = 1};
+    ferry_convertor_t conv;
+
+    CHECK(ferry_am_register(ctx, LOW, on_tag, &right) == FERRY_OK);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK(ferry_am_register(ctx, bad[i], on_tag, &wrong) == FERRY_ERR_INVALID);
+        CHECK(ferry_am_send(ctx, me, bad[i], &byte, 1) == FERRY_ERR_INVALID);
+        CHECK(ferry_am_sendv(ctx, me, bad[i], &iov, 1) == FERRY_ERR_INVALID);
+        ferry_convertor_init_contig(&conv, &byte, 1);
+        CHECK(ferry_am_send_conv(ctx, me, bad[i], &conv) == FERRY_ERR_INVALID);
+    }
+    /* Nothing was sent under the wrapped tag, and its handler is the right one. */
+    for (int i = 0; i < 1000; i++)
+        CHECK(ferry_progress(ctx) >= 0);
+    CHECK(right.hits == 0 && wrong.hits == 0);
+    CHECK(send_retry(ctx, me, LOW, &byte, 1) == FERRY_OK);
+    wait_for(ctx, &right.hits, 1);
+    CHECK(right.last_tag == LOW && wrong.hits == 0);
+    /* Both ends of the range are the application's. */
+    CHECK(ferry_am_register(ctx, FERRY_AM_TAG_MAX, on_tag, &right) == FERRY_OK);
+    CHECK(send_retry(ctx, me, FERRY_AM_TAG_MAX, &byte, 1) == FERRY_OK);
+    wait_for(ctx, &right.hits, 2);
+    CHECK(right.last_tag == FERRY_AM_TAG_MAX);
+    CHECK(ferry_am_register(ctx, FERRY_AM_TAG_MAX, NULL, NULL) == FERRY_OK);
+    CHECK(ferry_am_register(ctx, LOW, NULL, NULL) == FERRY_OK);
+    /* Ranks are checked the same way. */
+    CHECK(ferry_am_send(ctx, INT_MIN, LOW, &byte, 1) == FERRY_ERR_INVALID);
+    CHECK(ferry_am_send(ctx, INT_MAX, LOW, &byte, 1) == FERRY_ERR_INVALID);
+    CHECK(ferry_am_sendv(ctx, ferry_size(ctx), LOW, &iov, 1) == FERRY_ERR_INVALID);
+    CHECK(ferry_am_max_size(ctx, -1) == FERRY_ERR_INVALID);
+    CHECK(ferry_flush(ctx, -2) == FERRY_ERR_INVALID);
+    CHECK(ferry_flush(ctx, ferry_size(ctx)) == FERRY_ERR_INVALID);
+    printf("ok  tags and ranks checked\n");
+}
+
 static void test_no_recursion(ferry_ctx_t *ctx, am_state_t *st)
 {
     CHECK(ferry_am_register(ctx, TAG_NESTED, on_nested, st) == FERRY_OK);
@@ -464,6 +522,7 @@ int main(void)
     test_rdma_self(ctx);
     test_rdma_peer(ctx, &box, false);
     test_rdma_peer(ctx, &box, true);
+    test_tags(ctx);
     test_no_recursion(ctx, &st);
     for (int i = 0; i < 3; i++)
         CHECK(ferry_barrier(ctx) == FERRY_OK);

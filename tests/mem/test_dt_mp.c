@@ -38,7 +38,7 @@ static uint8_t pat(size_t i, unsigned salt)
     return (uint8_t)((i * 131u + salt * 7u + (i >> 9)) & 0xff);
 }
 
-static void on_msg(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_msg(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                    void *arg)
 {
     struct state *st = arg;
@@ -75,7 +75,7 @@ static int wait_for(ferry_ctx_t *ctx, const int *counter, int want)
     return FERRY_OK;
 }
 
-static void send_retry(ferry_ctx_t *ctx, int dst, uint8_t tag, ferry_convertor_t *conv)
+static void send_retry(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *conv)
 {
     int rc;
     while ((rc = ferry_am_send_conv(ctx, dst, tag, conv)) == FERRY_ERR_NO_RESOURCE)
@@ -121,7 +121,7 @@ int main(void)
         ferry_finalize(ctx);
         return 77;
     }
-    for (uint8_t t = TAG_COL; t <= TAG_KEY; t++)
+    for (int t = TAG_COL; t <= TAG_KEY; t++)
         CHECK(ferry_am_register(ctx, t, on_msg, &st) == FERRY_OK);
     CHECK(ferry_barrier(ctx) == FERRY_OK);
 

@@ -29,7 +29,7 @@ struct key_msg {
 static struct key_msg peer_key;
 static int have_key;
 
-static void on_key(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_key(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                    void *arg)
 {
     (void)ctx, (void)src, (void)tag, (void)arg;

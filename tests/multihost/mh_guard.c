@@ -32,7 +32,7 @@ typedef struct guard {
     int failures;
 } guard_t;
 
-static void on_data(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_data(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     guard_t *g = arg;

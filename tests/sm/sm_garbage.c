@@ -26,7 +26,7 @@ typedef struct state {
     char msg[256];
 } state_t;
 
-static void on_msg(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_msg(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                    void *arg)
 {
     state_t *st = arg;

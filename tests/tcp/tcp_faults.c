@@ -60,7 +60,7 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static void on_msg(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_msg(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                    void *arg)
 {
     state_t *st = arg;
