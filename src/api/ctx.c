@@ -143,6 +143,7 @@ int rt_ctx_create(const ferry_init_params_t *params, bool open, ferry_ctx_t **ct
             goto err_fini;
     }
     if (!open) {
+        rt_params_check_env(&ctx->params, environ, RT_LOG_WARN);
         *ctx_out = ctx;
         return FERRY_OK;
     }
@@ -158,6 +159,9 @@ int rt_ctx_create(const ferry_init_params_t *params, bool open, ferry_ctx_t **ct
     ctx->rank = rt_modex_rank(ctx->modex);
     ctx->size = rt_modex_size(ctx->modex);
     ctx->log.rank = ctx->rank;
+    /* Every parameter is registered by now. Rank 0 speaks for the job, so
+     * that a misspelt variable is reported once, not by every rank. */
+    rt_params_check_env(&ctx->params, environ, ctx->rank == 0 ? RT_LOG_WARN : RT_LOG_DEBUG);
 
     char host[256] = "";
     gethostname(host, sizeof(host) - 1);
