@@ -29,8 +29,9 @@ static bool list_has(const char *list, const char *name)
     return false;
 }
 
-/* Every name in the list must be a built transport. */
-static int check_transport_list(ferry_ctx_t *ctx, const char *list)
+/* Every name in the list must be a built transport. source names where the
+ * list came from (the variable or the init parameter), for the message. */
+static int check_transport_list(ferry_ctx_t *ctx, const char *list, const char *source)
 {
     for (const char *p = list; *p != '\0';) {
         const char *end = strchr(p, ',');
@@ -48,8 +49,16 @@ static int check_transport_list(ferry_ctx_t *ctx, const char *list)
                     strncat(built, ",", sizeof(built) - strlen(built) - 1);
                 strncat(built, btl_components[i]->name, sizeof(built) - strlen(built) - 1);
             }
-            rt_log(&ctx->log, RT_LOG_ERROR, "transport '%.*s' (in '%s') is not built; built: %s",
-                   (int)len, p, list, built);
+            /* The value may be anything; at most 64 characters of it are shown. */
+            const char *more = strlen(list) > 64 ? "..." : "";
+            if (len == 0)
+                rt_log(&ctx->log, RT_LOG_ERROR,
+                       "%s='%.64s%s': an empty transport name (expected a comma list of: %s)",
+                       source, list, more, built);
+            else
+                rt_log(&ctx->log, RT_LOG_ERROR,
+                       "%s='%.64s%s': transport '%.*s%s' is not built (built: %s)", source,
+                       list, more, (int)(len < 64 ? len : 64), p, len > 64 ? "..." : "", built);
             return FERRY_ERR_INVALID;
         }
         p += len + (end != NULL ? 1 : 0);
@@ -149,7 +158,9 @@ int rt_ctx_create(const ferry_init_params_t *params, bool open, ferry_ctx_t **ct
     }
 
     const char *list = params->transports != NULL ? params->transports : ctx->param_btl;
-    rc = check_transport_list(ctx, list);
+    rc = check_transport_list(ctx, list,
+                              params->transports != NULL ? "ferry_init_params_t.transports"
+                                                         : "FERRY_BTL");
     if (rc != FERRY_OK)
         goto err_fini;
 

@@ -103,7 +103,30 @@ static void test_init_refusals(void)
     p.transports = "self,nosuch";
     capture_begin(&cap);
     CHECK(ferry_init(&p, &ctx) == FERRY_ERR_INVALID);
-    CHECK(strstr(capture_end(&cap), "nosuch") != NULL);
+    CHECK(strstr(capture_end(&cap),
+                 "ferry_init_params_t.transports='self,nosuch': transport 'nosuch' is not "
+                 "built") != NULL);
+
+    /* A bad FERRY_BTL is refused naming the variable, the value and the name. */
+    setenv("FERRY_BTL", "self,nosuch", 1);
+    capture_begin(&cap);
+    CHECK(ferry_init(NULL, &ctx) == FERRY_ERR_INVALID);
+    CHECK(strstr(capture_end(&cap),
+                 "FERRY_BTL='self,nosuch': transport 'nosuch' is not built (built: self") !=
+          NULL);
+    setenv("FERRY_BTL", ",self", 1);
+    capture_begin(&cap);
+    CHECK(ferry_init(NULL, &ctx) == FERRY_ERR_INVALID);
+    CHECK(strstr(capture_end(&cap), "FERRY_BTL=',self': an empty transport name") != NULL);
+    /* A huge value: refused, and the message stays one short line. */
+    static char huge[20000];
+    memset(huge, 'q', sizeof(huge) - 1);
+    setenv("FERRY_BTL", huge, 1);
+    capture_begin(&cap);
+    CHECK(ferry_init(NULL, &ctx) == FERRY_ERR_INVALID);
+    const char *text = capture_end(&cap);
+    CHECK(strstr(text, "FERRY_BTL='qqq") != NULL && strlen(text) < 400);
+    unsetenv("FERRY_BTL");
 
     setenv("FERRY_LOG_LEVEL", "loud", 1);
     capture_begin(&cap);
