@@ -3,6 +3,14 @@
  * messages, registration, remote keys, put/get with completions, flush,
  * barrier and the no-recursion rule. Runs as one process or under ferryrun;
  * each rank talks to every rank a transport reaches.
+ *
+ *   test_api [--need-peers | --expect-unreachable]
+ *
+ * --need-peers: the run is about talking to the other ranks (over the
+ * transports FERRY_BTL names), so a rank no transport reaches makes it exit
+ * 77, skipped, with the reason, rather than pass without having tried.
+ * --expect-unreachable: no other rank may be reachable (FERRY_BTL=self), and
+ * sends to them must fail with FERRY_ERR_UNREACH.
  */
 #include <limits.h>
 #include <stdbool.h>
@@ -107,7 +115,11 @@ static void test_init_refusals(void)
                  "ferry_init_params_t.transports='self,nosuch': transport 'nosuch' is not "
                  "built") != NULL);
 
-    /* A bad FERRY_BTL is refused naming the variable, the value and the name. */
+    /* A bad FERRY_BTL is refused naming the variable, the value and the name.
+     * The run's own FERRY_BTL (ferryrun -x) is put back afterwards. */
+    const char *run_btl = getenv("FERRY_BTL");
+    char *saved_btl = run_btl != NULL ? strdup(run_btl) : NULL;
+    CHECK(run_btl == NULL || saved_btl != NULL);
     setenv("FERRY_BTL", "self,nosuch", 1);
     capture_begin(&cap);
     CHECK(ferry_init(NULL, &ctx) == FERRY_ERR_INVALID);
@@ -126,7 +138,11 @@ static void test_init_refusals(void)
     CHECK(ferry_init(NULL, &ctx) == FERRY_ERR_INVALID);
     const char *text = capture_end(&cap);
     CHECK(strstr(text, "FERRY_BTL='qqq") != NULL && strlen(text) < 400);
-    unsetenv("FERRY_BTL");
+    if (saved_btl != NULL)
+        CHECK(setenv("FERRY_BTL", saved_btl, 1) == 0);
+    else
+        unsetenv("FERRY_BTL");
+    free(saved_btl);
 
     setenv("FERRY_LOG_LEVEL", "loud", 1);
     capture_begin(&cap);
@@ -347,7 +363,10 @@ static void test_rdma_peer(ferry_ctx_t *ctx, rkey_box_t *box, bool alloc)
     int me = ferry_rank(ctx), size = ferry_size(ctx);
     int next = (me + 1) % size, prev = (me + size - 1) % size;
     if (size == 1 || ferry_am_max_size(ctx, next) < 0 || ferry_am_max_size(ctx, prev) < 0) {
-        printf("ok  rdma to peer: skipped, no transport reaches the neighbours\n");
+        /* Only in the runs where that is the point (one rank, or
+         * --expect-unreachable); --need-peers has made sure of the others. */
+        printf("ok  rdma to peer: not run, %s\n",
+               size == 1 ? "a single rank" : "no transport reaches the neighbours, as expected");
         return;
     }
     size_t len = (3u << 20) + 5;
@@ -504,8 +523,43 @@ static void test_no_recursion(ferry_ctx_t *ctx, am_state_t *st)
     printf("ok  no_recursion\n");
 }
 
-int main(void)
+/* What the run is about (see the top of the file): returns 0 to go on, or
+ * the exit status (77: skipped). */
+static int check_reach(ferry_ctx_t *ctx, bool need_peers, bool expect_unreachable)
 {
+    int me = ferry_rank(ctx), size = ferry_size(ctx);
+    const char *btl = getenv("FERRY_BTL");
+    for (int r = 0; r < size; r++) {
+        if (r == me)
+            continue;
+        long max = ferry_am_max_size(ctx, r);
+        if (need_peers && max < 0) {
+            printf("SKIPPED: rank %d cannot reach rank %d over FERRY_BTL='%s' (%s): a "
+                   "transport did not open here; FERRY_LOG_LEVEL=info says why\n",
+                   me, r, btl != NULL ? btl : "", ferry_strerror((int)max));
+            return 77;
+        }
+        if (expect_unreachable) {
+            CHECK(max == FERRY_ERR_UNREACH);
+            CHECK(ferry_am_send(ctx, r, TAG_DATA, "x", 1) == FERRY_ERR_UNREACH);
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    bool need_peers = false, expect_unreachable = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--need-peers") == 0) {
+            need_peers = true;
+        } else if (strcmp(argv[i], "--expect-unreachable") == 0) {
+            expect_unreachable = true;
+        } else {
+            fprintf(stderr, "usage: %s [--need-peers | --expect-unreachable]\n", argv[0]);
+            return 2;
+        }
+    }
     test_init_refusals();
 
     ferry_ctx_t *ctx = NULL;
@@ -513,6 +567,11 @@ int main(void)
     CHECK(ferry_init(&p, &ctx) == FERRY_OK);
     int rank = ferry_rank(ctx), size = ferry_size(ctx);
     CHECK(rank >= 0 && rank < size);
+    int skip = check_reach(ctx, need_peers, expect_unreachable);
+    if (skip != 0) {
+        CHECK(ferry_finalize(ctx) == FERRY_OK);
+        return skip;
+    }
     CHECK(ferry_rank(NULL) == FERRY_ERR_INVALID);
     CHECK(ferry_progress(NULL) == FERRY_ERR_INVALID);
 
