@@ -146,6 +146,23 @@ int rt_ctx_create(const ferry_init_params_t *params, bool open, ferry_ctx_t **ct
                                   &ctx->param_btl);
     if (rc != FERRY_OK)
         goto err_fini;
+    const char *label = NULL;
+    rc = rt_param_register_string(&ctx->params, "job_label", "",
+                                  "A label put before the job id in the names of the job's "
+                                  "shared-memory segments (/dev/shm/ferry-LABEL.JOBID-...), so "
+                                  "that a test suite finds its own: up to 32 letters, digits, "
+                                  "'_' or '-'; empty: none",
+                                  &label);
+    if (rc != FERRY_OK)
+        goto err_fini;
+    if (label[0] != '\0' && !rt_modex_label_valid(label)) {
+        rt_log(&ctx->log, RT_LOG_ERROR,
+               "FERRY_JOB_LABEL='%.64s%s' is not a label (expected 1 to %d letters, digits, "
+               "'_' or '-')",
+               label, strlen(label) > 64 ? "..." : "", RT_MODEX_LABEL_MAX);
+        rc = FERRY_ERR_INVALID;
+        goto err_fini;
+    }
     for (int i = 0; btl_components[i] != NULL; i++) {
         rc = btl_components[i]->register_params(ctx);
         if (rc != FERRY_OK)
@@ -167,6 +184,7 @@ int rt_ctx_create(const ferry_init_params_t *params, bool open, ferry_ctx_t **ct
     rc = rt_modex_init(&ctx->log, &ctx->modex);
     if (rc != FERRY_OK)
         goto err_fini;
+    rt_modex_label_job_id(ctx->modex, label);
     ctx->rank = rt_modex_rank(ctx->modex);
     ctx->size = rt_modex_size(ctx->modex);
     ctx->log.rank = ctx->rank;

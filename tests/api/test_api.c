@@ -150,6 +150,25 @@ static void test_init_refusals(void)
     CHECK(strstr(capture_end(&cap), "FERRY_LOG_LEVEL") != NULL);
     unsetenv("FERRY_LOG_LEVEL");
 
+    /* FERRY_JOB_LABEL goes into file names: anything but a plain label is
+     * refused, naming the variable. The run's own label is put back. */
+    const char *run_label = getenv("FERRY_JOB_LABEL");
+    char *saved_label = run_label != NULL ? strdup(run_label) : NULL;
+    CHECK(run_label == NULL || saved_label != NULL);
+    static const char *const bad_labels[] = {"a.b", "../../etc", "a b", "x\033[2J",
+                                             "0123456789012345678901234567890123"};
+    for (size_t i = 0; i < sizeof(bad_labels) / sizeof(bad_labels[0]); i++) {
+        setenv("FERRY_JOB_LABEL", bad_labels[i], 1);
+        capture_begin(&cap);
+        CHECK(ferry_init(NULL, &ctx) == FERRY_ERR_INVALID);
+        CHECK(strstr(capture_end(&cap), "FERRY_JOB_LABEL=") != NULL);
+    }
+    if (saved_label != NULL)
+        CHECK(setenv("FERRY_JOB_LABEL", saved_label, 1) == 0);
+    else
+        unsetenv("FERRY_JOB_LABEL");
+    free(saved_label);
+
     setenv("FERRY_SELF_EAGER_LIMIT", "12q", 1);
     capture_begin(&cap);
     CHECK(ferry_init(NULL, &ctx) == FERRY_ERR_INVALID);
