@@ -117,6 +117,6 @@ int main(void)
     int ok = strcmp(inbox, expect) == 0;
 
     check(ferry_mem_deregister(ctx, mem), "ferry_mem_deregister");
-    check(ferry_finalize(ctx), "ferry_finalize");
+    check(ferry_finalize(&ctx), "ferry_finalize");
     return ok ? 0 : 1;
 }

@@ -379,7 +379,7 @@ int main(int argc, char **argv)
     check(ferry_barrier(b.ctx), "ferry_barrier");
     check(ferry_mem_deregister(b.ctx, lmem), "ferry_mem_deregister");
     check(ferry_mem_deregister(b.ctx, wmem), "ferry_mem_deregister");
-    check(ferry_finalize(b.ctx), "ferry_finalize");
+    check(ferry_finalize(&b.ctx), "ferry_finalize");
     free(local);
     free(back);
     free(window);

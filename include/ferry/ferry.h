@@ -116,10 +116,27 @@ int ferry_init(const ferry_init_params_t *params, ferry_ctx_t **ctx_out);
 /*
  * Completes or cancels everything outstanding (callbacks run with
  * FERRY_ERR_CANCELED for what was canceled), waits at a barrier with the other
- * ranks, closes the transports and frees the context. ctx may be NULL.
- * Collective.
+ * ranks, releases memory registrations still live (with a warning), closes
+ * the transports, frees the context and sets *ctx_p to NULL. Collective.
+ *
+ * After it the handle is invalid; ferry_finalize takes its address so that
+ * the caller's copy cannot be used by mistake:
+ * - a second ferry_finalize(&ctx) finds NULL and returns FERRY_OK (so does
+ *   ctx_p NULL), and any other call given the NULL handle returns
+ *   FERRY_ERR_INVALID (ferry_rank and ferry_size too);
+ * - ferry_mem_t handles of the context are invalid too (ferry_mem_rkey on
+ *   one reads freed memory);
+ * - another copy of the handle, kept from before, points to freed memory:
+ *   using it is undefined behaviour, which ferry can only sometimes catch.
+ *   Every call checks a magic number in the context that finalize clears
+ *   before freeing it, which costs one comparison: as long as the freed
+ *   memory has not been given out again, a stale copy is refused with
+ *   FERRY_ERR_INVALID and a logged error instead of crashing. Builds with
+ *   AddressSanitizer report the use after free themselves.
+ * Called from inside a ferry callback it returns FERRY_ERR_BUSY and does
+ * nothing (*ctx_p is left as it was).
  */
-int ferry_finalize(ferry_ctx_t *ctx);
+int ferry_finalize(ferry_ctx_t **ctx_p);
 
 /* This process's rank in [0, size) and the job size. */
 int ferry_rank(const ferry_ctx_t *ctx);

@@ -12,7 +12,7 @@ void api_barrier_recv(ferry_ctx_t *ctx, const void *data, size_t len);
 
 rt_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out)
 {
-    if (ctx == NULL || ctx->api == NULL || dst < 0 || dst >= ctx->size) {
+    if (!api_ctx_live(ctx) || ctx->api == NULL || dst < 0 || dst >= ctx->size) {
         *status_out = FERRY_ERR_INVALID;
         return NULL;
     }
@@ -31,7 +31,7 @@ bool api_tag_valid(int tag)
 
 int ferry_am_register(ferry_ctx_t *ctx, int tag, ferry_am_cb_t cb, void *arg)
 {
-    if (ctx == NULL || ctx->api == NULL || !api_tag_valid(tag))
+    if (!api_ctx_live(ctx) || ctx->api == NULL || !api_tag_valid(tag))
         return FERRY_ERR_INVALID;
     ctx->api->am[tag].cb = cb;
     ctx->api->am[tag].arg = cb != NULL ? arg : NULL;

@@ -101,6 +101,8 @@ static int open_transports(ferry_ctx_t *ctx, const char *list)
     return FERRY_OK;
 }
 
+static int ctx_destroy(ferry_ctx_t *ctx);
+
 int rt_ctx_create(const ferry_init_params_t *params, bool open, ferry_ctx_t **ctx_out)
 {
     ferry_init_params_t defaults = {.thread_level = FERRY_THREAD_SINGLE, .transports = NULL};
@@ -122,6 +124,7 @@ int rt_ctx_create(const ferry_init_params_t *params, bool open, ferry_ctx_t **ct
     ferry_ctx_t *ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL)
         return FERRY_ERR_NO_MEMORY;
+    ctx->magic = RT_CTX_MAGIC;
     ctx->thread_level = params->thread_level;
     ctx->size = 1;
     rt_log_init(&ctx->log);
@@ -208,7 +211,7 @@ int rt_ctx_create(const ferry_init_params_t *params, bool open, ferry_ctx_t **ct
 
 err_fini:
     ctx->api = NULL;
-    ferry_finalize(ctx);
+    ctx_destroy(ctx);
     return rc;
 }
 
@@ -235,7 +238,7 @@ static void on_transport_error(ferry_btl_module_t *btl, int status, int peer, co
 
 int ferry_set_error_cb(ferry_ctx_t *ctx, ferry_error_cb_t cb, void *arg)
 {
-    if (ctx == NULL)
+    if (!api_ctx_live(ctx))
         return FERRY_ERR_INVALID;
     ctx->error_cb = cb;
     ctx->error_arg = cb != NULL ? arg : NULL;
@@ -339,20 +342,18 @@ int ferry_init(const ferry_init_params_t *params, ferry_ctx_t **ctx_out)
     if (rc != FERRY_OK)
         return rc;
     if ((rc = api_state_init(ctx)) != FERRY_OK || (rc = add_procs(ctx)) != FERRY_OK) {
-        ferry_finalize(ctx);
+        ctx_destroy(ctx);
         return rc;
     }
     *ctx_out = ctx;
     return FERRY_OK;
 }
 
-int ferry_finalize(ferry_ctx_t *ctx)
+/* Tears down whatever of ctx exists (safe on a half-built one), clears its
+ * magic and frees it. */
+static int ctx_destroy(ferry_ctx_t *ctx)
 {
     int rc = FERRY_OK;
-    if (ctx == NULL)
-        return FERRY_OK;
-    if (ctx->in_callback > 0)
-        return FERRY_ERR_BUSY;
     if (ctx->api != NULL && ctx->peers != NULL) {
         ferry_flush(ctx, -1);
         /* Nobody tears down while a peer may still send to it. */
@@ -382,18 +383,48 @@ int ferry_finalize(ferry_ctx_t *ctx)
     free(ctx->peers);
     rt_modex_fini(ctx->modex);
     rt_params_fini(&ctx->params);
+    /* A volatile store, so that the compiler keeps it although the memory
+     * is freed next: a stale copy of the handle then fails the check. */
+    *(volatile uint64_t *)&ctx->magic = 0;
     free(ctx);
     return rc;
 }
 
+int ferry_finalize(ferry_ctx_t **ctx_p)
+{
+    if (ctx_p == NULL || *ctx_p == NULL)
+        return FERRY_OK;
+    ferry_ctx_t *ctx = *ctx_p;
+    if (!api_ctx_live(ctx))
+        return FERRY_ERR_INVALID;
+    if (ctx->in_callback > 0)
+        return FERRY_ERR_BUSY;
+    /* The caller's handle goes first: whatever happens below, it can no
+     * longer reach the memory freed. */
+    *ctx_p = NULL;
+    return ctx_destroy(ctx);
+}
+
+bool api_ctx_refuse(const ferry_ctx_t *ctx)
+{
+    if (ctx != NULL)
+        rt_log(NULL, RT_LOG_ERROR,
+               "a ferry context handle (%p) that is not a live context was passed: used after "
+               "ferry_finalize?",
+               (const void *)ctx);
+    return false;
+}
+
+
+
 int ferry_rank(const ferry_ctx_t *ctx)
 {
-    return ctx != NULL ? ctx->rank : FERRY_ERR_INVALID;
+    return api_ctx_live(ctx) ? ctx->rank : FERRY_ERR_INVALID;
 }
 
 int ferry_size(const ferry_ctx_t *ctx)
 {
-    return ctx != NULL ? ctx->size : FERRY_ERR_INVALID;
+    return api_ctx_live(ctx) ? ctx->size : FERRY_ERR_INVALID;
 }
 
 ferry_btl_module_t *rt_ctx_find_module(ferry_ctx_t *ctx, const char *name)
@@ -422,7 +453,7 @@ int rt_ctx_progress_transports(ferry_ctx_t *ctx)
 
 int ferry_progress(ferry_ctx_t *ctx)
 {
-    if (ctx == NULL)
+    if (!api_ctx_live(ctx))
         return FERRY_ERR_INVALID;
     if (ctx->in_callback > 0)
         return 0;
@@ -482,7 +513,7 @@ void api_barrier_recv(ferry_ctx_t *ctx, const void *data, size_t len)
 
 int ferry_barrier(ferry_ctx_t *ctx)
 {
-    if (ctx == NULL)
+    if (!api_ctx_live(ctx))
         return FERRY_ERR_INVALID;
     if (ctx->in_callback > 0)
         return FERRY_ERR_BUSY;

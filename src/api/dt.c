@@ -114,7 +114,7 @@ static int dt_piece(ferry_ctx_t *ctx, dt_op_t *op, int dst, void *buf, size_t le
 static int dt_rdma(ferry_ctx_t *ctx, bool is_put, int dst, ferry_convertor_t *conv,
                    uint64_t raddr, const ferry_rkey_t *rkey, ferry_comp_cb_t cb, void *arg)
 {
-    if (ctx == NULL || conv == NULL || rkey == NULL)
+    if (!api_ctx_live(ctx) || conv == NULL || rkey == NULL)
         return FERRY_ERR_INVALID;
     size_t total = ferry_convertor_remaining(conv);
     if (total > UINT64_MAX - raddr)

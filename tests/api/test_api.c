@@ -11,12 +11,18 @@
  * 77, skipped, with the reason, rather than pass without having tried.
  * --expect-unreachable: no other rank may be reachable (FERRY_BTL=self), and
  * sends to them must fail with FERRY_ERR_UNREACH.
+ * --stale-handle: only the check against a stale copy of a finalized handle
+ * (skipped under AddressSanitizer, which reports that use itself).
+ * --heap-beyond-shm: only sm's refusal of a shared heap larger than
+ * /dev/shm's free space (run_small_shm.sh makes /dev/shm small).
  */
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <ferry/ferry.h>
 
@@ -35,6 +41,8 @@ typedef struct am_state {
     size_t last_len[MAX_RANKS];
     int nested_progress_rc;
     int nested_flush_rc;
+    int nested_finalize_rc;
+    bool nested_handle_kept;
 } am_state_t;
 
 static unsigned char pattern(int src, size_t size, size_t i)
@@ -67,6 +75,9 @@ static void on_nested(ferry_ctx_t *ctx, int src, int tag, const void *data, size
     am_state_t *st = arg;
     st->nested_progress_rc = ferry_progress(ctx);
     st->nested_flush_rc = ferry_flush(ctx, -1);
+    ferry_ctx_t *handle = ctx;
+    st->nested_finalize_rc = ferry_finalize(&handle);
+    st->nested_handle_kept = handle == ctx;
     st->received++;
 }
 
@@ -236,6 +247,57 @@ static void on_comp(void *arg, int status)
     c->status = status;
 }
 
+/* Registrations larger than the address range, wrapping around it, or over
+ * memory the process does not have; allocations no host could back. */
+static void test_register_bounds(ferry_ctx_t *ctx)
+{
+    static char small[64];
+    ferry_mem_t *mem = (ferry_mem_t *)0x1;
+    capture_t cap;
+    const unsigned rw = FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE;
+
+    capture_begin(&cap);
+    CHECK(ferry_mem_register(ctx, small, SIZE_MAX / 2, rw, &mem) == FERRY_ERR_INVALID);
+    CHECK(strstr(capture_end(&cap), "is not all mapped memory of this process") != NULL);
+    capture_begin(&cap);
+    CHECK(ferry_mem_register(ctx, small, SIZE_MAX, rw, &mem) == FERRY_ERR_INVALID);
+    CHECK(ferry_mem_register(ctx, (void *)(UINTPTR_MAX - 10), 100, rw, &mem) ==
+          FERRY_ERR_INVALID);
+    CHECK(strstr(capture_end(&cap), "wraps around the address space") != NULL);
+    capture_begin(&cap);
+    CHECK(ferry_mem_register(ctx, (void *)(UINTPTR_MAX - 4095), 4096, rw, &mem) ==
+          FERRY_ERR_INVALID);
+    CHECK(ferry_mem_register(ctx, (void *)((uintptr_t)1 << 62), 4096, rw, &mem) ==
+          FERRY_ERR_INVALID);
+    capture_end(&cap);
+    /* A hole in the middle of a range: refused; the mapped part alone: fine. */
+    long page = sysconf(_SC_PAGESIZE);
+    char *three = mmap(NULL, 3 * (size_t)page, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(three != MAP_FAILED);
+    CHECK(munmap(three + page, (size_t)page) == 0);
+    capture_begin(&cap);
+    CHECK(ferry_mem_register(ctx, three, 3 * (size_t)page, rw, &mem) == FERRY_ERR_INVALID);
+    CHECK(ferry_mem_register(ctx, three + page - 1, 2, rw, &mem) == FERRY_ERR_INVALID);
+    capture_end(&cap);
+    CHECK(mem == (ferry_mem_t *)0x1); /* untouched by every refusal */
+    CHECK(ferry_mem_register(ctx, three, (size_t)page, rw, &mem) == FERRY_OK);
+    CHECK(ferry_mem_deregister(ctx, mem) == FERRY_OK);
+    CHECK(ferry_mem_register(ctx, three + 2 * page + 7, 9, rw, &mem) == FERRY_OK);
+    CHECK(ferry_mem_deregister(ctx, mem) == FERRY_OK);
+    munmap(three, (size_t)page);
+    munmap(three + 2 * page, (size_t)page);
+
+    /* 64 TiB: more than any host here has, refused before anything is made. */
+    void *addr = NULL;
+    mem = NULL;
+    capture_begin(&cap);
+    CHECK(ferry_mem_alloc(ctx, (size_t)64 << 40, rw, &addr, &mem) == FERRY_ERR_NO_MEMORY);
+    CHECK(strstr(capture_end(&cap), "is more than this host's memory") != NULL);
+    CHECK(addr == NULL && mem == NULL);
+    printf("ok  registrations and allocations beyond the memory there is are refused\n");
+}
+
 static void test_rdma_self(ferry_ctx_t *ctx)
 {
     size_t len = (5u << 20) + 3;
@@ -314,6 +376,7 @@ static void test_rdma_self(ferry_ctx_t *ctx)
     for (size_t i = 0; i < len; i++)
         CHECK(target[i] == 0x5a);
 
+    test_register_bounds(ctx);
     CHECK(ferry_mem_register(ctx, NULL, 8, 0, &ro) == FERRY_ERR_INVALID);
     CHECK(ferry_mem_register(ctx, target, 0, 0, &ro) == FERRY_ERR_INVALID);
     CHECK(ferry_mem_register(ctx, target, 8, 0x80, &ro) == FERRY_ERR_INVALID);
@@ -539,7 +602,120 @@ static void test_no_recursion(ferry_ctx_t *ctx, am_state_t *st)
     wait_for(ctx, &st->received, before + 1);
     CHECK(st->nested_progress_rc == 0);
     CHECK(st->nested_flush_rc == FERRY_ERR_BUSY);
+    CHECK(st->nested_finalize_rc == FERRY_ERR_BUSY && st->nested_handle_kept);
     printf("ok  no_recursion\n");
+}
+
+/* Finalize with registrations left live, then everything a program might
+ * do with its handle afterwards. */
+static void test_finalize(ferry_ctx_t **ctx_p)
+{
+    ferry_ctx_t *ctx = *ctx_p;
+    static char buf[4096];
+    ferry_mem_t *reg, *alloc;
+    void *heap;
+    capture_t cap;
+
+    CHECK(ferry_mem_register(ctx, buf, sizeof(buf), FERRY_ACCESS_REMOTE_READ, &reg) == FERRY_OK);
+    CHECK(ferry_mem_alloc(ctx, 8192, FERRY_ACCESS_REMOTE_WRITE, &heap, &alloc) == FERRY_OK);
+    capture_begin(&cap);
+    CHECK(ferry_finalize(ctx_p) == FERRY_OK);
+    CHECK(strstr(capture_end(&cap), "2 memory registration(s)") != NULL);
+    CHECK(*ctx_p == NULL);
+    /* Twice, and with nothing to finalize: nothing happens. */
+    CHECK(ferry_finalize(ctx_p) == FERRY_OK);
+    CHECK(ferry_finalize(NULL) == FERRY_OK);
+    /* The NULL handle is refused by every call, without a crash. */
+    ctx = *ctx_p;
+    char byte = 0;
+    ferry_iov_t iov = {.base = &byte, .len = 1};
+    ferry_convertor_t conv;
+    ferry_rkey_t rkey;
+    memset(&rkey, 0, sizeof(rkey));
+    ferry_convertor_init_contig(&conv, &byte, 1);
+    CHECK(ferry_rank(ctx) == FERRY_ERR_INVALID);
+    CHECK(ferry_size(ctx) == FERRY_ERR_INVALID);
+    CHECK(ferry_progress(ctx) == FERRY_ERR_INVALID);
+    CHECK(ferry_barrier(ctx) == FERRY_ERR_INVALID);
+    CHECK(ferry_set_error_cb(ctx, NULL, NULL) == FERRY_ERR_INVALID);
+    CHECK(ferry_am_register(ctx, 1, on_tag, NULL) == FERRY_ERR_INVALID);
+    CHECK(ferry_am_max_size(ctx, 0) == FERRY_ERR_INVALID);
+    CHECK(ferry_am_send(ctx, 0, 1, &byte, 1) == FERRY_ERR_INVALID);
+    CHECK(ferry_am_sendv(ctx, 0, 1, &iov, 1) == FERRY_ERR_INVALID);
+    CHECK(ferry_am_send_conv(ctx, 0, 1, &conv) == FERRY_ERR_INVALID);
+    CHECK(ferry_mem_register(ctx, buf, 8, 0, &reg) == FERRY_ERR_INVALID);
+    CHECK(ferry_mem_alloc(ctx, 8, 0, &heap, &alloc) == FERRY_ERR_INVALID);
+    CHECK(ferry_put(ctx, 0, &byte, 1, NULL, 0, &rkey, NULL, NULL) == FERRY_ERR_INVALID);
+    CHECK(ferry_get(ctx, 0, &byte, 1, NULL, 0, &rkey, NULL, NULL) == FERRY_ERR_INVALID);
+    CHECK(ferry_put_conv(ctx, 0, &conv, 0, &rkey, NULL, NULL) == FERRY_ERR_INVALID);
+    CHECK(ferry_get_conv(ctx, 0, &conv, 0, &rkey, NULL, NULL) == FERRY_ERR_INVALID);
+    CHECK(ferry_flush(ctx, -1) == FERRY_ERR_INVALID);
+    printf("ok  finalize: twice, with registrations left, and calls after it\n");
+}
+
+/* A stale copy of a finalized handle: undefined behaviour that ferry catches
+ * while the freed memory is not reused (its magic is cleared), and that
+ * AddressSanitizer reports by itself, so that build skips the run. */
+static int test_stale_handle(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    printf("SKIPPED: AddressSanitizer reports a use after free itself (this run reads the "
+           "freed context on purpose)\n");
+    return 77;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    printf("SKIPPED: AddressSanitizer reports a use after free itself (this run reads the "
+           "freed context on purpose)\n");
+    return 77;
+#endif
+#endif
+    ferry_ctx_t *ctx = NULL;
+    capture_t cap;
+    CHECK(setenv("FERRY_BTL", "self", 1) == 0);
+    CHECK(ferry_init(NULL, &ctx) == FERRY_OK);
+    ferry_ctx_t *stale = ctx;
+    /* Nothing may allocate between the free and the uses: the capture
+     * starts first. */
+    capture_begin(&cap);
+    CHECK(ferry_finalize(&ctx) == FERRY_OK && ctx == NULL);
+    int progress_rc = ferry_progress(stale);
+    int rank_rc = ferry_rank(stale);
+    int send_rc = ferry_am_send(stale, 0, 1, "x", 1);
+    int finalize_rc = ferry_finalize(&stale);
+    const char *text = capture_end(&cap);
+    CHECK(progress_rc == FERRY_ERR_INVALID);
+    CHECK(rank_rc == FERRY_ERR_INVALID);
+    CHECK(send_rc == FERRY_ERR_INVALID);
+    CHECK(finalize_rc == FERRY_ERR_INVALID && stale != NULL);
+    CHECK(strstr(text, "not a live context was passed: used after ferry_finalize?") != NULL);
+    printf("ok  a stale copy of a finalized handle is refused\n");
+    return 0;
+}
+
+/* Run where /dev/shm is a small file system (run_small_shm.sh): sm must
+ * refuse a shared heap larger than its free space, with a message, instead
+ * of handing out memory that faults when touched; ferry_mem_alloc then
+ * gives ordinary registered memory, which is all usable. */
+static int test_heap_beyond_shm(void)
+{
+    ferry_ctx_t *ctx = NULL;
+    capture_t cap;
+    const size_t len = (size_t)8 << 20;
+    void *addr;
+    ferry_mem_t *mem;
+
+    CHECK(setenv("FERRY_BTL", "self,sm", 1) == 0);
+    CHECK(ferry_init(NULL, &ctx) == FERRY_OK);
+    capture_begin(&cap);
+    int rc = ferry_mem_alloc(ctx, len, FERRY_ACCESS_REMOTE_WRITE, &addr, &mem);
+    const char *text = capture_end(&cap);
+    CHECK(rc == FERRY_OK);
+    CHECK(strstr(text, "sm: a shared heap of 8388608 bytes is more than the") != NULL);
+    memset(addr, 0x5a, len); /* every page is there */
+    CHECK(ferry_mem_free(ctx, mem) == FERRY_OK);
+    CHECK(ferry_finalize(&ctx) == FERRY_OK);
+    printf("ok  a shared heap larger than /dev/shm is refused by sm\n");
+    return 0;
 }
 
 /* What the run is about (see the top of the file): returns 0 to go on, or
@@ -569,13 +745,20 @@ static int check_reach(ferry_ctx_t *ctx, bool need_peers, bool expect_unreachabl
 int main(int argc, char **argv)
 {
     bool need_peers = false, expect_unreachable = false;
+    if (argc == 2 && strcmp(argv[1], "--stale-handle") == 0)
+        return test_stale_handle();
+    if (argc == 2 && strcmp(argv[1], "--heap-beyond-shm") == 0)
+        return test_heap_beyond_shm();
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--need-peers") == 0) {
             need_peers = true;
         } else if (strcmp(argv[i], "--expect-unreachable") == 0) {
             expect_unreachable = true;
         } else {
-            fprintf(stderr, "usage: %s [--need-peers | --expect-unreachable]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--need-peers | --expect-unreachable | --stale-handle | "
+                    "--heap-beyond-shm]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -588,7 +771,7 @@ int main(int argc, char **argv)
     CHECK(rank >= 0 && rank < size);
     int skip = check_reach(ctx, need_peers, expect_unreachable);
     if (skip != 0) {
-        CHECK(ferry_finalize(ctx) == FERRY_OK);
+        CHECK(ferry_finalize(&ctx) == FERRY_OK);
         return skip;
     }
     CHECK(ferry_rank(NULL) == FERRY_ERR_INVALID);
@@ -627,7 +810,7 @@ int main(int argc, char **argv)
     test_no_recursion(ctx, &st);
     for (int i = 0; i < 3; i++)
         CHECK(ferry_barrier(ctx) == FERRY_OK);
-    CHECK(ferry_finalize(ctx) == FERRY_OK);
+    test_finalize(&ctx);
     printf("rank %d: 1 passed, 0 failed\n", rank);
     return 0;
 }

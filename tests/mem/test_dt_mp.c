@@ -118,14 +118,14 @@ int main(void)
     int rank = ferry_rank(ctx);
     if (ferry_size(ctx) != 2) {
         printf("SKIP: needs 2 ranks\n");
-        ferry_finalize(ctx);
+        ferry_finalize(&ctx);
         return 77;
     }
     if (ferry_am_max_size(ctx, 1 - rank) < 0) {
         printf("SKIPPED: rank %d cannot reach rank %d (FERRY_BTL='%s'): a transport did not "
                "open here; FERRY_LOG_LEVEL=info says why\n",
                rank, 1 - rank, getenv("FERRY_BTL") != NULL ? getenv("FERRY_BTL") : "");
-        ferry_finalize(ctx);
+        ferry_finalize(&ctx);
         return 77;
     }
     for (int t = TAG_COL; t <= TAG_KEY; t++)
@@ -225,6 +225,6 @@ int main(void)
         free(remote);
         printf("rank 1: every byte of the remote buffer is right\n");
     }
-    CHECK(ferry_finalize(ctx) == FERRY_OK);
+    CHECK(ferry_finalize(&ctx) == FERRY_OK);
     return 0;
 }

@@ -91,7 +91,7 @@ int main(void)
         printf("SKIPPED: rank %d cannot reach its peer (FERRY_BTL='%s'): a transport did "
                "not open here; FERRY_LOG_LEVEL=info says why\n",
                rank, getenv("FERRY_BTL") != NULL ? getenv("FERRY_BTL") : "");
-        CHECK(ferry_finalize(ctx) == FERRY_OK);
+        CHECK(ferry_finalize(&ctx) == FERRY_OK);
         return 77;
     }
     CHECK(ferry_am_register(ctx, 1, on_key, NULL) == FERRY_OK);
@@ -163,6 +163,6 @@ int main(void)
         CHECK(ferry_mem_deregister(ctx, mem) == FERRY_OK);
         munmap(inbox, LEN);
     }
-    CHECK(ferry_finalize(ctx) == FERRY_OK);
+    CHECK(ferry_finalize(&ctx) == FERRY_OK);
     return 0;
 }

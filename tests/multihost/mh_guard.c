@@ -118,6 +118,6 @@ int main(int argc, char **argv)
     }
     CHECK(ferry_barrier(ctx) == FERRY_OK);
     CHECK(g.failures == 0);
-    CHECK(ferry_finalize(ctx) == FERRY_OK);
+    CHECK(ferry_finalize(&ctx) == FERRY_OK);
     return 0;
 }

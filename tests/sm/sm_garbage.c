@@ -118,6 +118,6 @@ int main(int argc, char **argv)
     while (st.got[other] < 1000)
         CHECK(ferry_progress(ctx) >= 0);
     printf("rank %d: 1000 messages from rank %d after the garbage\n", me, other);
-    ferry_finalize(ctx);
+    ferry_finalize(&ctx);
     return 0;
 }

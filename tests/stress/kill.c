@@ -205,7 +205,7 @@ int main(void)
     printf("rank %d: saw rank %d fail after %.0f ms; %d puts done, %d unreachable\n", st.me,
            st.victim, (died_by - start) * 1000, st.puts_done, st.puts_unreach);
     CHECK(ferry_mem_deregister(ctx, zmem) == FERRY_OK);
-    ferry_finalize(ctx);
+    ferry_finalize(&ctx);
     free(zone);
     free(src);
     return 0;

@@ -266,7 +266,7 @@ int main(int argc, char **argv)
         if (ferry_am_max_size(ctx, r) < 0) {
             if (st->me == 0)
                 printf("SKIPPED: rank %d cannot be reached (no transport joins them)\n", r);
-            ferry_finalize(ctx);
+            ferry_finalize(&ctx);
             return 77;
         }
     }
@@ -371,7 +371,7 @@ int main(int argc, char **argv)
            (unsigned long long)(st->checked_bytes >> 20));
     CHECK(ferry_mem_deregister(ctx, st->send_mem) == FERRY_OK);
     CHECK(ferry_mem_deregister(ctx, st->zone_mem) == FERRY_OK);
-    CHECK(ferry_finalize(ctx) == FERRY_OK);
+    CHECK(ferry_finalize(&ctx) == FERRY_OK);
     free(st->send_buf);
     free(st->zone);
     free(st->get_buf);

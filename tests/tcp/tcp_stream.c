@@ -291,7 +291,7 @@ int main(void)
     CHECK(ferry_init(NULL, &st.ctx) == FERRY_OK);
     if (ferry_size(st.ctx) != 2) {
         printf("tcp_stream: SKIP: needs exactly 2 ranks, got %d\n", ferry_size(st.ctx));
-        ferry_finalize(st.ctx);
+        ferry_finalize(&st.ctx);
         return 77;
     }
     st.me = ferry_rank(st.ctx);
@@ -311,6 +311,6 @@ int main(void)
     else
         run_receiver(&st);
     CHECK(ferry_barrier(st.ctx) == FERRY_OK);
-    CHECK(ferry_finalize(st.ctx) == FERRY_OK);
+    CHECK(ferry_finalize(&st.ctx) == FERRY_OK);
     return 0;
 }

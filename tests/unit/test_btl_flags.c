@@ -59,7 +59,7 @@ static void test_modules(void)
         printf("    %s: flags 0x%x\n", a->name, (unsigned)a->flags);
         CHECK((a->flags & ~(uint32_t)FERRY_BTL_FLAGS_KNOWN) == 0);
     }
-    CHECK(ferry_finalize(ctx) == FERRY_OK);
+    CHECK(ferry_finalize(&ctx) == FERRY_OK);
     printf("ok  every module reports only named flags\n");
 }
 

@@ -280,7 +280,7 @@ int main(int argc, char **argv)
                    "and help.\n",
                    count_params(&ctx->params));
         }
-        rc = ferry_finalize(ctx);
+        rc = ferry_finalize(&ctx);
         if (rc != FERRY_OK) {
             fprintf(stderr, "ferry_info: closing the transports: %s\n", ferry_strerror(rc));
             exit_code = 1;
