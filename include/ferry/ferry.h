@@ -187,7 +187,10 @@ typedef struct ferry_rkey {
 
 /*
  * Registers [addr, addr + len) with every transport able to do RDMA, with the
- * given FERRY_ACCESS_* rights. len 0 or addr NULL is FERRY_ERR_INVALID.
+ * given FERRY_ACCESS_* rights. len 0, addr NULL, a range that wraps around
+ * the address space, or one that is not all mapped memory of this process
+ * (ferry_mem_register(buf, SIZE_MAX / 2)) is FERRY_ERR_INVALID, with a
+ * message.
  */
 int ferry_mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access,
                        ferry_mem_t **mem_out);
@@ -202,7 +205,10 @@ int ferry_mem_deregister(ferry_ctx_t *ctx, ferry_mem_t *mem);
  * transports can reach fastest: with sm, a shared heap that peers on this
  * host map and copy into directly, so a put or get on it is one memcpy. On a
  * transport without such memory it is ordinary memory, registered. Free it
- * with ferry_mem_free (ferry_mem_deregister refuses it).
+ * with ferry_mem_free (ferry_mem_deregister refuses it). More than this
+ * host's RAM and swap is FERRY_ERR_NO_MEMORY, with a message; sm makes no
+ * shared heap larger than /dev/shm's free space (the memory is then
+ * ordinary), so that none faults when first touched.
  */
 int ferry_mem_alloc(ferry_ctx_t *ctx, size_t len, unsigned access, void **addr_out,
                     ferry_mem_t **mem_out);
