@@ -132,7 +132,8 @@ int ferry_init(const ferry_init_params_t *params, ferry_ctx_t **ctx_out);
  *   before freeing it, which costs one comparison: as long as the freed
  *   memory has not been given out again, a stale copy is refused with
  *   FERRY_ERR_INVALID and a logged error instead of crashing. Builds with
- *   AddressSanitizer report the use after free themselves.
+ *   AddressSanitizer or ThreadSanitizer report the use after free
+ *   themselves.
  * Called from inside a ferry callback it returns FERRY_ERR_BUSY and does
  * nothing (*ctx_p is left as it was).
  */

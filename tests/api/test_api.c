@@ -12,7 +12,8 @@
  * --expect-unreachable: no other rank may be reachable (FERRY_BTL=self), and
  * sends to them must fail with FERRY_ERR_UNREACH.
  * --stale-handle: only the check against a stale copy of a finalized handle
- * (skipped under AddressSanitizer, which reports that use itself).
+ * (skipped under AddressSanitizer and ThreadSanitizer, which report that use
+ * themselves).
  * --heap-beyond-shm: only sm's refusal of a shared heap larger than
  * /dev/shm's free space (run_small_shm.sh makes /dev/shm small).
  */
@@ -655,19 +656,22 @@ static void test_finalize(ferry_ctx_t **ctx_p)
 
 /* A stale copy of a finalized handle: undefined behaviour that ferry catches
  * while the freed memory is not reused (its magic is cleared), and that
- * AddressSanitizer reports by itself, so that build skips the run. */
+ * AddressSanitizer and ThreadSanitizer report by themselves, so those builds
+ * skip the run. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define STALE_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define STALE_SANITIZED 1
+#endif
+#endif
+
 static int test_stale_handle(void)
 {
-#if defined(__SANITIZE_ADDRESS__)
-    printf("SKIPPED: AddressSanitizer reports a use after free itself (this run reads the "
+#ifdef STALE_SANITIZED
+    printf("SKIPPED: the sanitizer reports a use after free itself (this run reads the "
            "freed context on purpose)\n");
     return 77;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-    printf("SKIPPED: AddressSanitizer reports a use after free itself (this run reads the "
-           "freed context on purpose)\n");
-    return 77;
-#endif
 #endif
     ferry_ctx_t *ctx = NULL;
     capture_t cap;
