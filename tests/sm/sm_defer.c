@@ -46,7 +46,7 @@ static void on_error(ferry_ctx_t *ctx, int peer, int status, const char *msg, vo
            ferry_strerror(status));
 }
 
-static void on_msg(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_msg(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                    void *arg)
 {
     state_t *st = arg;
@@ -68,7 +68,7 @@ int main(void)
         ctx->modules[ctx->peers[1 - me].module_idx] != btl) {
         if (me == 0)
             printf("SKIPPED: the ranks are not joined by sm\n");
-        ferry_finalize(ctx);
+        ferry_finalize(&ctx);
         return 77;
     }
     CHECK(ferry_set_error_cb(ctx, on_error, &st) == FERRY_OK);
@@ -118,6 +118,6 @@ int main(void)
     CHECK(st.peer == 1);
     CHECK(ferry_am_send(ctx, 1, TAG, buf, sizeof(buf)) == FERRY_ERR_UNREACH);
     printf("rank 0: the failure found inside ferry_am_send was reported by the next progress\n");
-    ferry_finalize(ctx);
+    ferry_finalize(&ctx);
     return 0;
 }

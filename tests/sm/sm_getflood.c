@@ -46,7 +46,7 @@ typedef struct state {
     int failed;
 } state_t;
 
-static void on_info(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_info(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -55,7 +55,7 @@ static void on_info(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, si
     st->have_info = true;
 }
 
-static void on_msg(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_msg(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                    void *arg)
 {
     state_t *st = arg;
@@ -66,7 +66,7 @@ static void on_msg(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, siz
     st->msgs++;
 }
 
-static void on_flood(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_flood(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                      void *arg)
 {
     state_t *st = arg;
@@ -157,7 +157,7 @@ int main(void)
                         ctx->modules[ctx->peers[r].module_idx] != btl)) {
             if (me == 0)
                 printf("SKIPPED: the ranks are not joined by sm\n");
-            ferry_finalize(ctx);
+            ferry_finalize(&ctx);
             return 77;
         }
     }
@@ -212,7 +212,7 @@ int main(void)
         while (st.failed == 0)
             CHECK(ferry_progress(ctx) >= 0);
     }
-    ferry_finalize(ctx);
+    ferry_finalize(&ctx);
     printf("rank %d: done\n", me);
     return 0;
 }

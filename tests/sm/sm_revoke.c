@@ -59,7 +59,7 @@ typedef struct op {
     int status;
 } op_t;
 
-static void on_info(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_info(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -68,7 +68,7 @@ static void on_info(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, si
     st->have_info = true;
 }
 
-static void on_done(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_done(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -301,7 +301,7 @@ int main(int argc, char **argv)
         ctx->modules[ctx->peers[1 - me].module_idx] != btl) {
         if (me == 0)
             printf("SKIPPED: the ranks are not joined by sm\n");
-        ferry_finalize(ctx);
+        ferry_finalize(&ctx);
         return 77;
     }
     CHECK(ferry_am_register(ctx, TAG_INFO, on_info, &st) == FERRY_OK);
@@ -311,6 +311,6 @@ int main(int argc, char **argv)
         target(ctx, btl, &st, what);
     else
         initiator(ctx, btl, &st, what);
-    CHECK(ferry_finalize(ctx) == FERRY_OK);
+    CHECK(ferry_finalize(&ctx) == FERRY_OK);
     return 0;
 }

@@ -27,7 +27,7 @@ int main(int argc, char **argv)
     ferry_btl_module_t *btl = rt_ctx_find_module(ctx, "sm");
     if (btl == NULL) {
         printf("SKIPPED: the sm transport is not available\n");
-        ferry_finalize(ctx);
+        ferry_finalize(&ctx);
         return 77;
     }
     const sm_module_t *mod = (const sm_module_t *)btl;
@@ -50,6 +50,6 @@ int main(int argc, char **argv)
     } else {
         CHECK(strcmp(argv[1], "start") == 0);
     }
-    CHECK(ferry_finalize(ctx) == FERRY_OK);
+    CHECK(ferry_finalize(&ctx) == FERRY_OK);
     return 0;
 }

@@ -37,7 +37,7 @@ int main(void)
     ferry_btl_module_t *btl = rt_ctx_find_module(ctx, "sm");
     if (btl == NULL) {
         printf("SKIPPED: the sm transport is not available\n");
-        ferry_finalize(ctx);
+        ferry_finalize(&ctx);
         return 77;
     }
     /* One block, registered piece by piece: each piece its own pages, with
@@ -60,6 +60,6 @@ int main(void)
            mod->mon_state == 1 ? "watched" : "not watched: no unmap monitor here", after);
     CHECK(after <= before + 16);
     free(block);
-    ferry_finalize(ctx);
+    ferry_finalize(&ctx);
     return 0;
 }

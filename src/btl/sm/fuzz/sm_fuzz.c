@@ -61,7 +61,7 @@ static void finish(void)
 {
     if (the_f.ctx != NULL) {
         sm_rdma_fail(the_f.mod, the_f.ep, FERRY_ERR_CANCELED);
-        ferry_finalize(the_f.ctx);
+        ferry_finalize(&the_f.ctx);
         the_f.ctx = NULL;
     }
 }
