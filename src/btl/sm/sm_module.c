@@ -363,9 +363,10 @@ static int sm_read_params(ferry_ctx_t *ctx, sm_params_t *p)
                                      "outstanding at this process; more wait in its ring",
                                      &p->get_slots)) != FERRY_OK ||
         (rc = rt_param_register_bool(r, "sm_copy_checked", false,
-                                     "Copy every ring put/get into this process's memory with "
-                                     "process_vm_readv/writev on itself, so that memory "
-                                     "another thread unmaps meanwhile cannot crash it (slower)",
+                                     "Make the copies of peers' ring puts and gets on this "
+                                     "process's memory with process_vm_readv/writev on itself, "
+                                     "so that memory another thread unmaps meanwhile cannot "
+                                     "crash it (slower)",
                                      &p->copy_checked)) != FERRY_OK)
         return rc;
     const char *bad = NULL;
