@@ -24,11 +24,12 @@ fail() { echo "run_sweep: $*" >&2; exit 1; }
 head -c 8192 /dev/urandom > "/dev/shm/ferry-sweep-test-$$-0"
 head -c 8192 /dev/zero > "/dev/shm/ferry-sweep-test-$$-1-h1"
 
-# A live singleton.
+# A live singleton. Its input is a FIFO we hold open read-write (so that
+# opening it never waits for a reader); closing it ends the input.
 mkfifo "$dir/in"
-"$prog" live < "$dir/in" > "$dir/live.out" &
+exec 3<> "$dir/in"
+"$prog" live < "$dir/in" > "$dir/live.out" 3>&- &
 livepid=$!
-exec 3> "$dir/in"
 for _ in $(seq 1 100); do
     grep -q '^segment' "$dir/live.out" 2>/dev/null && break
     sleep 0.1
@@ -38,11 +39,11 @@ live=$(sed -n 's/^segment //p' "$dir/live.out")
 
 # A live job whose rank 1 was killed: rank 0 waits for its input to end.
 mkfifo "$dir/jobin"
+exec 4<> "$dir/jobin"
 "$ferryrun" --keep-going -n 2 --timeout 60 sh -c \
     'if [ "$FERRY_RANK" = 1 ]; then exec "$0" crash; else exec "$0" live < "$1"; fi' \
-    "$prog" "$dir/jobin" > "$dir/job.out" 2>&1 &
+    "$prog" "$dir/jobin" > "$dir/job.out" 2>&1 3>&- 4>&- &
 jobpid=$!
-exec 4> "$dir/jobin"
 for _ in $(seq 1 100); do
     [ "$(grep -c '^segment' "$dir/job.out" 2>/dev/null)" -ge 2 ] && break
     sleep 0.1
@@ -51,7 +52,7 @@ jobdead=$(grep -A1 '^segment' "$dir/job.out" | sed -n 's/^segment //p' | grep --
 [ -n "$jobdead" ] || { cat "$dir/job.out"; fail "the job did not start"; }
 
 # A singleton killed with its segment and a heap.
-"$prog" crash > "$dir/crash.out" 2>&1
+"$prog" crash > "$dir/crash.out" 2>&1 3>&- 4>&-
 status=$?
 [ "$status" -eq 77 ] && { cat "$dir/crash.out"; exit 77; }
 seg=$(sed -n 's/^segment //p' "$dir/crash.out")
@@ -61,7 +62,7 @@ heap=$(sed -n 's/^heap //p' "$dir/crash.out")
 echo "killed a singleton with $seg and $heap"
 
 # The next ferry process sweeps.
-FERRY_LOG_LEVEL=info "$prog" start > "$dir/start.out" 2>&1 || { cat "$dir/start.out"; fail "start failed"; }
+FERRY_LOG_LEVEL=info "$prog" start > "$dir/start.out" 2>&1 3>&- 4>&- || { cat "$dir/start.out"; fail "start failed"; }
 cat "$dir/start.out"
 [ -e "/dev/shm/$seg" ] && fail "the dead singleton's segment $seg was left behind"
 [ -e "/dev/shm/$heap" ] && fail "the dead singleton's heap $heap was left behind"
