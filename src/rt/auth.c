@@ -88,13 +88,11 @@ int rt_auth_hex_encode(const void *bin, size_t len, char *hex_out, size_t hex_si
 
 int rt_auth_hex_decode(const char *hex, void *bin_out, size_t len)
 {
-    if (hex == NULL || strlen(hex) != 2 * len) {
-        return FERRY_ERR_INVALID;
-    }
     size_t got = 0;
     const char *end = NULL;
     /* No characters are ignored: only hex digits, all of them used. */
-    if (sodium_hex2bin(bin_out, len, hex, 2 * len, NULL, &got, &end) != 0 || got != len ||
+    if (hex == NULL || strlen(hex) != 2 * len ||
+        sodium_hex2bin(bin_out, len, hex, 2 * len, NULL, &got, &end) != 0 || got != len ||
         end != hex + 2 * len) {
         sodium_memzero(bin_out, len);
         return FERRY_ERR_INVALID;
