@@ -95,7 +95,7 @@ typedef struct pmi1 {
     int fd;         /* the connection to the server; -1 when none */
     bool joined;    /* init was answered, so a finalize is owed */
     bool broken;    /* an exchange failed half way: the stream is out of step */
-    bool eof;       /* the server closed the connection (or reset it) */
+    bool busy;      /* the server refused the initack for now (msg=busy) */
     int timeout_s;  /* longest wait for any one answer */
     size_t key_max; /* longest key name, without the NUL */
     size_t chunk_max; /* encoded characters per chunk */
@@ -230,7 +230,6 @@ static int pmi1_read_line(rt_modex_t *mx, const char *what)
         if (n == 0 || (n < 0 && errno == ECONNRESET)) {
             rt_log(mx->log, RT_LOG_ERROR,
                    "modex: PMI server closed the connection while %s was awaited", what);
-            p->eof = true;
             return FERRY_ERR_LAUNCHER;
         }
         if (n < 0) {
@@ -511,6 +510,47 @@ static int pmi1_field_hex(rt_modex_t *mx, const pmi1_msg_t *msg, const char *key
     return FERRY_OK;
 }
 
+/* Reads an answer during the initack: cmd=expect, or the server's refusal
+ * (cmd=initack rc!=0), which is FERRY_ERR_LAUNCHER, logged, and marks the
+ * connection busy when the server asks to be tried again (msg=busy: it
+ * closed this connection to make room). */
+static int pmi1_recv_initack(rt_modex_t *mx, const char *what, const char *expect,
+                             pmi1_msg_t *msg)
+{
+    pmi1_t *p = mx->backend;
+    int rc = pmi1_read_line(mx, what);
+    if (rc == FERRY_OK) {
+        rc = pmi1_parse(mx, what, msg);
+    }
+    if (rc != FERRY_OK) {
+        p->broken = true;
+        return rc;
+    }
+    if (strcmp(msg->val[0], "initack") == 0 && pmi1_field(msg, "rc") != NULL &&
+        pmi1_check_rc(mx, msg, what, true) != FERRY_OK) {
+        const char *why = pmi1_field(msg, "msg");
+        p->busy = why != NULL && strcmp(why, "busy") == 0;
+        if (why != NULL && strcmp(why, "auth_required") == 0) {
+            rt_log(mx->log, RT_LOG_ERROR,
+                   "modex: the launcher wants proof of the job's secret, but this rank was "
+                   "given none (%s); under ferryrun, a launch agent that drops the "
+                   "environment needs --agent-secret stdin",
+                   RT_AUTH_SECRET_ENV);
+        }
+        p->broken = true;
+        return FERRY_ERR_LAUNCHER;
+    }
+    if (strcmp(msg->val[0], expect) != 0) {
+        char ex[64];
+        pmi1_excerpt(msg->val[0], strlen(msg->val[0]), ex);
+        rt_log(mx->log, RT_LOG_ERROR,
+               "modex: PMI server answered %s with cmd=%s, expected cmd=%s", what, ex, expect);
+        p->broken = true;
+        return FERRY_ERR_PROTO;
+    }
+    return pmi1_check_rc(mx, msg, what, true);
+}
+
 /* The authenticated part of the initack (auth.h): sends our nonce, answers
  * the server's challenge with our proof, and leaves the server's initack
  * in msg once its own proof has been checked. A server that cannot prove
@@ -535,10 +575,7 @@ static int pmi1_initack_auth(rt_modex_t *mx, long id, pmi1_msg_t *msg)
                        RT_AUTH_PMI_METHOD, hex);
     }
     if (rc == FERRY_OK) {
-        rc = pmi1_recv(mx, "initack", "auth_challenge", msg);
-    }
-    if (rc == FERRY_OK) {
-        rc = pmi1_check_rc(mx, msg, "initack", true);
+        rc = pmi1_recv_initack(mx, "initack", "auth_challenge", msg);
     }
     if (rc == FERRY_OK) {
         rc = pmi1_field_hex(mx, msg, "nonce", snonce);
@@ -553,10 +590,7 @@ static int pmi1_initack_auth(rt_modex_t *mx, long id, pmi1_msg_t *msg)
         rc = pmi1_send(mx, "auth_response", "cmd=auth_response proof=%s\n", hex);
     }
     if (rc == FERRY_OK) {
-        rc = pmi1_recv(mx, "auth_response", "initack", msg);
-    }
-    if (rc == FERRY_OK) {
-        rc = pmi1_check_rc(mx, msg, "auth_response", true);
+        rc = pmi1_recv_initack(mx, "auth_response", "initack", msg);
     }
     if (rc == FERRY_OK) {
         rc = pmi1_field_hex(mx, msg, "proof", proof);
@@ -591,19 +625,7 @@ static int pmi1_initack(rt_modex_t *mx)
     } else {
         rc = pmi1_send(mx, "initack", "cmd=initack pmiid=%ld\n", id);
         if (rc == FERRY_OK) {
-            rc = pmi1_recv(mx, "initack", "initack", &msg);
-        }
-        const char *why = NULL;
-        if (rc == FERRY_OK) {
-            rc = pmi1_check_rc(mx, &msg, "initack", true);
-            why = rc != FERRY_OK ? pmi1_field(&msg, "msg") : NULL;
-        }
-        if (why != NULL && strcmp(why, "auth_required") == 0) {
-            rt_log(mx->log, RT_LOG_ERROR,
-                   "modex: the launcher wants proof of the job's secret, but this rank was "
-                   "given none (%s); under ferryrun, a launch agent that drops the "
-                   "environment needs --agent-secret stdin",
-                   RT_AUTH_SECRET_ENV);
+            rc = pmi1_recv_initack(mx, "initack", "initack", &msg);
         }
     }
     long size = -1, rank = -1;
@@ -636,18 +658,18 @@ static int pmi1_initack(rt_modex_t *mx)
     return FERRY_OK;
 }
 
-/* Connects to PMI_PORT and shakes hands. A server that closes the
- * connection before answering may have had too many strangers waiting and
- * let ours go first (ferryrun evicts the oldest unidentified connection):
- * that is tried again a few times, with growing pauses. A refusal, or an
- * answer that is wrong, is final. */
+/* Connects to PMI_PORT and shakes hands. A server with too many strangers
+ * waiting may let ours go to make room (ferryrun closes the oldest
+ * connection that has not proved itself, with msg=busy): that is tried
+ * again a few times, with growing pauses. Any other refusal, a closed
+ * connection, or a wrong answer is final. */
 static int pmi1_open_port(rt_modex_t *mx, const char *port)
 {
     pmi1_t *p = mx->backend;
     int rc = FERRY_ERR_LAUNCHER;
     long pause_ms = PMI1_RETRY_FIRST_MS;
     for (int attempt = 1; attempt <= PMI1_CONNECT_TRIES; attempt++) {
-        p->eof = false;
+        p->busy = false;
         p->broken = false;
         p->buf_len = 0;
         rc = pmi1_connect_port(mx, port);
@@ -655,13 +677,13 @@ static int pmi1_open_port(rt_modex_t *mx, const char *port)
             return rc;
         }
         rc = pmi1_initack(mx);
-        if (rc == FERRY_OK || !p->eof || attempt == PMI1_CONNECT_TRIES) {
+        if (rc == FERRY_OK || !p->busy || attempt == PMI1_CONNECT_TRIES) {
             return rc;
         }
         close(p->fd);
         p->fd = -1;
         rt_log(mx->log, RT_LOG_WARN,
-               "modex: PMI handshake cut short (attempt %d of %d); trying again in %ld ms",
+               "modex: the PMI server is busy (attempt %d of %d); trying again in %ld ms",
                attempt, PMI1_CONNECT_TRIES, pause_ms);
         struct timespec ts = {.tv_sec = pause_ms / 1000, .tv_nsec = pause_ms % 1000 * 1000000};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {

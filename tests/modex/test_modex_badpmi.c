@@ -7,7 +7,10 @@
  * hang. The server is a forked child on one end of a socketpair; the client
  * finds the other end in PMI_FD, as under a real launcher.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -470,6 +473,93 @@ static void test_many_revisions(void)
     }
 }
 
+/* A listener on 127.0.0.1 for PMI_PORT tests; its port into *port_out. */
+static int listen_local(int *port_out)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sin);
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0 && listen(fd, 4) == 0);
+    CHECK(getsockname(fd, (struct sockaddr *)&sin, &len) == 0);
+    *port_out = ntohs(sin.sin_port);
+    return fd;
+}
+
+/* Accepts within 2 s; -1 when nobody connects. */
+static int accept_within(int lfd)
+{
+    struct pollfd p = {.fd = lfd, .events = POLLIN};
+    return poll(&p, 1, 2000) == 1 ? accept(lfd, NULL, NULL) : -1;
+}
+
+/* The server refuses the first connection's initack with reason, then
+ * serves a second one if it comes. The child exits 0 when the second came
+ * and was served, 10 when none came. */
+static pid_t serve_refusal_then_job(int lfd, const char *reason)
+{
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid != 0) {
+        return pid;
+    }
+    char line[4096], reply[256];
+    int c1 = accept_within(lfd);
+    if (c1 < 0 || !read_line(c1, line, sizeof(line))) {
+        _exit(2);
+    }
+    snprintf(reply, sizeof(reply), "cmd=initack rc=-1 msg=%s\n", reason);
+    (void)write(c1, reply, strlen(reply));
+    close(c1);
+    int c2 = accept_within(lfd);
+    if (c2 < 0) {
+        _exit(10);
+    }
+    const step_t steps[] = {
+        {"cmd=initack pmiid=1",
+         "cmd=initack rc=0\ncmd=set size=2\ncmd=set rank=1\ncmd=set debug=0\n", 0},
+        HELLO,
+        {"cmd=finalize", "cmd=finalize_ack\n", 0},
+    };
+    serve(c2, steps, N(steps), false);
+    _exit(0);
+}
+
+/* ferryrun closes the oldest connection that has not proved itself when
+ * strangers fill its slots, saying msg=busy: the client connects again and
+ * gets in. Any other refusal is final: no second connection. */
+static void test_busy_retry(void)
+{
+    int port = 0;
+    int lfd = listen_local(&port);
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+    unsetenv("PMI_FD");
+    setenv("PMI_PORT", addr, 1);
+    setenv("PMI_ID", "1", 1);
+
+    pid_t pid = serve_refusal_then_job(lfd, "busy");
+    rt_modex_t *mx = NULL;
+    capture_t cap;
+    capture_begin(&cap);
+    int rc = rt_modex_init(NULL, &mx);
+    const char *text = capture_end(&cap);
+    CHECK(rc == FERRY_OK);
+    CHECK(rt_modex_rank(mx) == 1 && rt_modex_size(mx) == 2);
+    CHECK(strstr(text, "busy") != NULL && strstr(text, "trying again") != NULL);
+    rt_modex_fini(mx);
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+
+    pid = serve_refusal_then_job(lfd, "pmiid_already_connected");
+    mx = NULL;
+    CHECK(rt_modex_init(NULL, &mx) == FERRY_ERR_LAUNCHER);
+    CHECK(mx == NULL);
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 10);
+    close(lfd);
+    unsetenv("PMI_PORT");
+    unsetenv("PMI_ID");
+}
+
 /* A put the server refuses is FERRY_ERR_LAUNCHER with its message; the
  * connection stays usable. */
 static void test_refused_put(void)
@@ -508,6 +598,7 @@ int main(void)
     test_bad_values();
     test_refused_put();
     test_many_revisions();
+    test_busy_retry();
     printf("test_modex_badpmi: ok\n");
     return 0;
 }

@@ -47,8 +47,12 @@ static void fr_pending_refuse(fr_job_t *job, fr_pending_t *pc, const char *text,
 {
     char ex[64];
     fr_excerpt(text, ex);
-    fr_complain(&job->refusals, "refused a PMI connection from %s (%s): '%s'", pc->peer, reason,
-                ex);
+    if (ex[0] != '\0') {
+        fr_complain(&job->refusals, "refused a PMI connection from %s (%s): '%s'", pc->peer,
+                    reason, ex);
+    } else {
+        fr_complain(&job->refusals, "refused a PMI connection from %s (%s)", pc->peer, reason);
+    }
     char line[128];
     int n = snprintf(line, sizeof(line), "cmd=initack rc=-1 msg=%s\n", reason);
     (void)send(pc->fd, line, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -95,6 +99,9 @@ static fr_pending_t *fr_pending_slot(fr_job_t *job)
     fr_complain(&job->refusals,
                 "%d PMI connections wait to prove themselves; closing the oldest (from %s)",
                 FR_PENDING_MAX, oldest->peer);
+    /* A genuine rank told "busy" tries again (src/rt/modex_pmi1.c). */
+    static const char busy[] = "cmd=initack rc=-1 msg=busy\n";
+    (void)fr_pending_send(oldest, busy, sizeof(busy) - 1);
     fr_pmi_pending_close(oldest);
     return oldest;
 }
