@@ -18,6 +18,9 @@
  *                                     rank (two barriers, finalize).
  *   fr_attack flood HOST:PORT N       N connections sending junk, and one
  *                                     sending 1 MiB of it, without reading.
+ *   fr_attack hold HOST:PORT N FILE   N connections that say nothing, held
+ *                                     open by a child (its pid in FILE) for
+ *                                     up to 60 s, to keep ranks out.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -379,6 +382,38 @@ static int mode_flood(const char *addr, int n)
     return 0;
 }
 
+static int mode_hold(const char *addr, int n, const char *pid_file)
+{
+    int *fds = calloc((size_t)n, sizeof(int));
+    if (fds == NULL) {
+        die("out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        fds[i] = connect_to(addr);
+    }
+    /* The server accepts at its pace; make sure it has seen them all. */
+    usleep(300000);
+    pid_t pid = fork();
+    if (pid < 0) {
+        die("fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        sleep(60);
+        _exit(0);
+    }
+    FILE *f = fopen(pid_file, "w");
+    if (f != NULL) {
+        fprintf(f, "%ld\n", (long)pid);
+        fclose(f);
+    }
+    for (int i = 0; i < n; i++) {
+        close(fds[i]); /* the child holds its copies */
+    }
+    free(fds);
+    printf("hold: %d silent connections held open\n", n);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -391,5 +426,9 @@ int main(int argc, char **argv)
     if (argc >= 4 && strcmp(argv[1], "flood") == 0) {
         return mode_flood(argv[2], atoi(argv[3]));
     }
-    die("usage: fr_attack stranger HOST:PORT ID | replay | flood HOST:PORT N");
+    if (argc >= 5 && strcmp(argv[1], "hold") == 0) {
+        return mode_hold(argv[2], atoi(argv[3]), argv[4]);
+    }
+    die("usage: fr_attack stranger HOST:PORT ID | replay | flood HOST:PORT N | "
+        "hold HOST:PORT N FILE");
 }

@@ -14,6 +14,8 @@
 #   quota      ranks use up their key-value quotas
 #   junk       1 MiB of junk requests from a rank; hundreds of strangers
 #              sending junk to the PMI port during launch
+#   hold       strangers hold more connections open than ferryrun lets
+#              wait; the remote rank still gets in
 #   secret     every rank gets the secret, no command line shows it, -x
 #              cannot set it
 #   ofi_shm    ranks using libfabric's shm provider killed with SIGKILL:
@@ -139,6 +141,17 @@ junk)
     expect_out "rank 1: inbox holds"
     expect_err "more messages about refused PMI connections not shown"
     expect_err_lines_at_most 6
+    ;;
+hold)
+    make_agent "\"$ATTACK\" hold \"\$port\" 100 \"$TMP/holder\""
+    run --host localhost:1,fakeA:1 --launch-agent "sh $TMP/agent.sh" --pmi-addr 127.0.0.1 \
+        --timeout 60 "$HELLO"
+    [ -s "$TMP/holder" ] && kill "$(cat "$TMP/holder")" 2>/dev/null
+    expect_status 0
+    expect_out "hold: 100 silent connections held open"
+    expect_out "rank 1: inbox holds"
+    expect_err "wait to prove themselves; closing the oldest"
+    expect_err_lines_at_most 7
     ;;
 secret)
     run -n 2 "$HELPER" secret
