@@ -255,6 +255,8 @@ static int mode_steal(void)
         die("0.future exists: '%s'", val);
     }
     expect_value("1.mine", "ok");
+    /* Both have read; now rank 0 replaces its own value. */
+    pmi_barrier();
     if (rank == 0 && !pmi_put("0.addr", "renewed", why, sizeof(why))) {
         die("rank 0 could not replace its own value: %s", why);
     }

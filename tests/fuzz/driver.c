@@ -100,7 +100,9 @@ static long run_dir(const char *dir)
         }
     }
     closedir(d);
-    qsort(names, n, sizeof(*names), cmp_names);
+    if (n > 1) {
+        qsort(names, n, sizeof(*names), cmp_names);
+    }
     long ran = 0;
     for (size_t i = 0; i < n; i++) {
         char path[4096];

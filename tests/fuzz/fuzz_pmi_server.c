@@ -15,8 +15,12 @@
  *          record's first byte (mod 5). Without it the fuzzer would never
  *          get past the MAC to what follows.
  *   other  skipped
- * The answers are read and dropped; every connection is real (a socket
- * pair), so the server's own writes and closes run as they do in ferryrun.
+ * "@K" in a record stands for the job's kvs name, which a put or get must
+ * name; the store's quotas are made small (8 keys, 4 replacements, 1 KiB a
+ * rank) so that inputs of a few records reach them.
+ * The answers are read and dropped every 16 records; every connection is
+ * real (a socket pair), so the server's own writes, queues and closes run
+ * as they do in ferryrun.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -69,6 +73,9 @@ static void harness_init(harness_t *h)
     if (fr_kvs_init(&job->kvs, NP) != 0) {
         abort();
     }
+    job->kvs.rank_keys_max = 8;
+    job->kvs.rank_revisions_max = 4;
+    job->kvs.rank_bytes_max = 1024;
     for (int i = 0; i < NP; i++) {
         fr_rank_t *r = &h->ranks[i];
         r->rank = i;
@@ -133,6 +140,22 @@ static void harness_fini(harness_t *h)
     fr_kvs_fini(&job->kvs);
 }
 
+/* Copies a record's bytes with each "@K" replaced by the kvs name. */
+static size_t expand_kvsname(const char *in, size_t len, char *out, size_t out_size)
+{
+    size_t o = 0, klen = strlen(job_id);
+    for (size_t i = 0; i < len && o + klen < out_size; i++) {
+        if (in[i] == '@' && i + 1 < len && in[i + 1] == 'K') {
+            memcpy(out + o, job_id, klen);
+            o += klen;
+            i++;
+        } else {
+            out[o++] = in[i];
+        }
+    }
+    return o;
+}
+
 /* A valid handshake step for pending connection pc: the initack, or the
  * proof answering the challenge it got. */
 static size_t valid_step(const harness_t *h, const fr_pending_t *pc, const uint8_t *rec,
@@ -169,13 +192,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t off = 0;
     const uint8_t *rec;
     size_t len;
+    unsigned records = 0;
     while (fuzz_next_record(data, size, &off, &rec, &len)) {
         if (len == 0) {
             continue;
         }
+        /* Now and then, as a rank would, read what the server answered;
+         * in between answers pile up, and the server's queue and its
+         * limit get their turn. */
+        if (++records % 16 == 0) {
+            drain_all(&h);
+        }
         unsigned t = rec[0];
-        const char *bytes = (const char *)rec + 1;
-        size_t n = len - 1;
+        static char bytes[3 * 16384];
+        size_t n = expand_kvsname((const char *)rec + 1, len - 1, bytes, sizeof(bytes));
         if (t < 4) {
             fr_rank_t *r = &h.ranks[t];
             if (r->pmi_fd >= 0) {
@@ -190,11 +220,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fr_pending_t *pc = &h.job.pending[t - 8];
             if (pc->fd >= 0) {
                 char step[FR_PMI_LINE_MAX];
-                size_t m = valid_step(&h, pc, rec + 1, n, step, sizeof(step));
+                size_t m = valid_step(&h, pc, (const uint8_t *)bytes, n, step, sizeof(step));
                 fr_pmi_pending_input(&h.job, pc, step, m);
             }
         }
-        drain_all(&h);
     }
     harness_fini(&h);
     return 0;

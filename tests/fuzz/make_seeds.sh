@@ -34,7 +34,7 @@ seed params reg_string '\007any text at all'
 
 # ---- pmi_server: records "<target><bytes>\036"; targets 0-3 ranks, 4-7
 # pending connections, 8-11 a valid handshake step on pending t-8.
-J=ferry-1-00000000000000f1
+J=@K
 init='cmd=init pmi_version=1 pmi_subversion=1\n'
 seed pmi_server job \
 "\000${init}\036\001${init}\036\

@@ -3,7 +3,7 @@
 #   run_fuzzers.sh BUILD_DIR SECONDS [NAME...]
 # (all harnesses listed in BUILD_DIR/fuzzers.txt, or only those named).
 # Each starts from its seed corpus and regressions (tests/fuzz/<name>/seed,
-# regress) and a working corpus in BUILD_DIR/fuzz-corpus/<name>, which
+# regress), with its dictionary (tests/fuzz/<name>/dict) if any, and a working corpus in BUILD_DIR/fuzz-corpus/<name>, which
 # grows from run to run and never touches the source tree. Prints, per
 # harness, the inputs executed and the edge coverage reached (libFuzzer's
 # stat::number_of_executed_units and cov:), and the total. A crash, a leak,
@@ -40,12 +40,15 @@ while read -r name bin corpus; do
     mkdir -p "$work" "$art" "$(dirname "$log")"
     dirs="$work $corpus/seed"
     [ -d "$corpus/regress" ] && dirs="$dirs $corpus/regress"
+    # A dictionary of the format's words, when the harness has one.
+    dict=""
+    [ -f "$corpus/dict" ] && dict="-dict=$corpus/dict"
     echo "== fuzz_$name for ${seconds}s (log: $log)"
     # -close_fd_mask=3: the harness's own stdout and stderr (the parsers'
     # error messages) are dropped; libFuzzer's reports still show.
     # shellcheck disable=SC2086
     "$bin" -max_total_time="$seconds" -print_final_stats=1 -close_fd_mask=3 -timeout=10 \
-        -rss_limit_mb=2048 -max_len=16384 -artifact_prefix="$art/" $dirs >"$log" 2>&1
+        -rss_limit_mb=2048 -max_len=16384 -artifact_prefix="$art/" $dict $dirs >"$log" 2>&1
     status=$?
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1 | sed 's/cov: //')

@@ -111,7 +111,10 @@ typedef struct fr_kvs {
     size_t n_keys;
     size_t bytes;
     int np;
-    size_t rank_bytes_max; /* each rank's byte quota */
+    /* Each rank's quotas, from the FR_KVS_RANK_* limits (fr_kvs_init). */
+    size_t rank_bytes_max;
+    size_t rank_keys_max;
+    size_t rank_revisions_max;
     fr_kvs_usage_t *usage; /* per rank */
 } fr_kvs_t;
 

@@ -46,6 +46,8 @@ int fr_kvs_init(fr_kvs_t *kvs, int np)
     kvs->rank_bytes_max = share > FR_KVS_RANK_BYTES_MAX   ? FR_KVS_RANK_BYTES_MAX
                           : share < FR_KVS_RANK_BYTES_MIN ? FR_KVS_RANK_BYTES_MIN
                                                           : share;
+    kvs->rank_keys_max = FR_KVS_RANK_KEYS_MAX;
+    kvs->rank_revisions_max = FR_KVS_RANK_REVISIONS_MAX;
     return 0;
 }
 
@@ -142,7 +144,7 @@ const char *fr_kvs_put(fr_kvs_t *kvs, int rank, const char *key, const char *val
         if (kv->owner != rank) {
             return "key_of_another_rank";
         }
-        if (use->revisions >= FR_KVS_RANK_REVISIONS_MAX) {
+        if (use->revisions >= kvs->rank_revisions_max) {
             return "quota_revisions";
         }
         size_t old = strlen(kv->val);
@@ -164,7 +166,7 @@ const char *fr_kvs_put(fr_kvs_t *kvs, int rank, const char *key, const char *val
     if (reserved >= 0 && reserved != rank) {
         return "key_of_another_rank";
     }
-    if (use->keys >= FR_KVS_RANK_KEYS_MAX) {
+    if (use->keys >= kvs->rank_keys_max) {
         return "quota_keys";
     }
     size_t cost = strlen(key) + vlen + FR_KV_OVERHEAD;
