@@ -8,9 +8,11 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <ferry/ferry.h>
 
+#include "capture.h"
 #include "check.h"
 #include "rt/auth.h"
 #include "rt/log.h"
@@ -150,6 +152,36 @@ static void test_ratelimit(void)
     CHECK(rt_ratelimit_allow(&rl, 10, &held) && held == 0);
 }
 
+/* rt_log_limited prints a burst, then one line saying how many it held. */
+static void test_log_limited(void)
+{
+    rt_log_t log;
+    rt_log_init(&log);
+    rt_ratelimit_t rl;
+    rt_ratelimit_init(&rl, 2, 50);
+    capture_t cap;
+    capture_begin(&cap);
+    for (int i = 0; i < 10; i++) {
+        rt_log_limited(&log, &rl, RT_LOG_ERROR, "stranger %d refused", i);
+    }
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = 80 * 1000000};
+    nanosleep(&pause, NULL);
+    rt_log_limited(&log, &rl, RT_LOG_ERROR, "stranger %d refused", 10);
+    /* A level that is off is not counted either. */
+    rt_log_limited(&log, &rl, RT_LOG_DEBUG, "debug");
+    const char *text = capture_end(&cap);
+    CHECK(strstr(text, "stranger 0 refused\n") != NULL);
+    CHECK(strstr(text, "stranger 1 refused\n") != NULL);
+    CHECK(strstr(text, "stranger 2 refused") == NULL);
+    CHECK(strstr(text, "stranger 10 refused (8 similar messages suppressed)\n") != NULL);
+    CHECK(strstr(text, "debug") == NULL);
+    size_t lines = 0;
+    for (const char *c = text; *c != '\0'; c++) {
+        lines += *c == '\n';
+    }
+    CHECK(lines == 3);
+}
+
 int main(void)
 {
     test_mac();
@@ -157,6 +189,7 @@ int main(void)
     test_hex();
     test_random();
     test_ratelimit();
+    test_log_limited();
     printf("test_auth: ok\n");
     return 0;
 }
