@@ -124,11 +124,14 @@ quota)
     expect_err_lines_at_most 4
     ;;
 junk)
+    # The limiter lets 5 lines through per 10 s: a slow run (a sanitizer, a
+    # loaded machine) may span a few intervals, each worth 5 lines and a
+    # count; tens of thousands of refusals must still cost a few lines.
     run -n 2 --timeout 120 "$HELPER" junk
     expect_status 0
     expect_out "rank 0 sent [0-9]* junk requests"
     expect_out "rank 1 junk ok"
-    expect_err_lines_at_most 6
+    expect_err_lines_at_most 18
     expect_err "rank 0 sent a bad PMI request"
     expect_err "more messages about rank 0's PMI requests not shown"
     # Strangers flood the port while the remote rank starts; it still gets
@@ -140,7 +143,7 @@ junk)
     expect_out "flood: 300 junk connections"
     expect_out "rank 1: inbox holds"
     expect_err "more messages about refused PMI connections not shown"
-    expect_err_lines_at_most 6
+    expect_err_lines_at_most 18
     ;;
 hold)
     make_agent "\"$ATTACK\" hold \"\$port\" 100 \"$TMP/holder\""
@@ -151,7 +154,7 @@ hold)
     expect_out "hold: 100 silent connections held open"
     expect_out "rank 1: inbox holds"
     expect_err "wait to prove themselves; closing the oldest"
-    expect_err_lines_at_most 7
+    expect_err_lines_at_most 13
     ;;
 secret)
     run -n 2 "$HELPER" secret
