@@ -10,6 +10,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <stdint.h>
+
+#include "rt/auth.h"
 #include "rt/log.h"
 #include "rt/modex.h"
 
@@ -56,6 +59,10 @@ struct rt_modex {
     char job_id[RT_MODEX_JOB_ID_MAX + 1];
     rt_modex_kv_t *local; /* this rank's values, newest first */
     void *backend;        /* the backend's own state */
+    /* The job's secret, when the launcher gave one (FERRY_JOB_SECRET; read
+     * and wiped from the environment before the backend starts). */
+    bool have_secret;
+    uint8_t secret[RT_AUTH_KEY_LEN];
 };
 
 /* Each fills mx->ops, rank, size, job_id and backend, or returns an error
