@@ -4,6 +4,12 @@
 #
 #   check_mpibench.sh run KIND LAUNCHER BINARY OUT   KIND openmpi or mpich
 #   check_mpibench.sh check FILE
+#   check_mpibench.sh compare SCRIPT BUILD OUTDIR
+#
+# compare runs the side-by-side script for two rounds of two Open MPI
+# configurations at tiny sizes and checks that it wrote medians, paired
+# ratios (finite, positive) and, with gnuplot, a chart per metric, and that
+# it named the reason for skipping ferry's configurations.
 #
 # The output must hold the header line "metric,size,value,unit" after its
 # comment lines, then exactly one row per metric and size of `all -m 1:4`
@@ -88,8 +94,41 @@ run)
     fi
     check "$out"
     ;;
+compare)
+    [ $# -eq 4 ] || { echo "usage: $0 compare SCRIPT BUILD OUTDIR" >&2; exit 2; }
+    script=$2 build=$3 dir=$4
+    if [ ! -x "$build/bench/mpi/ferry-mpibench-openmpi" ]; then
+        echo "SKIPPED: ferry-mpibench-openmpi was not built (see the configure output)"
+        exit 77
+    fi
+    if ! command -v mpirun >/dev/null 2>&1; then
+        echo "SKIPPED: Open MPI's mpirun is not installed"
+        exit 77
+    fi
+    rm -rf "$dir"
+    log=$dir.log
+    bash "$script" -b "$build" -o "$dir" -r 2 -m 1:2 -T 0.2 -t lat,put-lat \
+        --only vader-cma,vader-copy,ferry-sm >"$log" 2>&1 || {
+        cat "$log"
+        rejected "the script exited with $?"
+    }
+    cat "$log"
+    grep -q "^# skipped ferry-sm: ." "$log" || grep -q "^## lat: paired ratio ferry-sm" "$log" ||
+        rejected "ferry-sm neither skipped with a reason nor measured"
+    [ "$(grep -c '^lat,[12],vader-c' "$dir/medians.csv")" -ge 4 ] ||
+        rejected "medians.csv lacks the lat rows of both configurations"
+    awk -F, 'NR > 1 { n++; if ($5 !~ /^[0-9]+(\.[0-9]+)?$/ || $5 !~ /[1-9]/ || $8 < 1) bad = $0 }
+             END { if (n < 4 || bad != "") { print "rejected: ratios.csv: " (bad != "" ? bad : n " rows"); exit 1 } }' \
+        "$dir/ratios.csv" || exit 1
+    if command -v gnuplot >/dev/null 2>&1; then
+        for m in lat put-lat; do
+            [ -s "$dir/$m.png" ] || rejected "no chart $dir/$m.png"
+        done
+    fi
+    echo "compare output as expected"
+    ;;
 *)
-    echo "usage: $0 run KIND LAUNCHER BINARY OUT | check FILE" >&2
+    echo "usage: $0 run KIND LAUNCHER BINARY OUT | check FILE | compare SCRIPT BUILD OUTDIR" >&2
     exit 2
     ;;
 esac
