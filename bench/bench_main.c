@@ -448,7 +448,8 @@ void bench_table_begin(bench_t *b, bench_mode_t mode, const char *floor_what,
     } else {
         printf("# paired: per size, %d pairs of blocks of about %g ms, floor then figure, and "
                "a last floor block; value and floor: medians of their blocks; ratio: median "
-               "of the %d paired ratios, Q1 and Q3 its quartiles\n", b->opts.pairs,
+               "of the %d paired ratios, Q1 and Q3 its quartiles (a floor of n/a: median of "
+               "-r repetitions)\n", b->opts.pairs,
                b->opts.block_ms, b->opts.pairs);
         printf("# mixed: pairs whose floor moved more than %gx to the next floor block (a "
                "change of mode); %s\n", b->opts.mode_ratio,
@@ -488,17 +489,16 @@ void bench_table_row(bench_t *b, bench_mode_t mode, const bench_row_t *row, cons
     if (b->rank != 0)
         return;
     int dec = value_decimals(unit);
-    bool have_floor = row->floor > 0;
-    bool have_ratio = have_floor && (!row->paired || row->ratio > 0);
-    double ratio = !have_ratio ? 0.0 : row->paired ? row->ratio : row->value / row->floor;
-    if (!have_floor)
+    /* A figure with a floor is always paired; one without (am-rate, or a
+     * floor that is unavailable) has neither ratio nor pairs. */
+    bool paired = row->paired && row->floor > 0;
+    bool have_ratio = paired && row->ratio > 0;
+    if (!paired)
         printf("%-10zu%18.*f%14s%10s\n", row->size, dec, row->value, "n/a", "");
-    else if (!row->paired)
-        printf("%-10zu%18.*f%14.*f%10.2f\n", row->size, dec, row->value, dec, row->floor, ratio);
     else if (have_ratio)
         printf("%-10zu%18.*f%14.*f%10.2f%9.2f%9.2f%7d%7d\n", row->size, dec, row->value, dec,
-               row->floor, ratio, row->ratio_q1, row->ratio_q3, row->pairs, row->mixed);
-    else
+               row->floor, row->ratio, row->ratio_q1, row->ratio_q3, row->pairs, row->mixed);
+    else /* --drop-mixed left no pair */
         printf("%-10zu%18.*f%14.*f%10s%9s%9s%7d%7d\n", row->size, dec, row->value, dec,
                row->floor, "n/a", "", "", row->pairs, row->mixed);
     fflush(stdout);
@@ -507,13 +507,11 @@ void bench_table_row(bench_t *b, bench_mode_t mode, const bench_row_t *row, cons
     fprintf(b->csv, "%s%s,", bench_mode_name(mode), rdma_alloc(b, mode) ? "-alloc" : "");
     csv_field(b->csv, b->transport);
     fprintf(b->csv, ",%zu,%.*f,%s,", row->size, dec, row->value, unit);
-    if (!have_floor)
+    if (!paired)
         fprintf(b->csv, "n/a," CSV_NO_PAIRS "\n");
-    else if (!row->paired)
-        fprintf(b->csv, "%.*f,%.3f" CSV_NO_PAIRS "\n", dec, row->floor, ratio);
     else if (have_ratio)
-        fprintf(b->csv, "%.*f,%.4f,%.4f,%.4f,%d,%d,%d\n", dec, row->floor, ratio, row->ratio_q1,
-                row->ratio_q3, row->pairs, row->mixed, b->opts.drop_mixed);
+        fprintf(b->csv, "%.*f,%.4f,%.4f,%.4f,%d,%d,%d\n", dec, row->floor, row->ratio,
+                row->ratio_q1, row->ratio_q3, row->pairs, row->mixed, b->opts.drop_mixed);
     else
         fprintf(b->csv, "%.*f,,,,%d,%d,%d\n", dec, row->floor, row->pairs, row->mixed,
                 b->opts.drop_mixed);
