@@ -188,8 +188,8 @@ typedef struct bench {
     bool spin_yield;   /* the ranks may share a cpu: busy waits yield now and then */
 } bench_t;
 
-/* One result row. floor < 0 prints "n/a" with an empty ratio. A paired
- * row (pairs > 0 or paired set) carries the statistics of its pairs. */
+/* One result row. A paired row carries the statistics of its pairs; an
+ * unpaired one (no floor) prints "n/a" with an empty ratio. */
 typedef struct bench_row {
     size_t size;
     double value;    /* median of the figure's blocks (or repetitions) */
@@ -313,14 +313,7 @@ int bench_floor_bw_block(bench_t *b, size_t size, bool use_memcpy, bench_block_t
 /* Unmaps and closes what the floors hold; safe on a zeroed bench. */
 void bench_floor_fini(bench_t *b);
 
-/* Collective: measures the cache-line ping-pong unless done in this run. */
-int bench_floor_cacheline(bench_t *b);
-/* Collective: measures process_vm_writev at every size not yet measured. */
-int bench_floor_pvw(bench_t *b, const size_t *sizes, int n);
-/* The process_vm_writev floor at a size, or -1 when unavailable. */
-double bench_floor_pvw_at(const bench_t *b, size_t size);
-/* memcpy bandwidth at size in this rank, hot cache, MB/s (median of reps). */
-double bench_floor_memcpy(bench_t *b, size_t size);
+/* The limits mode: every floor alone, -r repetitions each, as a table. */
 int bench_run_limits(bench_t *b);
 
 /* >>> tcp floors (bench_floor_tcp.c) */

@@ -206,7 +206,8 @@ err_unmap:
 
 static int cacheline_measure(bench_t *b);
 
-int bench_floor_cacheline(bench_t *b)
+/* Measures the latency floor for the limits table, once per run. */
+static int floor_cacheline(bench_t *b)
 {
     int rc = cacheline_measure(b);
     /* >>> tcp floors: over tcp, the latency floor is TCP's ping-pong. */
@@ -340,21 +341,6 @@ static int pvw_windows(bench_t *b, size_t size, long n, uint64_t *ns_out)
     return FERRY_OK;
 }
 
-static double pvw_raw_at(const bench_t *b, size_t size);
-
-double bench_floor_pvw_at(const bench_t *b, size_t size)
-{
-    /* >>> tcp floors: over tcp, the bandwidth floor is the TCP stream. */
-    if (bench_floor_tcp_selected(b))
-        return bench_floor_tcp_stream_at(b, size);
-    /* <<< tcp floors */
-    /* >>> ofi floors: over ofi, the bandwidth floor is the fi_write stream. */
-    if (bench_floor_ofi_selected(b))
-        return bench_floor_ofi_stream_at(b, size);
-    /* <<< ofi floors */
-    return pvw_raw_at(b, size);
-}
-
 static double pvw_raw_at(const bench_t *b, size_t size)
 {
     for (int i = 0; i < b->floors.n_pvw; i++)
@@ -363,7 +349,9 @@ static double pvw_raw_at(const bench_t *b, size_t size)
     return -1.0;
 }
 
-int bench_floor_pvw(bench_t *b, const size_t *sizes, int n)
+/* Measures process_vm_writev for the limits table at every size not yet
+ * measured (and TCP's or libfabric's stream where they carry the run). */
+static int floor_pvw(bench_t *b, const size_t *sizes, int n)
 {
     int rc;
     if (!b->floors.pvw_setup_done && (rc = pvw_setup(b)) != FERRY_OK)
@@ -518,7 +506,7 @@ void bench_floor_fini(bench_t *b)
 /* ---- memcpy ---- */
 
 /* Rank 0: median memcpy bandwidth at size, buffers hot in cache. */
-double bench_floor_memcpy(bench_t *b, size_t size)
+static double floor_memcpy(bench_t *b, size_t size)
 {
     /* About 64 MiB per repetition, within sensible bounds on the count. */
     long iters = (long)(((size_t)64 << 20) / size);
@@ -547,7 +535,7 @@ int bench_run_limits(bench_t *b)
     size_t sizes[BENCH_SIZES_MAX];
     int n = bench_sizes(b, BENCH_LIMITS, sizes);
     int rc;
-    if ((rc = bench_floor_cacheline(b)) != FERRY_OK || (rc = bench_floor_pvw(b, sizes, n)) !=
+    if ((rc = floor_cacheline(b)) != FERRY_OK || (rc = floor_pvw(b, sizes, n)) !=
                                                            FERRY_OK)
         return rc;
     /* >>> tcp floors: measured in every limits run */
@@ -575,7 +563,7 @@ int bench_run_limits(bench_t *b)
     for (int i = 0; i < n; i++) {
         if (b->rank != 0)
             continue;
-        double mc = bench_floor_memcpy(b, sizes[i]);
+        double mc = floor_memcpy(b, sizes[i]);
         double pvw = pvw_raw_at(b, sizes[i]);
         if (pvw > 0)
             printf("%-10zu%18.2f%26.2f\n", sizes[i], mc, pvw);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The side-by-side MPI benchmark: runs ferry-mpibench under a list of MPI
-# configurations in interleaved rounds (every configuration once per round,
-# the order rotated each round), then prints per metric and size the median
+# configurations in interleaved short rounds (in each round, per metric, one
+# job of every configuration, the order rotated each round, so that a
+# reference and its peer measure a metric seconds apart), then prints per metric and size the median
 # of each configuration over the rounds and the median of the PAIRED ratios
 # reference / peer (each round's reference figure divided by the same
 # round's peer figure), and draws one PNG chart per metric with gnuplot.
@@ -197,12 +198,13 @@ done
 
 mkdir -p "$out/raw"
 rm -f "$out"/raw/*.csv "$out"/*.png "$out"/*.dat
-bench_args=("${metrics}" -m "$sizes" -T "$time_ms" -r 5)
+bench_args=(-m "$sizes" -T "$time_ms" -r 5)
 
-# run_one NAME ROUND: one job; its CSV rows go to raw/NAME.ROUND.csv.
+# run_one NAME ROUND METRIC: one job; its CSV rows go to
+# raw/NAME.ROUND.METRIC.csv.
 failed=0
 run_one() {
-    local n=$1 r=$2 file=$out/raw/$1.$2.csv log=$out/raw/$1.$2.log
+    local n=$1 r=$2 m=$3 file=$out/raw/$1.$2.$3.csv log=$out/raw/$1.$2.$3.log
     local -a cmd
     if [ "$n" = mpich ]; then
         cmd=("$hydra" -n 2 -bind-to core "$bin_mpich")
@@ -214,21 +216,26 @@ run_one() {
         fi
         cmd+=("$bin_ompi")
     fi
-    if ! timeout 900 "${cmd[@]}" "${bench_args[@]}" -o "$file" >"$log" 2>&1; then
-        echo "# $n, round $r: the job failed; the end of its output ($log):"
+    if ! timeout 900 "${cmd[@]}" "$m" "${bench_args[@]}" -o "$file" >"$log" 2>&1; then
+        echo "# $n, round $r, $m: the job failed; the end of its output ($log):"
         tail -n 5 "$log" | sed 's/^/#   /'
         rm -f "$file"
         failed=1
     fi
 }
 
-echo "# $rounds rounds of: ${chosen[*]} (order rotated each round)"
-echo "# each job: ferry-mpibench ${bench_args[*]}"
+if [ "$metrics" = all ]; then
+    metrics=lat,bw,bibw,rate,put-lat,get-lat,put-bw,get-bw,fop-lat
+fi
+echo "# $rounds rounds; in each, per metric, one job of each of: ${chosen[*]}"
+echo "# (the order rotated each round); each job: ferry-mpibench METRIC ${bench_args[*]}"
 k=${#chosen[@]}
 for ((r = 1; r <= rounds; r++)); do
-    for ((i = 0; i < k; i++)); do
-        n=${chosen[$(((i + r - 1) % k))]}
-        run_one "$n" "$r"
+    for m in ${metrics//,/ }; do
+        for ((i = 0; i < k; i++)); do
+            n=${chosen[$(((i + r - 1) % k))]}
+            run_one "$n" "$r" "$m"
+        done
     done
     echo "# round $r of $rounds done"
 done
@@ -239,8 +246,11 @@ all=$out/all.csv
 : >"$all"
 for f in "$out"/raw/*.csv; do
     [ -e "$f" ] || continue
-    base=$(basename "$f" .csv)
-    awk -F, -v c="${base%.*}" -v r="${base##*.}" '!/^#/ && $1 != "metric" && NF == 4 {
+    base=$(basename "$f" .csv)   # NAME.ROUND.METRIC
+    name=${base%%.*}
+    round=${base#*.}
+    round=${round%%.*}
+    awk -F, -v c="$name" -v r="$round" '!/^#/ && $1 != "metric" && NF == 4 {
         print c "," r "," $0 }' "$f" >>"$all"
 done
 if [ ! -s "$all" ]; then
