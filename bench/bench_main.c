@@ -405,6 +405,22 @@ static int value_decimals(const char *unit)
     return strcmp(unit, "MB/s") == 0 ? 2 : 3;
 }
 
+/* Decimals for v in the CSV: at least min, and enough for three
+ * significant digits, so that a small positive figure (a bandwidth on a
+ * starved machine, a tiny ratio) is never written as zero. */
+static int csv_decimals(double v, int min)
+{
+    int d = min;
+    double x = v;
+    for (int i = 0; i < min; i++)
+        x *= 10.0;
+    while (x > 0 && x < 100.0 && d < 15) {
+        x *= 10.0;
+        d++;
+    }
+    return d;
+}
+
 /* Writes s as a CSV field, quoted when it holds a comma, quote or newline. */
 static void csv_field(FILE *f, const char *s)
 {
@@ -506,15 +522,18 @@ void bench_table_row(bench_t *b, bench_mode_t mode, const bench_row_t *row, cons
         return;
     fprintf(b->csv, "%s%s,", bench_mode_name(mode), rdma_alloc(b, mode) ? "-alloc" : "");
     csv_field(b->csv, b->transport);
-    fprintf(b->csv, ",%zu,%.*f,%s,", row->size, dec, row->value, unit);
+    fprintf(b->csv, ",%zu,%.*f,%s,", row->size, csv_decimals(row->value, dec), row->value,
+            unit);
     if (!paired)
         fprintf(b->csv, "n/a," CSV_NO_PAIRS "\n");
     else if (have_ratio)
-        fprintf(b->csv, "%.*f,%.4f,%.4f,%.4f,%d,%d,%d\n", dec, row->floor, row->ratio,
-                row->ratio_q1, row->ratio_q3, row->pairs, row->mixed, b->opts.drop_mixed);
+        fprintf(b->csv, "%.*f,%.*f,%.*f,%.*f,%d,%d,%d\n", csv_decimals(row->floor, dec),
+                row->floor, csv_decimals(row->ratio, 4), row->ratio,
+                csv_decimals(row->ratio_q1, 4), row->ratio_q1, csv_decimals(row->ratio_q3, 4),
+                row->ratio_q3, row->pairs, row->mixed, b->opts.drop_mixed);
     else
-        fprintf(b->csv, "%.*f,,,,%d,%d,%d\n", dec, row->floor, row->pairs, row->mixed,
-                b->opts.drop_mixed);
+        fprintf(b->csv, "%.*f,,,,%d,%d,%d\n", csv_decimals(row->floor, dec), row->floor,
+                row->pairs, row->mixed, b->opts.drop_mixed);
 }
 
 void bench_csv_row(bench_t *b, const char *test, size_t size, double value, const char *unit)
@@ -526,7 +545,8 @@ void bench_csv_row(bench_t *b, const char *test, size_t size, double value, cons
     if (value < 0)
         fprintf(b->csv, ",%zu,n/a,%s,," CSV_NO_PAIRS "\n", size, unit);
     else
-        fprintf(b->csv, ",%zu,%.4f,%s,," CSV_NO_PAIRS "\n", size, value, unit);
+        fprintf(b->csv, ",%zu,%.*f,%s,," CSV_NO_PAIRS "\n", size, csv_decimals(value, 4), value,
+                unit);
 }
 
 /* ---- setup ---- */
