@@ -3,11 +3,8 @@
  * - ping-pong: 8 bytes each way over one connection, TCP_NODELAY, both ends
  *   non-blocking and busy-polling recv; the half round trip.
  * - stream: rank 0 writes size bytes at a time (windows of BENCH_WINDOW
- *   writes), rank 1 reads with a large buffer and answers one byte at the
- *   end; MB/s. Both ends busy-poll non-blocking calls, as ferry's tcp
- *   transport does from ferry_progress: a blocking reader sleeps and is
- *   woken per segment, which on a busy machine costs a scheduling delay
- *   each time that ferry's figure does not pay.
+ *   writes) into a blocking socket, rank 1 reads with a large buffer and
+ *   answers one byte at the end; MB/s.
  * Rank 1 listens on 127.0.0.1 and sends its port in a control message. They
  * stand for the tcp transport's floors when FERRY_BTL selects tcp without
  * sm (bench_floor_tcp_selected).
@@ -126,7 +123,7 @@ static int send_all(int fd, const void *buf, size_t len)
 {
     size_t done = 0;
     while (done < len) {
-        ssize_t n = send(fd, (const char *)buf + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t n = send(fd, (const char *)buf + done, len - done, MSG_NOSIGNAL);
         if (n > 0)
             done += (size_t)n;
         else if (n < 0 && errno != EINTR && errno != EAGAIN)
@@ -173,10 +170,10 @@ static int stream(bench_t *b, size_t size, uint64_t total, uint8_t *rxbuf, uint6
         uint64_t got = 0;
         while (got < total) {
             size_t want = total - got < TCP_RX_CHUNK ? (size_t)(total - got) : TCP_RX_CHUNK;
-            ssize_t n = recv(fd, rxbuf, want, MSG_DONTWAIT);
+            ssize_t n = recv(fd, rxbuf, want, 0);
             if (n > 0)
                 got += (uint64_t)n;
-            else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            else if (n == 0 || errno != EINTR)
                 return FERRY_ERR_IO;
         }
         if ((rc = send_all(fd, &ack, 1)) != FERRY_OK)
