@@ -382,12 +382,14 @@ static int floor_pvw(bench_t *b, const size_t *sizes, int n)
         b->floors.pvw_mbs[b->floors.n_pvw] = mbs;
         b->floors.n_pvw++;
         /* Rank 1 waits for each size on its own, so its wait stays short,
-         * and learns whether the floor still works (the paired blocks of
-         * both ranks depend on it). */
+         * learns whether the floor still works (the paired blocks of both
+         * ranks depend on it), and answers, so that rank 0 never runs
+         * sizes ahead of it and overflows its queue of control messages. */
         int32_t ok = b->floors.pvw_ok;
         size_t len;
         if (b->rank == 0) {
-            rc = bench_ctrl_send(b, BENCH_CTRL_PVW, &ok, sizeof(ok));
+            if ((rc = bench_ctrl_send(b, BENCH_CTRL_PVW, &ok, sizeof(ok))) == FERRY_OK)
+                rc = bench_ctrl_recv(b, BENCH_CTRL_DONE, NULL, 0, &len);
         } else {
             rc = bench_ctrl_recv(b, BENCH_CTRL_PVW, &ok, sizeof(ok), &len);
             if (rc == FERRY_OK && (len != sizeof(ok) || (ok != 0 && ok != 1))) {
@@ -395,6 +397,8 @@ static int floor_pvw(bench_t *b, const size_t *sizes, int n)
                 rc = FERRY_ERR_PROTO;
             }
             b->floors.pvw_ok = ok == 1;
+            if (rc == FERRY_OK)
+                rc = bench_ctrl_send(b, BENCH_CTRL_DONE, NULL, 0);
         }
         if (rc != FERRY_OK)
             return rc;

@@ -24,8 +24,8 @@
  * keep the ranks together by themselves; after a block that only rank 0
  * runs (process_vm_writev, memcpy, put and get) rank 0 sends a DONE control
  * message, which rank 1 waits for while progressing ferry (emulated put and
- * get need the target's progress). Rank 0 calibrates the counts from the
- * warm-up and sends them to rank 1 before the first pair.
+ * get need the target's progress) and answers. Rank 0 calibrates the
+ * counts from the warm-up and sends them to rank 1 before the first pair.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -80,9 +80,12 @@ double bench_quantile(double *v, int n, double q)
     return v[lo] + (v[hi] - v[lo]) * frac;
 }
 
-/* Runs one block on both ranks: rank 0 runs a one-sided block and says
- * when it is done; rank 1 waits for that, progressing. Rank 0 gets the
- * median of the chunks' values through *value_out. */
+/* Runs one block on both ranks. After a block that only rank 0 runs, rank
+ * 0 says it is done and waits for rank 1's answer, progressing; rank 1
+ * waits for that, progressing too, and answers. The answer keeps rank 0
+ * from running blocks ahead of a rank 1 that lost its cpu, whose queue of
+ * control messages would overflow. Rank 0 gets the median of the chunks'
+ * values through *value_out. */
 static int run_block(bench_t *b, const bench_block_t *blk, const block_shape_t *shape,
                      double *value_out)
 {
@@ -91,8 +94,11 @@ static int run_block(bench_t *b, const bench_block_t *blk, const block_shape_t *
     int rc;
     size_t len;
     *value_out = 0.0;
-    if (blk->rank0_only && b->rank != 0)
-        return bench_ctrl_recv(b, BENCH_CTRL_DONE, NULL, 0, &len);
+    if (blk->rank0_only && b->rank != 0) {
+        if ((rc = bench_ctrl_recv(b, BENCH_CTRL_DONE, NULL, 0, &len)) != FERRY_OK)
+            return rc;
+        return bench_ctrl_send(b, BENCH_CTRL_DONE, NULL, 0);
+    }
     for (int64_t c = 0; c < shape->chunks; c++) {
         if ((rc = blk->run(b, blk, (long)shape->iters, &ns)) != FERRY_OK)
             return rc;
@@ -100,9 +106,11 @@ static int run_block(bench_t *b, const bench_block_t *blk, const block_shape_t *
     }
     if (b->rank == 0)
         *value_out = bench_quantile(v, (int)shape->chunks, 0.5);
-    if (blk->rank0_only)
-        return bench_ctrl_send(b, BENCH_CTRL_DONE, NULL, 0);
-    return FERRY_OK;
+    if (!blk->rank0_only)
+        return FERRY_OK;
+    if ((rc = bench_ctrl_send(b, BENCH_CTRL_DONE, NULL, 0)) != FERRY_OK)
+        return rc;
+    return bench_ctrl_recv(b, BENCH_CTRL_DONE, NULL, 0, &len);
 }
 
 /* The chunks that make a block of about --block ms, from a timed run of n
