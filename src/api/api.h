@@ -7,7 +7,8 @@
 
 #include <ferry/ferry.h>
 
-#include "rt/ctx.h"
+#include "btl/ctx.h"
+#include "rt/progress.h"
 #include "util/list.h"
 #include "util/pool.h"
 
@@ -56,6 +57,19 @@ struct api_state {
     uint32_t barrier_count[2][API_BARRIER_ROUNDS];
 };
 
+/* api_ctx_create flags. */
+enum {
+    API_CTX_OPEN = 1u << 0 /* join the job and open the transports */
+};
+
+/*
+ * Builds a context: its parameters, the transports chosen and their
+ * parameters; with API_CTX_OPEN also the launcher and the open transports,
+ * their addresses exchanged, but no endpoints (ferry_init adds those). Used
+ * by ferry_init, and by tools that only inspect (ferry_info).
+ */
+int api_ctx_create(const ferry_init_params_t *params, unsigned flags, ferry_ctx_t **ctx_out);
+
 int api_state_init(ferry_ctx_t *ctx);
 /* Cancels what is queued and frees the state; safe when never initialised. */
 void api_state_fini(ferry_ctx_t *ctx);
@@ -68,6 +82,6 @@ int api_rdma_progress(ferry_ctx_t *ctx);
 void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, void *cbdata);
 
 /* Validates dst and returns its peer, or NULL with *status_out set. */
-rt_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out);
+btl_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out);
 
 #endif /* API_API_H */

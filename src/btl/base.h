@@ -8,7 +8,8 @@
 
 #include <ferry/btl.h>
 
-#include "rt/ctx.h"
+#include "btl/ctx.h"
+#include "rt/progress.h"
 #include "util/bitmap.h"
 
 /* Fills the common part of a module and checks that the mandatory ops exist

@@ -54,7 +54,7 @@ static void send_retry(ferry_ctx_t *ctx, int dst, const void *data, size_t len)
 /* Publishes a header the receiver must refuse at rank 1's next ring slot. */
 static void write_garbage(ferry_ctx_t *ctx, const char *what)
 {
-    ferry_btl_module_t *btl = rt_ctx_find_module(ctx, "sm");
+    ferry_btl_module_t *btl = btl_ctx_find_module(ctx, "sm");
     CHECK(btl != NULL);
     ferry_btl_endpoint_t *ep = ctx->peers[0].ep;
     CHECK(ep != NULL && ep->state == SM_EP_CONNECTED);
@@ -79,7 +79,7 @@ int main(int argc, char **argv)
     CHECK(ferry_init(NULL, &ctx) == FERRY_OK);
     int me = ferry_rank(ctx);
     CHECK(ferry_size(ctx) == 3);
-    if (rt_ctx_find_module(ctx, "sm") == NULL) {
+    if (btl_ctx_find_module(ctx, "sm") == NULL) {
         if (me == 0)
             printf("SKIPPED: the sm transport is not available\n");
         return 77;

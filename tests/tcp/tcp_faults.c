@@ -39,7 +39,7 @@
 
 #include "../unit/check.h"
 #include "btl/tcp/tcp.h"
-#include "rt/ctx.h"
+#include "btl/ctx.h"
 #include "rt/modex.h"
 
 #define TAG_LEGIT 7
@@ -267,7 +267,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "tcp_faults: ferry_init: %s\n", ferry_strerror(rc));
         return 1;
     }
-    if (ferry_size(ctx) != 2 || rt_ctx_find_module(ctx, "tcp") == NULL) {
+    if (ferry_size(ctx) != 2 || btl_ctx_find_module(ctx, "tcp") == NULL) {
         printf("tcp_faults: SKIP: needs 2 ranks and the tcp transport (FERRY_BTL=self,tcp)\n");
         ferry_finalize(ctx);
         return 77;
@@ -289,7 +289,7 @@ int main(int argc, char **argv)
         else if (frame_mode)
             attack_frame(ctx, mode);
     } else if (unreach_mode) {
-        const tcp_module_t *mod = (const tcp_module_t *)rt_ctx_find_module(ctx, "tcp");
+        const tcp_module_t *mod = (const tcp_module_t *)btl_ctx_find_module(ctx, "tcp");
         uint64_t limit = (uint64_t)mod->p.connect_timeout_ms;
         uint64_t t0 = now_ms();
         while ((rc = ferry_am_send(ctx, 1, TAG_LEGIT, "x", 1)) == FERRY_ERR_NO_RESOURCE &&

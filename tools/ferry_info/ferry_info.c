@@ -14,7 +14,8 @@
 
 #include <ferry/ferry.h>
 
-#include "rt/ctx.h"
+#include "api/api.h"
+#include "btl/ctx.h"
 #include "rt/modex.h"
 #include "rt/params.h"
 
@@ -164,31 +165,42 @@ static void print_attr(const ferry_btl_attr_t *attr)
     print_flags(attr->flags);
 }
 
-/* ctx is NULL when the transports could not be opened: the components are
- * then listed without modules. */
-static void print_transports(const ferry_ctx_t *ctx)
+/* The transport's place in the context, or NULL. */
+static const btl_slot_t *find_slot(const ferry_ctx_t *ctx, const btl_component_entry_t *e)
 {
-    int n_components = 0;
-
-    printf("transports built:");
-    for (const ferry_btl_component_t *const *c = btl_components; *c != NULL; c++) {
-        printf(" %s", (*c)->name);
-        n_components++;
+    for (int i = 0; ctx != NULL && i < ctx->n_slots; i++) {
+        if (ctx->slots[i].entry == e) {
+            return &ctx->slots[i];
+        }
     }
-    printf("%s\n", n_components == 0 ? " none" : "");
+    return NULL;
+}
 
-    for (const ferry_btl_component_t *const *c = btl_components; *c != NULL; c++) {
+/* ctx is NULL when not even the parameters could be read; opened says
+ * whether its transports were opened. */
+static void print_transports(const ferry_ctx_t *ctx, bool opened)
+{
+    printf("transports built:");
+    for (const btl_component_entry_t *e = btl_component_table; e->name != NULL; e++) {
+        printf(" %s", e->name);
+    }
+    printf("%s\n", btl_component_table[0].name == NULL ? " none" : "");
+
+    for (const btl_component_entry_t *e = btl_component_table; e->name != NULL; e++) {
+        const btl_slot_t *slot = find_slot(ctx, e);
+        const ferry_btl_component_t *comp = slot != NULL ? slot->comp : e->builtin;
         int found = 0;
 
-        printf("\n%s: %s\n", (*c)->name, (*c)->description != NULL ? (*c)->description : "");
-        if (ctx == NULL) {
+        printf("\n%s: %s\n", e->name,
+               comp != NULL && comp->description != NULL ? comp->description : "");
+        if (!opened) {
             printf("  (not opened)\n");
             continue;
         }
         for (int i = 0; i < ctx->n_modules; i++) {
             const ferry_btl_module_t *m = ctx->modules[i];
 
-            if (m == NULL || m->component != *c) {
+            if (m == NULL || m->component != comp) {
                 continue;
             }
             printf("  module %d (%s)\n", found, m->attr.name != NULL ? m->attr.name : "?");
@@ -250,7 +262,7 @@ int main(int argc, char **argv)
 
     printf("ferry %d.%d\n", FERRY_VERSION_MAJOR, FERRY_VERSION_MINOR);
 
-    rc = rt_ctx_create(NULL, true, &ctx);
+    rc = api_ctx_create(NULL, API_CTX_OPEN, &ctx);
     if (rc != FERRY_OK) {
         exit_code = 1;
         ctx = NULL;
@@ -263,16 +275,16 @@ int main(int argc, char **argv)
              * why a transport would not open. */
             fprintf(stderr, "ferry_info: could not open the transports: %s\n",
                     ferry_strerror(rc));
-            rc = rt_ctx_create(NULL, false, &ctx);
+            rc = api_ctx_create(NULL, 0, &ctx);
             if (rc != FERRY_OK) {
                 fprintf(stderr, "ferry_info: could not read the parameters: %s\n",
                         ferry_strerror(rc));
                 ctx = NULL;
             }
         }
-        print_transports(NULL);
+        print_transports(ctx, false);
     } else {
-        print_transports(ctx);
+        print_transports(ctx, true);
     }
 
     if (ctx != NULL) {

@@ -494,4 +494,5 @@ const ferry_btl_component_t btl_self_component = {
     .description = "loopback within one process",
     .register_params = self_register_params,
     .open = self_open,
+    .always_open = true,
 };
