@@ -59,7 +59,8 @@ struct api_state {
 
 /* api_ctx_create flags. */
 enum {
-    API_CTX_OPEN = 1u << 0 /* join the job and open the transports */
+    API_CTX_OPEN = 1u << 0,       /* join the job and open the transports */
+    API_CTX_ALL_MODULES = 1u << 1 /* load every module (ferry_info) */
 };
 
 /*

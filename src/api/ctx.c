@@ -48,7 +48,8 @@ int api_ctx_create(const ferry_init_params_t *params, unsigned flags, ferry_ctx_
         rc = FERRY_ERR_INVALID;
         goto err_fini;
     }
-    rc = btl_ctx_select(ctx, params->transports);
+    rc = btl_ctx_select(ctx, params->transports,
+                        (flags & API_CTX_ALL_MODULES) != 0 ? BTL_CTX_ALL_MODULES : 0);
     if (rc != FERRY_OK)
         goto err_fini;
     if ((flags & API_CTX_OPEN) == 0) {
@@ -56,7 +57,7 @@ int api_ctx_create(const ferry_init_params_t *params, unsigned flags, ferry_ctx_
         return FERRY_OK;
     }
 
-    rc = rt_modex_init(&ctx->log, &ctx->modex);
+    rc = rt_modex_open(&ctx->params, &ctx->modex);
     if (rc != FERRY_OK)
         goto err_fini;
     ctx->rank = rt_modex_rank(ctx->modex);

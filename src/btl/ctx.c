@@ -1,9 +1,10 @@
 /*
- * The transports of a context: which to open, opening them, the path to
- * each peer, progress and teardown.
+ * The transports of a context: which to open (and which modules to load for
+ * them), opening them, the path to each peer, progress and teardown.
  */
 #include "btl/ctx.h"
 
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,12 +57,51 @@ static int check_list(ferry_ctx_t *ctx, const char *list)
     return FERRY_OK;
 }
 
-int btl_ctx_select(ferry_ctx_t *ctx, const char *list)
+/* Does any device the module is for exist here? */
+static bool hardware_present(const btl_component_entry_t *e)
+{
+    for (const char *const *pat = e->hardware; pat != NULL && *pat != NULL; pat++) {
+        glob_t g;
+        int rc = glob(*pat, GLOB_NOSORT, NULL, &g);
+        size_t n = rc == 0 ? g.gl_pathc : 0;
+        if (rc == 0 || rc == GLOB_NOMATCH)
+            globfree(&g);
+        if (n > 0)
+            return true;
+    }
+    return false;
+}
+
+static int load_module(ferry_ctx_t *ctx, btl_slot_t *slot, bool named)
+{
+    char why[RT_MODULE_WHY_MAX];
+    const btl_component_entry_t *e = slot->entry;
+    int rc = rt_module_load(ctx->param_module_path, e->module, "btl", e->name, &slot->module,
+                            why);
+    if (rc == FERRY_OK) {
+        slot->comp = slot->module.info->entry;
+        rt_log(&ctx->log, RT_LOG_DEBUG, "transport %s: loaded %s", e->name, slot->module.path);
+        return FERRY_OK;
+    }
+    slot->load_status = rc;
+    slot->why_not = strdup(why);
+    if (named)
+        rt_log(&ctx->log, RT_LOG_ERROR, "transport %s, named in FERRY_BTL, cannot be used: %s",
+               e->name, why);
+    else
+        rt_log(&ctx->log, RT_LOG_INFO, "transport %s not used: %s", e->name, why);
+    return rc;
+}
+
+int btl_ctx_select(ferry_ctx_t *ctx, const char *list, unsigned flags)
 {
     int rc = rt_param_register_string(&ctx->params, "btl", "",
                                       "Transports to use, comma separated (self is always "
-                                      "used); empty: every transport built",
+                                      "used); empty: those built into the library, and each "
+                                      "module whose hardware is present",
                                       &ctx->param_btl);
+    if (rc == FERRY_OK)
+        rc = rt_module_register_params(&ctx->params, &ctx->param_module_path);
     if (rc != FERRY_OK)
         return rc;
     if (list == NULL)
@@ -79,15 +119,33 @@ int btl_ctx_select(ferry_ctx_t *ctx, const char *list)
     for (int i = 0; i < n; i++) {
         btl_slot_t *slot = &ctx->slots[i];
         const btl_component_entry_t *e = &btl_component_table[i];
+        bool named = list_has(list, e->name, strlen(e->name));
         slot->entry = e;
         slot->comp = e->builtin;
-        slot->wanted = list[0] == '\0' || list_has(list, e->name, strlen(e->name)) ||
-                       slot->comp->always_open;
+        if (e->builtin == NULL) {
+            bool load = named || (flags & BTL_CTX_ALL_MODULES) != 0 ||
+                        (list[0] == '\0' && hardware_present(e));
+            if (!load) {
+                slot->load_status = FERRY_ERR_NOT_FOUND;
+                slot->why_not = strdup(list[0] == '\0'
+                                           ? "not loaded: no device it is for was found here "
+                                             "(FERRY_BTL naming it loads it)"
+                                           : "not loaded: FERRY_BTL does not name it");
+                continue;
+            }
+            rc = load_module(ctx, slot, named);
+            if (rc == FERRY_ERR_NO_MEMORY || (rc != FERRY_OK && named))
+                return rc == FERRY_ERR_NO_MEMORY ? rc : FERRY_ERR_NOT_SUPPORTED;
+            if (rc != FERRY_OK)
+                continue;
+        }
+        slot->wanted = list[0] == '\0' || named || slot->comp->always_open;
     }
     /* Every transport's parameters are declared and checked, used or not,
      * so that ferry_info -a lists them and a bad value is never ignored. */
     for (int i = 0; i < n; i++) {
-        if ((rc = ctx->slots[i].comp->register_params(ctx)) != FERRY_OK)
+        const ferry_btl_component_t *comp = ctx->slots[i].comp;
+        if (comp != NULL && (rc = comp->register_params(ctx)) != FERRY_OK)
             return rc;
     }
     return FERRY_OK;
@@ -270,6 +328,10 @@ int btl_ctx_close(ferry_ctx_t *ctx)
     ctx->peers = NULL;
     ctx->n_modules = 0;
     ctx->n_polled = 0;
+    for (int i = 0; i < ctx->n_slots; i++) {
+        rt_module_unload(&ctx->slots[i].module);
+        free(ctx->slots[i].why_not);
+    }
     free(ctx->slots);
     ctx->slots = NULL;
     ctx->n_slots = 0;
