@@ -3,17 +3,31 @@
 # A transport is one folder, src/btl/<name>/, whose CMakeLists.txt probes
 # what it needs and makes one declaration:
 #
-#   ferry_transport(NAME sm
+#   ferry_transport(NAME sm          NAME first: a CONTRACT group has a NAME too
 #     SOURCES sm_module.c sm_endpoint.c ...
 #     [MODULE]                       built as the loadable module ferry_btl_<name>.so
 #     [LIBRARIES lib...] [INCLUDE_DIRS dir...] [COMPILE_OPTIONS opt...]
 #     [HARDWARE glob...]             MODULE only: devices it is for (see below)
-#     [DISABLED "reason"])           not built (when the reason is not empty)
+#     [DISABLED "reason"]            not built (when the reason is not empty): its
+#                                    tests are still declared and report SKIPPED
+#     [CONTRACT [NAME label] NP n... [ENV VAR=VALUE...] [CASES case,...] [TIMEOUT s]]...
+#     [FUZZ harness.c...])
 #
 # and src/btl/CMakeLists.txt lists the folder in its one line of transports.
-# Its code goes into the library (or into its module, and into the static
-# library), and the generated transport table (src/btl/components.c.in)
-# lists it.
+# Nothing else outside the folder names it:
+# - its code goes into the library (or into its module, and into the static
+#   library), and the generated transport table (src/btl/components.c.in)
+#   lists it;
+# - each CONTRACT group stamps out the contract suite (tests/contract) for
+#   it, one CTest entry per process count: contract_<name> for one process
+#   without a NAME label, contract_<name>[_<label>]_np<n> otherwise; ENV
+#   runs it under ferryrun with those variables set;
+# - its folder's tests/CMakeLists.txt, when there is one, joins the suite
+#   (added from tests/CMakeLists.txt, where ferry_contract_test() for
+#   further contract runs, ferryrun and the test programs are known);
+# - its manual page ferry-<name>.7, when there is one, is installed in man7;
+# - FUZZ harnesses go to ferry_add_fuzzer (cmake/fuzz.cmake) when the build
+#   has it.
 #
 # MODULE: for a transport that needs a foreign library (ofi: libfabric). The
 # shared library then does not link that library; the module does, and is
@@ -101,8 +115,27 @@ function(_ferry_check_name what name)
 endfunction()
 
 function(ferry_transport)
+  # CONTRACT groups first: each runs from its keyword to the next CONTRACT,
+  # FUZZ or the end.
+  set(rest "")
+  set(groups 0)
+  set(in_contract FALSE)
+  foreach(a IN LISTS ARGN)
+    if(a STREQUAL "CONTRACT")
+      math(EXPR groups "${groups} + 1")
+      set(group_${groups} "")
+      set(in_contract TRUE)
+    elseif(in_contract AND a MATCHES "^(FUZZ|SOURCES|LIBRARIES|INCLUDE_DIRS|COMPILE_OPTIONS|HARDWARE|MODULE|DISABLED)$")
+      set(in_contract FALSE)
+      list(APPEND rest "${a}")
+    elseif(in_contract)
+      list(APPEND group_${groups} "${a}")
+    else()
+      list(APPEND rest "${a}")
+    endif()
+  endforeach()
   cmake_parse_arguments(arg "MODULE" "NAME;DISABLED"
-                        "SOURCES;LIBRARIES;INCLUDE_DIRS;COMPILE_OPTIONS;HARDWARE" ${ARGN})
+                        "SOURCES;LIBRARIES;INCLUDE_DIRS;COMPILE_OPTIONS;HARDWARE;FUZZ" ${rest})
   if(arg_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "ferry_transport: unexpected arguments ${arg_UNPARSED_ARGUMENTS}")
   endif()
@@ -112,8 +145,28 @@ function(ferry_transport)
   if(t IN_LIST known)
     message(FATAL_ERROR "ferry_transport: transport '${t}' declared twice")
   endif()
+  set(indexes "")
+  if(groups GREATER 0)
+    foreach(i RANGE 1 ${groups})
+      list(APPEND indexes ${i})
+      cmake_parse_arguments(c "" "NAME;TIMEOUT;CASES" "NP;ENV" ${group_${i}})
+      if(NOT c_NP OR c_UNPARSED_ARGUMENTS)
+        message(FATAL_ERROR "ferry_transport(${t}): CONTRACT wants NP n... "
+                            "[NAME label] [ENV VAR=VALUE...] [CASES list] [TIMEOUT s]")
+      endif()
+    endforeach()
+  endif()
+
   set_property(GLOBAL APPEND PROPERTY FERRY_TRANSPORTS ${t})
   set_property(GLOBAL PROPERTY FERRY_TRANSPORT_${t}_DIR ${CMAKE_CURRENT_SOURCE_DIR})
+  set_property(GLOBAL PROPERTY FERRY_TRANSPORT_${t}_CONTRACTS ${groups})
+  foreach(i IN LISTS indexes)
+    set_property(GLOBAL PROPERTY FERRY_TRANSPORT_${t}_CONTRACT_${i} "${group_${i}}")
+  endforeach()
+  if(arg_FUZZ)
+    list(TRANSFORM arg_FUZZ PREPEND ${CMAKE_CURRENT_SOURCE_DIR}/)
+    set_property(GLOBAL PROPERTY FERRY_TRANSPORT_${t}_FUZZ ${arg_FUZZ})
+  endif()
 
   if(NOT "${arg_DISABLED}" STREQUAL "")
     set_property(GLOBAL PROPERTY FERRY_TRANSPORT_${t}_KIND disabled)
@@ -138,6 +191,9 @@ function(ferry_transport)
     set_property(GLOBAL PROPERTY FERRY_TRANSPORT_${t}_KIND builtin)
     _ferry_builtin(${code})
     message(STATUS "ferry transport ${t}: built in")
+  endif()
+  if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/ferry-${t}.7)
+    install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/ferry-${t}.7 DESTINATION ${CMAKE_INSTALL_MANDIR}/man7)
   endif()
 endfunction()
 

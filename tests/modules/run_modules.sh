@@ -1,7 +1,7 @@
 #!/bin/sh
 # usage: run_modules.sh CASE HELLO=... FERRY_INFO=... LIB=... MODDIR=... FAKES=...
 #                       HAVE_OFI=0|1 HAVE_PMIX=0|1 BUILD=... SRC=... LIBDIR=...
-#                       CMAKE=... CC=... CFLAGS=...
+#                       MANDIR=... CMAKE=... CC=... CFLAGS=...
 # One case of the module loader's tests (CMakeLists.txt). LIB is the built
 # libferry.so; a copy of it in a folder of this test's own has no modules
 # beside it, and LD_LIBRARY_PATH makes the programs load that copy. FAKES
@@ -138,7 +138,8 @@ installed)
     prefix=$tmp/prefix
     run "$CMAKE" --install "$BUILD" --prefix "$prefix"
     [ "$STATUS" -eq 0 ] || fail "cmake --install failed"
-    for f in "$LIBDIR/ferry/ferry_btl_ofi.so"; do
+    for f in "$LIBDIR/ferry/ferry_btl_ofi.so" "$MANDIR/man7/ferry-self.7" \
+             "$MANDIR/man7/ferry-sm.7" "$MANDIR/man7/ferry-tcp.7" "$MANDIR/man7/ferry-ofi.7"; do
         [ -e "$prefix/$f" ] || fail "$f was not installed"
     done
     if [ "$HAVE_PMIX" = 1 ] && [ ! -e "$prefix/$LIBDIR/ferry/ferry_modex_pmix.so" ]; then

@@ -292,7 +292,7 @@ static const ferry_btl_ops_t ofi_ops = {
 /* ---- opening ---- */
 
 /* Does the provider refuse an access through a released registration's key
- * with an error completion, and nothing worse? The rule (docs/ofi.md,
+ * with an error completion, and nothing worse? The rule (README.md,
  * Limits): software providers do not. shm (1.17) checks no key on its
  * cross-memory-attach path and writes into the released memory; tcp (and
  * ofi_rxm over it) checks the key but answers a bad one by closing the

@@ -14,7 +14,7 @@
 
 #include <ferry/ferry.h>
 
-#include "../unit/check.h"
+#include "unit/check.h"
 #include "btl/sm/sm.h"
 
 #define TAG 40

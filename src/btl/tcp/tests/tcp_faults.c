@@ -37,7 +37,7 @@
 
 #include <ferry/ferry.h>
 
-#include "../unit/check.h"
+#include "unit/check.h"
 #include "btl/tcp/tcp.h"
 #include "btl/ctx.h"
 #include "rt/modex.h"

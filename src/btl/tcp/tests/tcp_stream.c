@@ -29,7 +29,7 @@
 
 #include <ferry/ferry.h>
 
-#include "../unit/check.h"
+#include "unit/check.h"
 
 #define TAG_DATA 30
 #define TAG_ZONE 31
