@@ -26,8 +26,9 @@
 #   (added from tests/CMakeLists.txt, where ferry_contract_test() for
 #   further contract runs, ferryrun and the test programs are known);
 # - its manual page ferry-<name>.7, when there is one, is installed in man7;
-# - FUZZ harnesses go to ferry_add_fuzzer (cmake/fuzz.cmake) when the build
-#   has it.
+# - each FUZZ harness h.c becomes fuzz_<name>_h through ferry_add_fuzzer
+#   (cmake/fuzz.cmake) when the build has it, with its corpus in the
+#   folder's tests/fuzz/h/ (tests/CMakeLists.txt).
 #
 # MODULE: for a transport that needs a foreign library (ofi: libfabric). The
 # shared library then does not link that library; the module does, and is
