@@ -5,9 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "api/api.h"
 #include "btl/base.h"
+
+static int ctx_destroy(ferry_ctx_t *ctx);
 
 int api_ctx_create(const ferry_init_params_t *params, unsigned flags, ferry_ctx_t **ctx_out)
 {
@@ -30,6 +33,7 @@ int api_ctx_create(const ferry_init_params_t *params, unsigned flags, ferry_ctx_
     ferry_ctx_t *ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL)
         return FERRY_ERR_NO_MEMORY;
+    ctx->magic = BTL_CTX_MAGIC;
     ctx->thread_level = params->thread_level;
     ctx->size = 1;
     rt_log_init(&ctx->log);
@@ -48,11 +52,29 @@ int api_ctx_create(const ferry_init_params_t *params, unsigned flags, ferry_ctx_
         rc = FERRY_ERR_INVALID;
         goto err_fini;
     }
+    const char *label = NULL;
+    rc = rt_param_register_string(&ctx->params, "job_label", "",
+                                  "A label put before the job id in the names of the job's "
+                                  "shared-memory segments (/dev/shm/ferry-LABEL.JOBID-...), so "
+                                  "that a test suite finds its own: up to 32 letters, digits, "
+                                  "'_' or '-'; empty: none",
+                                  &label);
+    if (rc != FERRY_OK)
+        goto err_fini;
+    if (label[0] != '\0' && !rt_modex_label_valid(label)) {
+        rt_log(&ctx->log, RT_LOG_ERROR,
+               "FERRY_JOB_LABEL='%.64s%s' is not a label (expected 1 to %d letters, digits, "
+               "'_' or '-')",
+               label, strlen(label) > 64 ? "..." : "", RT_MODEX_LABEL_MAX);
+        rc = FERRY_ERR_INVALID;
+        goto err_fini;
+    }
     rc = btl_ctx_select(ctx, params->transports,
                         (flags & API_CTX_ALL_MODULES) != 0 ? BTL_CTX_ALL_MODULES : 0);
     if (rc != FERRY_OK)
         goto err_fini;
     if ((flags & API_CTX_OPEN) == 0) {
+        rt_params_check_env(&ctx->params, environ, RT_LOG_WARN);
         *ctx_out = ctx;
         return FERRY_OK;
     }
@@ -60,9 +82,13 @@ int api_ctx_create(const ferry_init_params_t *params, unsigned flags, ferry_ctx_
     rc = rt_modex_open(&ctx->params, &ctx->modex);
     if (rc != FERRY_OK)
         goto err_fini;
+    rt_modex_label_job_id(ctx->modex, label);
     ctx->rank = rt_modex_rank(ctx->modex);
     ctx->size = rt_modex_size(ctx->modex);
     ctx->log.rank = ctx->rank;
+    /* Every parameter is registered by now. Rank 0 speaks for the job, so
+     * that a misspelt variable is reported once, not by every rank. */
+    rt_params_check_env(&ctx->params, environ, ctx->rank == 0 ? RT_LOG_WARN : RT_LOG_DEBUG);
     if ((rc = btl_ctx_open(ctx)) != FERRY_OK || (rc = rt_modex_commit(ctx->modex)) != FERRY_OK ||
         (rc = rt_modex_fence(ctx->modex)) != FERRY_OK)
         goto err_fini;
@@ -71,13 +97,13 @@ int api_ctx_create(const ferry_init_params_t *params, unsigned flags, ferry_ctx_
 
 err_fini:
     ctx->api = NULL;
-    ferry_finalize(ctx);
+    ctx_destroy(ctx);
     return rc;
 }
 
 int ferry_set_error_cb(ferry_ctx_t *ctx, ferry_error_cb_t cb, void *arg)
 {
-    if (ctx == NULL)
+    if (!api_ctx_live(ctx))
         return FERRY_ERR_INVALID;
     ctx->error_cb = cb;
     ctx->error_arg = cb != NULL ? arg : NULL;
@@ -94,19 +120,17 @@ int ferry_init(const ferry_init_params_t *params, ferry_ctx_t **ctx_out)
         return rc;
     if ((rc = api_state_init(ctx)) != FERRY_OK ||
         (rc = btl_ctx_add_procs(ctx, api_am_dispatch)) != FERRY_OK) {
-        ferry_finalize(ctx);
+        ctx_destroy(ctx);
         return rc;
     }
     *ctx_out = ctx;
     return FERRY_OK;
 }
 
-int ferry_finalize(ferry_ctx_t *ctx)
+/* Tears down whatever of ctx exists (safe on a half-built one), clears its
+ * magic and frees it. */
+static int ctx_destroy(ferry_ctx_t *ctx)
 {
-    if (ctx == NULL)
-        return FERRY_OK;
-    if (ctx->in_callback > 0)
-        return FERRY_ERR_BUSY;
     if (ctx->api != NULL && ctx->peers != NULL) {
         ferry_flush(ctx, -1);
         /* Nobody tears down while a peer may still send to it. */
@@ -119,23 +143,51 @@ int ferry_finalize(ferry_ctx_t *ctx)
     int rc = btl_ctx_close(ctx);
     rt_modex_fini(ctx->modex);
     rt_params_fini(&ctx->params);
+    /* A volatile store, so that the compiler keeps it although the memory
+     * is freed next: a stale copy of the handle then fails the check. */
+    *(volatile uint64_t *)&ctx->magic = 0;
     free(ctx);
     return rc;
 }
 
+int ferry_finalize(ferry_ctx_t **ctx_p)
+{
+    if (ctx_p == NULL || *ctx_p == NULL)
+        return FERRY_OK;
+    ferry_ctx_t *ctx = *ctx_p;
+    if (!api_ctx_live(ctx))
+        return FERRY_ERR_INVALID;
+    if (ctx->in_callback > 0)
+        return FERRY_ERR_BUSY;
+    /* The caller's handle goes first: whatever happens below, it can no
+     * longer reach the memory freed. */
+    *ctx_p = NULL;
+    return ctx_destroy(ctx);
+}
+
+bool api_ctx_refuse(const ferry_ctx_t *ctx)
+{
+    if (ctx != NULL)
+        rt_log(NULL, RT_LOG_ERROR,
+               "a ferry context handle (%p) that is not a live context was passed: used after "
+               "ferry_finalize?",
+               (const void *)ctx);
+    return false;
+}
+
 int ferry_rank(const ferry_ctx_t *ctx)
 {
-    return ctx != NULL ? ctx->rank : FERRY_ERR_INVALID;
+    return api_ctx_live(ctx) ? ctx->rank : FERRY_ERR_INVALID;
 }
 
 int ferry_size(const ferry_ctx_t *ctx)
 {
-    return ctx != NULL ? ctx->size : FERRY_ERR_INVALID;
+    return api_ctx_live(ctx) ? ctx->size : FERRY_ERR_INVALID;
 }
 
 int ferry_progress(ferry_ctx_t *ctx)
 {
-    if (ctx == NULL)
+    if (!api_ctx_live(ctx))
         return FERRY_ERR_INVALID;
     if (ctx->in_callback > 0)
         return 0;
@@ -186,7 +238,7 @@ void api_barrier_recv(ferry_ctx_t *ctx, const void *data, size_t len)
 
 int ferry_barrier(ferry_ctx_t *ctx)
 {
-    if (ctx == NULL)
+    if (!api_ctx_live(ctx))
         return FERRY_ERR_INVALID;
     if (ctx->in_callback > 0)
         return FERRY_ERR_BUSY;

@@ -35,8 +35,10 @@ static const btl_component_entry_t *find_entry(const char *name, size_t len)
     return NULL;
 }
 
-/* Every name in the list must be a transport of the table. */
-static int check_list(ferry_ctx_t *ctx, const char *list)
+/* Every name in the list must be a transport of the table. source names
+ * where the list came from (the variable or the init parameter), for the
+ * message. */
+static int check_list(ferry_ctx_t *ctx, const char *list, const char *source)
 {
     for (const char *p = list; *p != '\0';) {
         const char *end = strchr(p, ',');
@@ -48,8 +50,16 @@ static int check_list(ferry_ctx_t *ctx, const char *list)
                     strncat(built, ",", sizeof(built) - strlen(built) - 1);
                 strncat(built, e->name, sizeof(built) - strlen(built) - 1);
             }
-            rt_log(&ctx->log, RT_LOG_ERROR, "transport '%.*s' (in '%s') is not built; built: %s",
-                   (int)len, p, list, built);
+            /* The value may be anything; at most 64 characters of it are shown. */
+            const char *more = strlen(list) > 64 ? "..." : "";
+            if (len == 0)
+                rt_log(&ctx->log, RT_LOG_ERROR,
+                       "%s='%.64s%s': an empty transport name (expected a comma list of: %s)",
+                       source, list, more, built);
+            else
+                rt_log(&ctx->log, RT_LOG_ERROR,
+                       "%s='%.64s%s': transport '%.*s%s' is not built (built: %s)", source,
+                       list, more, (int)(len < 64 ? len : 64), p, len > 64 ? "..." : "", built);
             return FERRY_ERR_INVALID;
         }
         p += len + (end != NULL ? 1 : 0);
@@ -72,7 +82,7 @@ static bool hardware_present(const btl_component_entry_t *e)
     return false;
 }
 
-static int load_module(ferry_ctx_t *ctx, btl_slot_t *slot, bool named)
+static int load_module(ferry_ctx_t *ctx, btl_slot_t *slot, const char *named_in)
 {
     char why[RT_MODULE_WHY_MAX];
     const btl_component_entry_t *e = slot->entry;
@@ -85,9 +95,9 @@ static int load_module(ferry_ctx_t *ctx, btl_slot_t *slot, bool named)
     }
     slot->load_status = rc;
     slot->why_not = strdup(why);
-    if (named)
-        rt_log(&ctx->log, RT_LOG_ERROR, "transport %s, named in FERRY_BTL, cannot be used: %s",
-               e->name, why);
+    if (named_in != NULL)
+        rt_log(&ctx->log, RT_LOG_ERROR, "transport %s, named in %s, cannot be used: %s",
+               e->name, named_in, why);
     else
         rt_log(&ctx->log, RT_LOG_INFO, "transport %s not used: %s", e->name, why);
     return rc;
@@ -104,9 +114,10 @@ int btl_ctx_select(ferry_ctx_t *ctx, const char *list, unsigned flags)
         rc = rt_module_register_params(&ctx->params, &ctx->param_module_path);
     if (rc != FERRY_OK)
         return rc;
+    const char *source = list != NULL ? "ferry_init_params_t.transports" : "FERRY_BTL";
     if (list == NULL)
         list = ctx->param_btl;
-    if ((rc = check_list(ctx, list)) != FERRY_OK)
+    if ((rc = check_list(ctx, list, source)) != FERRY_OK)
         return rc;
 
     int n = 0;
@@ -133,7 +144,7 @@ int btl_ctx_select(ferry_ctx_t *ctx, const char *list, unsigned flags)
                                            : "not loaded: FERRY_BTL does not name it");
                 continue;
             }
-            rc = load_module(ctx, slot, named);
+            rc = load_module(ctx, slot, named ? source : NULL);
             if (rc == FERRY_ERR_NO_MEMORY || (rc != FERRY_OK && named))
                 return rc == FERRY_ERR_NO_MEMORY ? rc : FERRY_ERR_NOT_SUPPORTED;
             if (rc != FERRY_OK)

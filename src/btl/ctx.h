@@ -10,6 +10,7 @@
 #define BTL_CTX_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include <ferry/btl.h>
 #include <ferry/ferry.h>
@@ -55,7 +56,13 @@ typedef struct btl_slot {
     char *why_not;                     /* that reason in one line (malloc'd), or NULL */
 } btl_slot_t;
 
+/* What a live context holds in its magic field. */
+#define BTL_CTX_MAGIC 0x666572727963747full /* "ferryctx" */
+
 struct ferry_ctx {
+    /* BTL_CTX_MAGIC from creation until finalize clears it, just before the
+     * context is freed: the API's cheap check against a stale handle. */
+    uint64_t magic;
     rt_log_t log;
     rt_params_t params;
     rt_modex_t *modex;
@@ -97,10 +104,11 @@ enum {
  * empty list every transport built into the library and each module whose
  * hardware is present; a component that is always_open is chosen in any
  * case. Loads the modules chosen and registers the parameters of every
- * transport it has. FERRY_ERR_INVALID when the list names a transport this
- * build does not have; FERRY_ERR_NOT_SUPPORTED when it names one whose
- * module cannot be loaded (the reason logged in one line at error level;
- * a module nobody named that fails is logged at info level).
+ * transport it has. FERRY_ERR_INVALID when the list names a transport this build does not
+ * have, logged naming where the list came from (FERRY_BTL or
+ * ferry_init_params_t.transports); FERRY_ERR_NOT_SUPPORTED when it names
+ * one whose module cannot be loaded (the reason logged in one line at error
+ * level; a module nobody named that fails is logged at info level).
  */
 int btl_ctx_select(ferry_ctx_t *ctx, const char *list, unsigned flags);
 

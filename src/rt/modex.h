@@ -2,7 +2,7 @@
  * Address exchange (modex): each process puts key/value blobs, commits them,
  * and after a fence (a barrier across the job) reads any process's blobs.
  *
- * Backends, chosen by rt_modex_init from the environment:
+ * Backends, chosen by rt_modex_open from the environment:
  * - pmi1: the PMI-1 wire protocol, over the descriptor in PMI_FD (as set by
  *   ferryrun and MPICH's mpiexec.hydra, with PMI_RANK and PMI_SIZE) or a
  *   TCP address in PMI_PORT ("host:port", with PMI_ID as the rank);
@@ -20,6 +20,7 @@
 #ifndef RT_MODEX_H
 #define RT_MODEX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "rt/log.h"
@@ -51,6 +52,16 @@ const char *rt_modex_backend(const rt_modex_t *mx);
 /* The job's identity (the PMI kvs name, or "singleton-PID"); stable across the
  * job, different between jobs, at most 255 characters of [A-Za-z0-9_.-]. */
 const char *rt_modex_job_id(const rt_modex_t *mx);
+
+/* Puts label and a '.' in front of the job id, whatever backend made it, so
+ * that the job's resources named after it (sm's segments) carry the label.
+ * label must be rt_modex_label_valid; empty or NULL leaves the id alone. */
+void rt_modex_label_job_id(rt_modex_t *mx, const char *label);
+
+/* Labels are 1 to RT_MODEX_LABEL_MAX letters, digits, '_' or '-' (no '.',
+ * which ends the label in a name). */
+#define RT_MODEX_LABEL_MAX 32
+bool rt_modex_label_valid(const char *label);
 
 /* Stores a value under key for this rank. key: 1..63 characters of
  * [A-Za-z0-9_.-]; val may be empty. Overwrites an earlier put of the key;
