@@ -74,6 +74,12 @@ int api_ctx_create(const ferry_init_params_t *params, unsigned flags, ferry_ctx_
     if (rc != FERRY_OK)
         goto err_fini;
     if ((flags & API_CTX_OPEN) == 0) {
+        /* No job is joined, but the launcher interface's variables are
+         * still ferry's own: declared, so that they are listed and not
+         * taken for misspellings. */
+        rc = rt_modex_register_params(&ctx->params);
+        if (rc != FERRY_OK)
+            goto err_fini;
         rt_params_check_env(&ctx->params, environ, RT_LOG_WARN);
         *ctx_out = ctx;
         return FERRY_OK;

@@ -153,10 +153,17 @@ int btl_ctx_select(ferry_ctx_t *ctx, const char *list, unsigned flags)
         slot->wanted = list[0] == '\0' || named || slot->comp->always_open;
     }
     /* Every transport's parameters are declared and checked, used or not,
-     * so that ferry_info -a lists them and a bad value is never ignored. */
+     * so that ferry_info -a lists them and a bad value is never ignored. A
+     * module not loaded declares none here: its variables (FERRY_OFI_* for
+     * ofi) are left alone by the check for misspelt ones, so that a user's
+     * setting for it is not reported as unknown. */
     for (int i = 0; i < n; i++) {
         const ferry_btl_component_t *comp = ctx->slots[i].comp;
-        if (comp != NULL && (rc = comp->register_params(ctx)) != FERRY_OK)
+        if (comp != NULL)
+            rc = comp->register_params(ctx);
+        else
+            rc = rt_params_skip_prefix(&ctx->params, ctx->slots[i].entry->name);
+        if (rc != FERRY_OK)
             return rc;
     }
     return FERRY_OK;

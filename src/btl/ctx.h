@@ -104,7 +104,9 @@ enum {
  * empty list every transport built into the library and each module whose
  * hardware is present; a component that is always_open is chosen in any
  * case. Loads the modules chosen and registers the parameters of every
- * transport it has. FERRY_ERR_INVALID when the list names a transport this build does not
+ * transport it has; the variables of a module not loaded are left to it
+ * (rt_params_skip_prefix: FERRY_OFI_* are not taken for misspellings).
+ * FERRY_ERR_INVALID when the list names a transport this build does not
  * have, logged naming where the list came from (FERRY_BTL or
  * ferry_init_params_t.transports); FERRY_ERR_NOT_SUPPORTED when it names
  * one whose module cannot be loaded (the reason logged in one line at error

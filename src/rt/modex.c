@@ -123,6 +123,33 @@ static int modex_register_params(rt_params_t *params, modex_params_t *p)
     return rc;
 }
 
+/* Leaves the variables of every backend in a module other than loaded
+ * (NULL: none is) to the modules: their parameters are not declared here. */
+static int modex_skip_modules(rt_params_t *params, const rt_module_t *loaded)
+{
+    for (const rt_modex_entry_t *e = rt_modex_backends; e->name != NULL; e++) {
+        if (e->builtin != NULL ||
+            (loaded != NULL && loaded->info != NULL && strcmp(loaded->info->name, e->name) == 0)) {
+            continue;
+        }
+        int rc = rt_params_skip_prefix(params, e->name);
+        if (rc != FERRY_OK) {
+            return rc;
+        }
+    }
+    return FERRY_OK;
+}
+
+int rt_modex_register_params(rt_params_t *params)
+{
+    if (params == NULL) {
+        return FERRY_ERR_INVALID;
+    }
+    modex_params_t p;
+    int rc = modex_register_params(params, &p);
+    return rc == FERRY_OK ? modex_skip_modules(params, NULL) : rc;
+}
+
 /* A backend of the generated table: its code, or its module loaded into
  * *mod. FERRY_ERR_NOT_FOUND when this build has none of that name; other
  * errors leave the reason in why. */
@@ -227,7 +254,11 @@ int rt_modex_open(rt_params_t *params, rt_modex_t **mx_out)
     rt_module_t mod = {0};
     const rt_modex_backend_t *backend = NULL;
     rc = modex_pick_backend(log, &p, &mod, &backend);
+    if (rc == FERRY_OK) {
+        rc = modex_skip_modules(params, &mod);
+    }
     if (rc != FERRY_OK) {
+        rt_module_unload(&mod);
         return rc;
     }
     rt_modex_t *mx = calloc(1, sizeof(*mx));

@@ -37,6 +37,12 @@ typedef struct rt_modex rt_modex_t;
  * in one line). */
 int rt_modex_open(rt_params_t *params, rt_modex_t **mx_out);
 
+/* Declares the modex's parameters in params, as rt_modex_open does, without
+ * joining a job (for a context that only inspects, as ferry_info's). The
+ * variables of the backends in modules (none of which is loaded) are left
+ * unchecked (rt_params_skip_prefix). */
+int rt_modex_register_params(rt_params_t *params);
+
 /* rt_modex_open with a registry of its own, for programs without a context. */
 int rt_modex_init(const rt_log_t *log, rt_modex_t **mx_out);
 

@@ -101,6 +101,31 @@ modex_auto)
     run "$alone" PMIX_RANK=0 PMI_PORT=127.0.0.1:1 PMI_ID=0 FERRY_LOG_LEVEL=info "$HELLO"
     grep -q "PMI-1 through PMI_PORT instead" "$ERR" || fail "no fallback to PMI_PORT"
     ;;
+unloaded_vars)
+    # A module's variables are its parameters: while it is not loaded they
+    # are left alone (ofi not found, or not asked for); once it is, a
+    # misspelt one is warned about like any other. Names that only look
+    # like them are still looked at.
+    need_ofi
+    run "$alone" FERRY_OFI_PROVIDER=shm FERRY_OFI_TX_SLOTS=8 FERRY_OFIX_A=1 "$HELLO"
+    [ "$STATUS" -eq 0 ] || fail "exited $STATUS"
+    grep -q "FERRY_OFI_" "$ERR" && fail "a variable of the ofi module, not loaded, was warned about"
+    grep -q "FERRY_OFIX_A is set but is not a ferry parameter" "$ERR" ||
+        fail "FERRY_OFIX_A was not warned about"
+    run FERRY_BTL=self,sm FERRY_OFI_PROVIDER=shm "$HELLO"
+    [ "$STATUS" -eq 0 ] || fail "exited $STATUS"
+    grep -q "not a ferry parameter" "$ERR" && fail "FERRY_OFI_PROVIDER was warned about"
+    run FERRY_BTL=self,ofi FERRY_OFI_PROVIDER=shm FERRY_OFI_PROVIDR=shm "$HELLO"
+    [ "$STATUS" -eq 0 ] || fail "exited $STATUS"
+    grep -q "FERRY_OFI_PROVIDR is set but is not a ferry parameter; did you mean FERRY_OFI_PROVIDER?" \
+        "$ERR" || fail "a misspelt variable of the loaded ofi module was not warned about"
+    grep -q "FERRY_OFI_PROVIDER is set" "$ERR" && fail "FERRY_OFI_PROVIDER was warned about"
+    if [ "$HAVE_PMIX" = 1 ]; then
+        run "$alone" FERRY_PMIX_ANYTHING=1 "$HELLO"
+        grep -q "not a ferry parameter" "$ERR" &&
+            fail "a variable of the pmix module, not loaded, was warned about"
+    fi
+    ;;
 info_missing)
     need_ofi
     run "$alone" "$FERRY_INFO"
