@@ -4,6 +4,8 @@
 #   make test      build with warnings as errors and run the test suite
 #   make asan      the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make tsan      the test suite under ThreadSanitizer
+#   make fuzz      build the libFuzzer harnesses with clang and run each for
+#                  FUZZ_SECONDS (default 60) over its corpus
 #   make install   install the Release build (PREFIX=/usr/local by default)
 #   make deps      only install the missing Debian packages (.ci/packages)
 #   make clean     remove every build folder
@@ -34,10 +36,14 @@ DEMO_DIR := build
 TEST_DIR := build-test
 ASAN_DIR := build-asan
 TSAN_DIR := build-tsan
+FUZZ_DIR := build-fuzz
 # Which tests make tsan runs (ctest arguments); empty: all of them.
 TSAN_TESTS ?=
+# How long make fuzz runs each harness, in seconds, and which (empty: all).
+FUZZ_SECONDS ?= 60
+FUZZERS ?=
 
-.PHONY: all demo test asan tsan install deps clean build-release
+.PHONY: all demo test asan tsan fuzz install deps clean build-release
 
 all: build-release
 
@@ -103,6 +109,17 @@ tsan: deps
 	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	    $$norand $(CTEST) --output-on-failure -j $(CTEST_JOBS) $(TSAN_TESTS)
 
+# libFuzzer harnesses (cmake/fuzz.cmake): every object instrumented and
+# sanitized, optimised lightly with assertions kept; each harness runs for
+# FUZZ_SECONDS from its committed corpus (tests/fuzz/run_fuzzers.sh), which
+# prints the executions and edge coverage of each. A crash fails the run
+# and leaves its input in build-fuzz/fuzz-artifacts/.
+fuzz: deps
+	$(CMAKE) -S . -B $(FUZZ_DIR) -DCMAKE_C_COMPILER=clang -DFERRY_FUZZ=ON -DFERRY_WERROR=ON \
+	    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" $(CMAKE_ARGS)
+	$(CMAKE) --build $(FUZZ_DIR) -j $(JOBS) --target fuzzers
+	sh tests/fuzz/run_fuzzers.sh $(FUZZ_DIR) $(FUZZ_SECONDS) $(FUZZERS)
+
 # Configured with the prefix so that GNUInstallDirs picks the library folder
 # the system expects there (lib/<multiarch> under /usr on Debian).
 install: build-release
@@ -111,4 +128,4 @@ install: build-release
 	$(CMAKE) --install $(DEMO_DIR)
 
 clean:
-	rm -rf $(DEMO_DIR) $(TEST_DIR) $(ASAN_DIR) $(TSAN_DIR) build-clang
+	rm -rf $(DEMO_DIR) $(TEST_DIR) $(ASAN_DIR) $(TSAN_DIR) $(FUZZ_DIR) build-clang

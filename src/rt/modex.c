@@ -240,6 +240,31 @@ static int modex_pick_backend(const rt_log_t *log, const modex_params_t *p, rt_m
     return FERRY_OK;
 }
 
+/* Takes the job's secret out of the environment: decodes it into mx and
+ * overwrites the variable's value where it lies before removing it, so
+ * that neither programs this one starts nor /proc/PID/environ (which shows
+ * the original block, whatever unsetenv does) still hold it. A malformed
+ * secret is an error: the launcher and this rank disagree on the format. */
+static int modex_take_secret(rt_modex_t *mx)
+{
+    char *text = getenv(RT_AUTH_SECRET_ENV);
+    if (text == NULL) {
+        return FERRY_OK;
+    }
+    int rc = rt_auth_hex_decode(text, mx->secret, sizeof(mx->secret));
+    rt_auth_wipe(text, strlen(text));
+    unsetenv(RT_AUTH_SECRET_ENV);
+    if (rc != FERRY_OK) {
+        rt_log(mx->log, RT_LOG_ERROR,
+               "modex: %s is not a secret of %d hex digits; the launcher and this rank "
+               "disagree",
+               RT_AUTH_SECRET_ENV, RT_AUTH_HEX_LEN);
+        return FERRY_ERR_LAUNCHER;
+    }
+    mx->have_secret = true;
+    return FERRY_OK;
+}
+
 int rt_modex_open(rt_params_t *params, rt_modex_t **mx_out)
 {
     if (params == NULL || mx_out == NULL) {
@@ -270,7 +295,10 @@ int rt_modex_open(rt_params_t *params, rt_modex_t **mx_out)
     mx->rank = -1;
     mx->module = mod;
     mx->pmi_timeout = p.pmi_timeout;
-    rc = backend->init(mx);
+    rc = modex_take_secret(mx);
+    if (rc == FERRY_OK) {
+        rc = backend->init(mx);
+    }
     mx->pmi_timeout = NULL;
     if (rc != FERRY_OK) {
         rt_modex_fini(mx);
@@ -311,6 +339,7 @@ void rt_modex_fini(rt_modex_t *mx)
         free(kv);
         kv = next;
     }
+    rt_auth_wipe(mx->secret, sizeof(mx->secret));
     free(mx);
 }
 
@@ -332,6 +361,18 @@ const char *rt_modex_backend(const rt_modex_t *mx)
 const char *rt_modex_job_id(const rt_modex_t *mx)
 {
     return mx != NULL ? mx->job_id : "";
+}
+
+int rt_modex_job_secret(const rt_modex_t *mx, uint8_t *secret_out)
+{
+    if (mx == NULL || secret_out == NULL) {
+        return FERRY_ERR_INVALID;
+    }
+    if (!mx->have_secret) {
+        return FERRY_ERR_NOT_FOUND;
+    }
+    memcpy(secret_out, mx->secret, sizeof(mx->secret));
+    return FERRY_OK;
 }
 
 static rt_modex_kv_t *modex_find_local(const rt_modex_t *mx, const char *key)

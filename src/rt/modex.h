@@ -22,6 +22,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "rt/log.h"
 #include "rt/params.h"
@@ -68,6 +69,12 @@ void rt_modex_label_job_id(rt_modex_t *mx, const char *label);
  * which ends the label in a name). */
 #define RT_MODEX_LABEL_MAX 32
 bool rt_modex_label_valid(const char *label);
+
+/* The job's secret (RT_AUTH_KEY_LEN bytes) into secret_out, when the
+ * launcher gave one: ferryrun does, in FERRY_JOB_SECRET, which rt_modex_init
+ * reads and wipes from the environment. FERRY_ERR_NOT_FOUND under launchers
+ * that give none (hydra, Slurm, mpirun, a singleton). */
+int rt_modex_job_secret(const rt_modex_t *mx, uint8_t *secret_out);
 
 /* Stores a value under key for this rank. key: 1..63 characters of
  * [A-Za-z0-9_.-]; val may be empty. Overwrites an earlier put of the key;

@@ -10,6 +10,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <stdint.h>
+
+#include "rt/auth.h"
 #include "rt/log.h"
 #include "rt/modex.h"
 #include "rt/module.h"
@@ -61,6 +64,10 @@ struct rt_modex {
      * the backend's init runs. */
     const char *pmi_timeout;
     rt_module_t module; /* the backend's module, when it came from one */
+    /* The job's secret, when the launcher gave one (FERRY_JOB_SECRET; read
+     * and wiped from the environment before the backend starts). */
+    bool have_secret;
+    uint8_t secret[RT_AUTH_KEY_LEN];
 };
 
 /* A backend, as rt_modex_init starts it. */

@@ -547,6 +547,8 @@ int rt_param_register_string(rt_params_t *params, const char *name, const char *
  * neither a parameter nor listed here. */
 static const rt_env_var_t other_vars[] = {
     {"FERRY_JOB_ID", "set by ferryrun for each rank: the job's id (also its PMI kvs name)"},
+    {"FERRY_JOB_SECRET", "set by ferryrun for each rank: the job's secret, which a remote rank "
+                         "proves to the PMI port; read and wiped by the launcher interface"},
     {"FERRY_BENCH_BIND", "read by ferry-bench: 0 leaves its ranks unpinned, 1 (the default) "
                          "pins each to a CPU (see ferry-bench(1))"},
     {NULL, NULL},
