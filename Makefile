@@ -5,8 +5,10 @@
 #   make test      build with warnings as errors and run the test suite
 #   make asan      the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make tsan      the test suite under ThreadSanitizer
+#   make fuzz      build the libFuzzer harnesses with clang and run each for
+#                  FUZZ_SECONDS (default 60) over its corpus
 #   make install   install the Release build (PREFIX=/usr/local by default)
-#   make deps      only install the missing Debian packages
+#   make deps      only install the missing Debian packages (.ci/packages)
 #   make clean     remove every build folder
 #
 # CC=clang (on the command line) selects the compiler; JOBS sets the build
@@ -20,15 +22,10 @@ CTEST_JOBS ?= 2
 # Extra arguments for every CMake configure step, e.g. CMAKE_ARGS=-G Ninja.
 CMAKE_ARGS ?=
 
-# The Debian packages the build and the tests need: a compiler and make,
-# CMake, pkg-config (install test); libfabric (the ofi transport) and libpmix
-# (the PMIx launcher backend); MPICH and Open MPI (their launchers, hydra and
-# mpirun, start ferry jobs in the tests; their -dev packages build the
-# side-by-side MPI benchmark); iproute2 and util-linux (network namespaces
-# for the multi-host tests); gnuplot-nox (the demo's and the MPI
-# comparison's charts).
-DEPS ?= build-essential cmake pkg-config libfabric-dev libfabric-bin libpmix-dev mpich \
-        openmpi-bin libopenmpi-dev libmpich-dev iproute2 util-linux gnuplot-nox
+# The Debian packages the build and the whole test suite need: the list in
+# .ci/packages (one a line, with why), which CI installs too, so that the
+# two cannot differ.
+DEPS ?= $(strip $(shell sed 's/\#.*//' .ci/packages))
 
 # Make's built-in CC is "cc"; only a compiler named by the user is passed on,
 # so that CMake otherwise finds the system default itself.
@@ -40,10 +37,14 @@ DEMO_DIR := build
 TEST_DIR := build-test
 ASAN_DIR := build-asan
 TSAN_DIR := build-tsan
+FUZZ_DIR := build-fuzz
 # Which tests make tsan runs (ctest arguments); empty: all of them.
 TSAN_TESTS ?=
+# How long make fuzz runs each harness, in seconds, and which (empty: all).
+FUZZ_SECONDS ?= 60
+FUZZERS ?=
 
-.PHONY: all demo test asan tsan install deps clean build-release
+.PHONY: all demo test asan tsan fuzz install deps clean build-release
 
 all: build-release
 
@@ -117,6 +118,17 @@ tsan: deps
 	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	    $$norand $(CTEST) --output-on-failure -j $(CTEST_JOBS) $(TSAN_TESTS)
 
+# libFuzzer harnesses (cmake/fuzz.cmake): every object instrumented and
+# sanitized, optimised lightly with assertions kept; each harness runs for
+# FUZZ_SECONDS from its committed corpus (tests/fuzz/run_fuzzers.sh), which
+# prints the executions and edge coverage of each. A crash fails the run
+# and leaves its input in build-fuzz/fuzz-artifacts/.
+fuzz: deps
+	$(CMAKE) -S . -B $(FUZZ_DIR) -DCMAKE_C_COMPILER=clang -DFERRY_FUZZ=ON -DFERRY_WERROR=ON \
+	    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" $(CMAKE_ARGS)
+	$(CMAKE) --build $(FUZZ_DIR) -j $(JOBS) --target fuzzers
+	sh tests/fuzz/run_fuzzers.sh $(FUZZ_DIR) $(FUZZ_SECONDS) $(FUZZERS)
+
 # Configured with the prefix so that GNUInstallDirs picks the library folder
 # the system expects there (lib/<multiarch> under /usr on Debian).
 install: build-release
@@ -125,4 +137,4 @@ install: build-release
 	$(CMAKE) --install $(DEMO_DIR)
 
 clean:
-	rm -rf $(DEMO_DIR) $(TEST_DIR) $(ASAN_DIR) $(TSAN_DIR) build-clang
+	rm -rf $(DEMO_DIR) $(TEST_DIR) $(ASAN_DIR) $(TSAN_DIR) $(FUZZ_DIR) build-clang

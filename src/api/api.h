@@ -7,7 +7,8 @@
 
 #include <ferry/ferry.h>
 
-#include "rt/ctx.h"
+#include "btl/ctx.h"
+#include "rt/progress.h"
 #include "util/list.h"
 #include "util/pool.h"
 
@@ -48,6 +49,7 @@ struct api_state {
     bool ops_ready;
     util_list_t issue_queue; /* ops with pieces not yet started, in order */
     util_list_t done;        /* ops whose callback is due */
+    util_list_t mems;        /* live registrations (ferry_mem_t), released at finalize */
     size_t *outstanding;     /* ops in flight per peer */
     int *first_error;        /* per peer, since the last flush */
 
@@ -55,6 +57,20 @@ struct api_state {
     uint32_t barrier_epoch;
     uint32_t barrier_count[2][API_BARRIER_ROUNDS];
 };
+
+/* api_ctx_create flags. */
+enum {
+    API_CTX_OPEN = 1u << 0,       /* join the job and open the transports */
+    API_CTX_ALL_MODULES = 1u << 1 /* load every module (ferry_info) */
+};
+
+/*
+ * Builds a context: its parameters, the transports chosen and their
+ * parameters; with API_CTX_OPEN also the launcher and the open transports,
+ * their addresses exchanged, but no endpoints (ferry_init adds those). Used
+ * by ferry_init, and by tools that only inspect (ferry_info).
+ */
+int api_ctx_create(const ferry_init_params_t *params, unsigned flags, ferry_ctx_t **ctx_out);
 
 int api_state_init(ferry_ctx_t *ctx);
 /* Cancels what is queued and frees the state; safe when never initialised. */
@@ -67,7 +83,25 @@ int api_rdma_progress(ferry_ctx_t *ctx);
  * below FERRY_BTL_TAG_BTL_MIN. */
 void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, void *cbdata);
 
+/* Refuses a handle that is not a live context: logs for a stale one (NULL
+ * needs no message) and returns false. */
+bool api_ctx_refuse(const ferry_ctx_t *ctx);
+
+/* The check every public call makes of its context handle: not NULL, and
+ * not yet finalized as far as its magic says (see ferry_finalize in
+ * ferry.h for what this catches and what it cannot). */
+static inline bool api_ctx_live(const ferry_ctx_t *ctx)
+{
+    if (ctx != NULL && ctx->magic == BTL_CTX_MAGIC)
+        return true;
+    return api_ctx_refuse(ctx);
+}
+
+/* An application tag: 0 .. FERRY_AM_TAG_MAX. Checked before any narrowing to
+ * the transports' 8-bit tags. */
+bool api_tag_valid(int tag);
+
 /* Validates dst and returns its peer, or NULL with *status_out set. */
-rt_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out);
+btl_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out);
 
 #endif /* API_API_H */
