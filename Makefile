@@ -1,6 +1,7 @@
 # ferry's front door: a thin wrapper around CMake and CTest.
 #
-#   make demo      install what is missing, build (Release) and run the sm benchmark
+#   make demo      install what is missing, build (Release), run the sm benchmark and
+#                  summarise it beside the machine's floors, with a chart
 #   make test      build with warnings as errors and run the test suite
 #   make asan      the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make tsan      the test suite under ThreadSanitizer
@@ -71,16 +72,24 @@ build-release: deps
 	$(CMAKE) -S . -B $(DEMO_DIR) -DCMAKE_BUILD_TYPE=Release $(COMPILER_ARG) $(CMAKE_ARGS)
 	$(CMAKE) --build $(DEMO_DIR) -j $(JOBS)
 
-# The demo, ferry's main job: the two-process benchmark over shared memory
-# (ferry-bench: active-message latency, bandwidth and rate, put/get latency
-# and bandwidth), each figure beside the machine's own floor measured in the
-# same run, with the ranks bound to separate cores.
-demo: build-release
-	$(DEMO_DIR)/tools/ferryrun/ferryrun -n 2 --bind-to core -x FERRY_BTL=self,sm \
-	    $(DEMO_DIR)/bench/ferry-bench all
-	@echo
-	@echo "Transports in this build (ferry_info; ferry_info -a lists every parameter):"
-	@$(DEMO_DIR)/tools/ferry_info/ferry_info
+# The demo, ferry's main job: a quiet build (the configure output kept in
+# $(DEMO_DIR)/configure.log; one line per compile step; only the three
+# programs the demo runs), then the two-process benchmark over shared memory
+# (bench/demo.sh: ferry-bench with every figure beside the machine's floor,
+# measured in alternating blocks in the same run, ranks bound to separate
+# cores), a one-screen summary and a chart in $(DEMO_DIR)/demo.png. Without
+# MAKELEVEL and MAKEFLAGS the build's own make does not take itself for a
+# sub-make of this one, so it prints no "Entering directory" lines and no
+# jobserver warning, whatever CMake generator is used.
+demo: deps
+	@mkdir -p $(DEMO_DIR)
+	@echo "demo: configuring (Release) in $(DEMO_DIR)/"
+	@$(CMAKE) -S . -B $(DEMO_DIR) -DCMAKE_BUILD_TYPE=Release $(COMPILER_ARG) $(CMAKE_ARGS) \
+	    >$(DEMO_DIR)/configure.log 2>&1 || { cat $(DEMO_DIR)/configure.log; exit 1; }
+	@echo "demo: building ferry-bench, ferryrun and ferry_info"
+	@env -u MAKELEVEL -u MAKEFLAGS -u MFLAGS $(CMAKE) --build $(DEMO_DIR) -j $(JOBS) \
+	    --target ferry-bench ferryrun ferry_info
+	@sh bench/demo.sh $(DEMO_DIR)
 
 test: deps
 	$(CMAKE) -S . -B $(TEST_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_WERROR=ON \

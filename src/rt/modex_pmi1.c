@@ -419,7 +419,7 @@ static int pmi1_env_long(rt_modex_t *mx, const char *name, long min, long max, l
 static int pmi1_read_timeout(rt_modex_t *mx)
 {
     pmi1_t *p = mx->backend;
-    const char *text = getenv("FERRY_PMI_TIMEOUT");
+    const char *text = mx->pmi_timeout; /* declared in modex.c */
     p->timeout_s = PMI1_TIMEOUT_DEFAULT;
     if (text == NULL || text[0] == '\0') {
         return FERRY_OK;
