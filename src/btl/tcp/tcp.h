@@ -26,7 +26,23 @@
  * against its registration table before a byte moves, and answers every
  * request in order (PUT_ACK, GET_RESP), so the initiator matches answers with
  * the head of its list of requests in flight. Put data and get answers are
- * read from the socket straight into the destination memory.
+ * read from the socket straight into the destination memory. A key is the
+ * registration's slot and generation and 16 random bytes drawn when it was
+ * made, so it cannot be guessed from another key.
+ *
+ * A get answer is read from the registered memory only while it is written
+ * to the socket, and the registration is looked up again each time; its
+ * status comes last, so memory deregistered while its answer is still going
+ * out is never read: the rest of the answer goes out as zeros and the status
+ * says FERRY_ERR_ACCESS. Each peer's target-side work is bounded: a peer
+ * owed more answers than an initiator may have in flight
+ * (FERRY_TCP_RDMA_MAX_INFLIGHT, FERRY_TCP_SENDQ_MAX) is not read from until
+ * it has taken them.
+ *
+ * Deadlines: a frame whose bytes stop arriving half-way
+ * (FERRY_TCP_FRAME_TIMEOUT) and a put or get the target does not answer
+ * (FERRY_TCP_REQUEST_TIMEOUT) fail the peer, and everything pending to it
+ * completes with an error.
  */
 #ifndef BTL_TCP_H
 #define BTL_TCP_H
@@ -43,6 +59,7 @@
 #define TCP_MAGIC 0x317063747972726full /* "ferrytc1" */
 #define TCP_VERSION 1
 #define TCP_KEY_LEN 32
+#define TCP_KEY_SECRET 16
 #define TCP_MAX_ADDRS 16
 #define TCP_MAX_RDMA ((size_t)1 << 30)
 
@@ -55,13 +72,21 @@
  * RDMA body, enough to know where its payload goes before reading it. */
 #define TCP_LOOKAHEAD (sizeof(tcp_hdr_t) + sizeof(tcp_rdma_body_t))
 
+/* Checks of deadlines run every this many progress calls (and at most every
+ * TCP_STALL_TICK_NS), so the data path reads no clock. */
+#define TCP_STALL_EVERY 64u
+#define TCP_STALL_TICK_NS (10u * 1000u * 1000u)
+/* A longer time between checks means this process did not progress: the
+ * deadlines start again rather than blame the peers. */
+#define TCP_STALL_GAP_NS (1000u * 1000u * 1000u)
+
 /* Frame types. */
 enum {
     TCP_T_DATA = 1,     /* active message: tag, len payload bytes */
     TCP_T_PUT = 2,      /* tcp_rdma_body_t (length unused), then the data */
     TCP_T_PUT_ACK = 3,  /* tcp_status_body_t */
     TCP_T_GET_REQ = 4,  /* tcp_rdma_body_t */
-    TCP_T_GET_RESP = 5, /* tcp_status_body_t, then the data when status is 0 */
+    TCP_T_GET_RESP = 5, /* the data (none when refused), then tcp_status_body_t */
     TCP_T_FIN = 6       /* the sender finalizes: its close is no failure */
 };
 
@@ -73,11 +98,17 @@ typedef struct tcp_hdr {
     uint64_t cookie; /* names an RDMA request; 0 for DATA and FIN */
 } tcp_hdr_t;
 
+/* A registration's key, as peers name it (ferry_btl_reg_t.key). */
+typedef struct tcp_key {
+    uint32_t slot; /* the registration's place in the table */
+    uint32_t gen;  /* the slot's generation: odd while in use */
+    uint8_t secret[TCP_KEY_SECRET]; /* random, drawn when it was registered */
+} tcp_key_t;
+
 typedef struct tcp_rdma_body {
     uint64_t raddr;
-    uint32_t slot; /* the key: slot and generation of the registration */
-    uint32_t gen;
     uint64_t length; /* GET_REQ: bytes wanted; PUT: 0 */
+    tcp_key_t key;
 } tcp_rdma_body_t;
 
 typedef struct tcp_status_body {
@@ -175,6 +206,14 @@ struct ferry_btl_endpoint {
     size_t queued_bytes;  /* wire bytes in queue not yet written */
     util_list_t rdma_wait; /* puts and gets written, waiting for their answer */
     size_t rdma_inflight;  /* puts and gets not yet completed */
+    size_t get_inflight_bytes; /* bytes of the gets among them */
+    /* Target side: answers queued to this peer and not yet written, and the
+     * data bytes of the get answers among them. */
+    size_t owed;
+    size_t owed_bytes;
+    bool rx_paused;        /* the peer is owed too much: its socket is not read */
+    bool resume_listed;    /* in mod->resume: parse again once progress runs */
+    util_list_item_t resume_link;
     bool sending;          /* in mod->sending */
     util_list_item_t sending_link;
     bool hot;              /* in mod->hot: polled with recv directly */
@@ -191,6 +230,14 @@ struct ferry_btl_endpoint {
     int32_t rx_status;
     uint32_t rx_slot;      /* PUT: the registration written to */
     btl_frag_t *rx_frag;   /* GET_RESP: the get being answered */
+    bool rx_trailer;       /* GET_RESP: its data is in; its status comes next */
+    /* Deadlines, checked every few progress calls (tcp_check_stalls). */
+    uint64_t rx_total;     /* bytes received */
+    uint64_t tx_total;     /* bytes written from the queue */
+    uint64_t answers;      /* answers received to our puts and gets */
+    uint64_t rx_seen, tx_seen, answers_seen; /* the counts at the last check */
+    uint64_t rx_since_ns;  /* since when no byte of a partial frame came */
+    uint64_t req_since_ns; /* since when no request of ours moved */
     /* A failure to report from progress (never from the failing call). */
     bool report_pending;
     int report_status;
@@ -200,14 +247,19 @@ struct ferry_btl_endpoint {
 
 /* A frame of our own (an RDMA answer, FIN, or the rest of a sendi that did
  * not fit), queued like a fragment: frag.op is TCP_OP_CTL. The header and
- * body are in bytes[]; data (a get's answer) follows from data. */
+ * body are in bytes[]. A get answer's data_len bytes follow, read from the
+ * registration (slot, gen) at raddr only while they are written, then its
+ * status (trailer). */
 typedef struct tcp_ctl {
     btl_frag_t frag;
     size_t hlen;
-    const unsigned char *data;
     size_t data_len;
-    uint32_t slot;     /* registration data points into, or UINT32_MAX */
-    unsigned char *owned; /* data copied here when its registration went away */
+    uint64_t raddr;
+    uint32_t slot, gen;
+    bool answer;  /* counts in the endpoint's owed answers */
+    bool revoked; /* the registration went away: the rest is zeros */
+    bool has_trailer;
+    tcp_status_body_t trailer;
     unsigned char bytes[];
 } tcp_ctl_t;
 
@@ -217,14 +269,16 @@ enum { TCP_OP_SEND, TCP_OP_PUT, TCP_OP_GET, TCP_OP_CTL };
 typedef struct tcp_reg {
     ferry_btl_reg_t base;
     uint32_t magic;
-    uint32_t slot;
-    uint32_t gen;
+    tcp_key_t key; /* also in base.key */
 } tcp_reg_t;
 
 typedef struct tcp_params {
     const char *if_include;
     const char *if_exclude;
     long long connect_timeout_ms;
+    long long frame_timeout_ms;   /* 0: none */
+    long long request_timeout_ms; /* 0: none */
+    size_t rdma_max_inflight;
     size_t eager_limit;
     size_t max_send_size;
     size_t sendq_max;
@@ -261,11 +315,16 @@ struct tcp_module {
     util_list_t sending;    /* endpoints with queued bytes */
     util_list_t completed;  /* fragments whose completion is due */
     util_list_t reports;    /* endpoints with a failure to report */
+    util_list_t resume;     /* endpoints no longer paused, to parse again */
     ferry_btl_endpoint_t **hot; /* connected endpoints, polled directly */
     int nhot;
     btl_frags_t frags;
     tcp_reg_t **regs;
     uint32_t *reg_gen;
+    /* Random bytes for keys, drawn from getrandom a pool at a time. */
+    uint8_t key_pool[16 * TCP_KEY_SECRET];
+    size_t key_pool_left;
+    uint64_t stall_scan_ns; /* when the deadlines were last checked */
     uint64_t next_cookie;
     uint32_t progress_calls;
     bool finalizing;
@@ -301,8 +360,14 @@ int tcp_recv(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
 int tcp_sendi_now(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const void *header,
                   size_t header_len, const void *payload, size_t payload_len, uint8_t tag);
 int tcp_queue_ctl(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const tcp_hdr_t *hdr,
-                  const void *body, size_t body_len, const unsigned char *data, size_t data_len,
-                  uint32_t slot);
+                  const void *body, size_t body_len);
+/* Fails peers whose half-received frame or unanswered request ran out of
+ * time (FERRY_TCP_FRAME_TIMEOUT, FERRY_TCP_REQUEST_TIMEOUT). */
+int tcp_check_stalls(tcp_module_t *mod);
+/* Starts the deadlines of a newly connected endpoint. */
+void tcp_stall_reset(ferry_btl_endpoint_t *ep);
+/* Parses what a paused endpoint has buffered once it is owed less. */
+int tcp_resume(tcp_module_t *mod);
 void tcp_fail_pending(tcp_module_t *mod, ferry_btl_endpoint_t *ep, int status);
 void tcp_hot_add(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
 void tcp_hot_remove(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
@@ -315,7 +380,12 @@ int tcp_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *ba
 int tcp_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
 /* The registration a key names if [addr, addr+len) lies inside it with need
  * rights; FERRY_ERR_ACCESS otherwise. */
-int tcp_reg_lookup(tcp_module_t *mod, uint32_t slot, uint32_t gen, uint64_t addr, size_t len,
+int tcp_reg_lookup(tcp_module_t *mod, const tcp_key_t *key, uint64_t addr, size_t len,
                    uint32_t need, tcp_reg_t **reg_out);
+/* Whether the registration (slot, gen) still exists. */
+static inline bool tcp_reg_alive(const tcp_module_t *mod, uint32_t slot, uint32_t gen)
+{
+    return slot < mod->p.reg_slots && mod->reg_gen[slot] == gen && mod->regs[slot] != NULL;
+}
 
 #endif /* BTL_TCP_H */

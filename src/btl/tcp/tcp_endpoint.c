@@ -385,6 +385,7 @@ static int ep_established(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
     ep->rx_len = ep->rx_off = 0;
     ep->rx_mode = TCP_RX_FRAMES;
     ep->state = TCP_EP_CONNECTED;
+    tcp_stall_reset(ep);
     connecting_remove(mod, ep);
     int rc = tcp_ep_set_events(mod, ep, EPOLLIN);
     if (rc != FERRY_OK) {
@@ -674,7 +675,7 @@ void tcp_ep_goodbye(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
     if (ep->state != TCP_EP_CONNECTED)
         return;
     tcp_hdr_t h = {.type = TCP_T_FIN};
-    if (tcp_queue_ctl(mod, ep, &h, NULL, 0, NULL, 0, UINT32_MAX) != FERRY_OK)
+    if (tcp_queue_ctl(mod, ep, &h, NULL, 0) != FERRY_OK)
         return;
     tcp_push(mod, ep);
 }

@@ -182,8 +182,14 @@ static int tcp_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const vo
 /* A put or get leaves the endpoint's count of operations in flight. */
 static void tcp_completion_done(btl_frag_t *frag)
 {
-    if (frag->op != TCP_OP_SEND && frag->ep != NULL)
-        frag->ep->rdma_inflight--;
+    ferry_btl_endpoint_t *ep = frag->ep;
+    if (frag->op == TCP_OP_SEND || ep == NULL)
+        return;
+    ep->rdma_inflight--;
+    if (frag->op == TCP_OP_GET) {
+        size_t len = frag->base.dst[0].len;
+        ep->get_inflight_bytes -= len < ep->get_inflight_bytes ? len : ep->get_inflight_bytes;
+    }
 }
 
 static int run_completions(tcp_module_t *mod)
@@ -270,6 +276,10 @@ static int tcp_progress(ferry_btl_module_t *btl)
             n += tcp_push(mod, ep);
     }
     n += tcp_check_deadlines(mod);
+    if (!util_list_empty(&mod->resume))
+        n += tcp_resume(mod);
+    if ((calls & (TCP_STALL_EVERY - 1)) == 0 && mod->nhot > 0)
+        n += tcp_check_stalls(mod);
     if (!util_list_empty(&mod->completed))
         n += run_completions(mod);
     if (!util_list_empty(&mod->reports))
@@ -457,6 +467,19 @@ static int tcp_read_params(ferry_ctx_t *ctx, tcp_params_t *p)
                                     "Milliseconds a tcp connection (connect and hello) may "
                                     "take before the peer is reported unreachable",
                                     &p->connect_timeout_ms)) != FERRY_OK ||
+        (rc = rt_param_register_int(r, "tcp_frame_timeout", 30000, 0, 86400000,
+                                    "Milliseconds a tcp peer may leave a frame half sent "
+                                    "before it is reported failed (0: no limit)",
+                                    &p->frame_timeout_ms)) != FERRY_OK ||
+        (rc = rt_param_register_int(r, "tcp_request_timeout", 60000, 0, 86400000,
+                                    "Milliseconds a tcp peer may leave every put and get sent "
+                                    "to it unanswered before it is reported failed (0: no "
+                                    "limit)",
+                                    &p->request_timeout_ms)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "tcp_rdma_max_inflight", 1024, 1, 1u << 20,
+                                     "Puts and gets in flight to one tcp peer; a target does "
+                                     "not read a peer it owes more answers (same on all ranks)",
+                                     &p->rdma_max_inflight)) != FERRY_OK ||
         (rc = rt_param_register_size(r, "tcp_eager_limit", 4096, 64, 1u << 20,
                                      "Largest tcp fragment taken from the eager pool (bytes)",
                                      &p->eager_limit)) != FERRY_OK ||
@@ -466,7 +489,8 @@ static int tcp_read_params(ferry_ctx_t *ctx, tcp_params_t *p)
                                      &p->max_send_size)) != FERRY_OK ||
         (rc = rt_param_register_size(r, "tcp_sendq_max", 4u << 20, 4096, (size_t)1 << 40,
                                      "Bytes queued per tcp peer beyond which alloc, "
-                                     "prepare_src and sendi push back",
+                                     "prepare_src and sendi push back; also the get data "
+                                     "in flight to (and owed to) one peer (same on all ranks)",
                                      &p->sendq_max)) != FERRY_OK ||
         (rc = rt_param_register_size(r, "tcp_rx_buffer", 512 * 1024, 4096, 1u << 30,
                                      "Receive buffer per connected tcp peer (bytes; at least "
@@ -815,7 +839,7 @@ static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *co
         .bandwidth = 3000,
         .flags = FERRY_BTL_FLAG_SEND | FERRY_BTL_FLAG_SEND_INPLACE | FERRY_BTL_FLAG_PUT |
                  FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI,
-        .reg_handle_size = 2 * sizeof(uint32_t),
+        .reg_handle_size = sizeof(tcp_key_t),
         .mem_per_peer = p.rx_buffer,
     };
     rc = btl_base_module_init(&mod->super, &btl_tcp_component, ctx, &attr, &tcp_ops);
@@ -831,6 +855,7 @@ static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *co
     util_list_init(&mod->sending);
     util_list_init(&mod->completed);
     util_list_init(&mod->reports);
+    util_list_init(&mod->resume);
     mod->eps = calloc((size_t)ctx->size, sizeof(*mod->eps));
     mod->hot = calloc((size_t)ctx->size, sizeof(*mod->hot));
     mod->same_host = calloc((size_t)ctx->size, sizeof(*mod->same_host));
