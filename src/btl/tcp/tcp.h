@@ -155,8 +155,9 @@ typedef struct tcp_module tcp_module_t;
 /* An accepted socket before its hello has arrived. */
 typedef struct tcp_conn {
     tcp_pollable_t poll;
-    util_list_item_t link;
+    util_list_item_t link; /* in mod->conns, oldest first */
     uint64_t deadline_ns;
+    tcp_addr_entry_t peer; /* family and address (no port): for the per-address limit */
     tcp_hello_t hello;
     size_t got;
     char from[64]; /* the peer's address, for the log */
@@ -164,12 +165,15 @@ typedef struct tcp_conn {
 
 /* NEW: no socket. CONNECTING: connect in flight. HELLO: ours sent, waiting
  * for the answer. WAIT: the peer keeps its own connection to us (it has the
- * lower rank); waiting for it. CLOSED: the peer finalized. */
+ * lower rank); waiting for it. RETRY: the peer closed our connection before
+ * the hello completed (it had no room for one more, or evicted it); we
+ * connect again at retry_at_ns. CLOSED: the peer finalized. */
 typedef enum {
     TCP_EP_NEW,
     TCP_EP_CONNECTING,
     TCP_EP_HELLO,
     TCP_EP_WAIT,
+    TCP_EP_RETRY,
     TCP_EP_CONNECTED,
     TCP_EP_FAILED,
     TCP_EP_CLOSED
@@ -195,6 +199,9 @@ struct ferry_btl_endpoint {
     int ncand;
     int icand;
     uint64_t deadline_ns;
+    bool retry_wanted;    /* an address closed our connection during the hello */
+    unsigned retries;
+    uint64_t retry_at_ns;
     util_list_item_t connecting_link; /* in mod->connecting while a deadline runs */
     bool connecting_listed;
     tcp_hello_t hello_rx;
@@ -276,6 +283,7 @@ typedef struct tcp_params {
     const char *if_include;
     const char *if_exclude;
     long long connect_timeout_ms;
+    size_t pending_max, pending_per_addr;
     long long frame_timeout_ms;   /* 0: none */
     long long request_timeout_ms; /* 0: none */
     size_t rdma_max_inflight;
@@ -310,7 +318,8 @@ struct tcp_module {
     int nranks;
     ferry_btl_endpoint_t **eps; /* by rank, made on first use */
     bool *same_host;            /* by rank, from add_procs */
-    util_list_t conns;      /* accepted sockets waiting for their hello */
+    util_list_t conns;      /* accepted sockets waiting for their hello, oldest first */
+    uint64_t evicted;       /* of those, closed to make room for newer ones */
     util_list_t connecting; /* endpoints with a deadline */
     util_list_t sending;    /* endpoints with queued bytes */
     util_list_t completed;  /* fragments whose completion is due */

@@ -17,10 +17,6 @@
 #include "btl/tcp/tcp.h"
 #include "rt/modex.h"
 
-/* Most accepted sockets waiting for their hello; more are closed at once,
- * so a flood of strangers cannot take every descriptor. */
-#define TCP_MAX_CONNS 256
-
 static const rt_log_t *logger(tcp_module_t *mod)
 {
     return &mod->super.ctx->log;
@@ -296,8 +292,41 @@ static socklen_t to_sockaddr(const tcp_addr_entry_t *e, struct sockaddr_storage 
     return sizeof(*sin6);
 }
 
-/* Starts a connect to the next candidate address; fails the endpoint when
- * none is left. */
+/* How long to wait before connecting again: 10 ms, doubling with each
+ * retry up to 640 ms, and up to half as much again at random, so that
+ * ranks turned away together do not come back together. */
+static uint64_t retry_delay_ns(const ferry_btl_endpoint_t *ep, uint64_t now)
+{
+    unsigned shift = ep->retries < 6 ? ep->retries : 6;
+    uint64_t delay = (10u * 1000u * 1000u) << shift;
+    return delay + (now ^ (uint64_t)ep->rank * 0x9e3779b97f4a7c15ull) % (delay / 2 + 1);
+}
+
+/* Every address has been tried. An address that closed our connection
+ * before the hello completed belongs to a peer that had no room for it
+ * (strangers may hold its slots): the addresses are tried again after a
+ * while, until the deadline. Returns whether a retry was scheduled. */
+static bool schedule_retry(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    if (!ep->retry_wanted)
+        return false;
+    uint64_t now = tcp_now_ns();
+    uint64_t delay = retry_delay_ns(ep, now);
+    if (now + delay >= ep->deadline_ns)
+        return false;
+    ep->retry_wanted = false;
+    ep->retries++;
+    ep->state = TCP_EP_RETRY;
+    ep->retry_at_ns = now + delay;
+    rt_log(logger(mod), RT_LOG_DEBUG,
+           "tcp: rank %d closed our connection before the hello completed; connecting again in "
+           "%llu ms (retry %u)",
+           ep->rank, (unsigned long long)(delay / 1000000u), ep->retries);
+    return true;
+}
+
+/* Starts a connect to the next candidate address; when none is left, waits
+ * to try them all again (schedule_retry) or fails the endpoint. */
 static int try_next(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const char *why)
 {
     ep_close_socket(mod, ep);
@@ -328,9 +357,17 @@ static int try_next(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const char *why
         ep_close_socket(mod, ep);
         ep->icand++;
     }
+    if (schedule_retry(mod, ep))
+        return FERRY_OK;
     tcp_ep_fail(mod, ep, FERRY_ERR_UNREACH, "no address of rank %d answered (last: %s)",
                 ep->rank, why != NULL ? why : "none");
     return FERRY_ERR_UNREACH;
+}
+
+/* A connection the peer closed or reset during the hello. */
+static bool closed_by_peer(ssize_t n, int err)
+{
+    return n == 0 || err == ECONNRESET || err == EPIPE;
 }
 
 int tcp_ep_connect(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
@@ -347,6 +384,8 @@ int tcp_ep_connect(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
         return FERRY_ERR_UNREACH;
     }
     ep->icand = 0;
+    ep->retries = 0;
+    ep->retry_wanted = false;
     ep->deadline_ns = tcp_now_ns() + (uint64_t)mod->p.connect_timeout_ms * 1000000u;
     if (!ep->connecting_listed) {
         util_list_append(&mod->connecting, &ep->connecting_link);
@@ -440,8 +479,10 @@ int tcp_ep_connect_progress(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
         ssize_t n = send(ep->poll.fd, (char *)&ep->hello_tx + ep->hello_sent,
                          sizeof(ep->hello_tx) - ep->hello_sent, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            int err = errno;
+            ep->retry_wanted |= closed_by_peer(n, err);
             ep->icand++;
-            try_next(mod, ep, strerror(errno));
+            try_next(mod, ep, strerror(err));
             return 1;
         }
         if (n > 0)
@@ -453,8 +494,10 @@ int tcp_ep_connect_progress(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
     ssize_t n = recv(ep->poll.fd, (char *)&ep->hello_rx + ep->hello_got,
                      sizeof(ep->hello_rx) - ep->hello_got, MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        int err = n < 0 ? errno : 0;
+        ep->retry_wanted |= closed_by_peer(n, err);
         ep->icand++;
-        try_next(mod, ep, n == 0 ? "closed during the hello" : strerror(errno));
+        try_next(mod, ep, n == 0 ? "closed during the hello" : strerror(err));
         return 1;
     }
     if (n < 0)
@@ -494,8 +537,13 @@ int tcp_check_deadlines(tcp_module_t *mod)
     while (it != NULL) {
         ferry_btl_endpoint_t *ep = UTIL_CONTAINER_OF(it, ferry_btl_endpoint_t, connecting_link);
         it = util_list_next(&mod->connecting, it);
-        if (ep->state == TCP_EP_CONNECTING || ep->state == TCP_EP_HELLO)
+        if (ep->state == TCP_EP_RETRY && now >= ep->retry_at_ns) {
+            ep->icand = 0;
+            try_next(mod, ep, NULL);
+            n++;
+        } else if (ep->state == TCP_EP_CONNECTING || ep->state == TCP_EP_HELLO) {
             n += tcp_ep_connect_progress(mod, ep);
+        }
         if (ep->connecting_listed && now > ep->deadline_ns) {
             tcp_ep_fail(mod, ep, FERRY_ERR_UNREACH,
                         "no connection to rank %d within %lld ms (FERRY_TCP_CONNECT_TIMEOUT)",
@@ -530,6 +578,46 @@ void tcp_conn_close(tcp_module_t *mod, tcp_conn_t *conn)
     free(conn);
 }
 
+static bool same_addr(const tcp_addr_entry_t *a, const tcp_addr_entry_t *b)
+{
+    return a->family == b->family && memcmp(a->addr, b->addr, a->family == 4 ? 4 : 16) == 0;
+}
+
+/* Makes room for one more connection from peer: when that address already
+ * has FERRY_TCP_PENDING_PER_ADDR connections waiting for their hello, its
+ * oldest is closed; when all have FERRY_TCP_PENDING_MAX, the oldest of
+ * all. The newest stays, so a stranger holding slots cannot keep a genuine
+ * rank out: the rank's connection is the newest when it comes (and a rank
+ * whose connection is closed before its hello completes tries again). */
+static void make_room(tcp_module_t *mod, const tcp_addr_entry_t *peer)
+{
+    tcp_conn_t *oldest_here = NULL;
+    size_t here = 0;
+    for (util_list_item_t *it = util_list_first(&mod->conns); it != NULL;
+         it = util_list_next(&mod->conns, it)) {
+        tcp_conn_t *c = UTIL_CONTAINER_OF(it, tcp_conn_t, link);
+        if (same_addr(&c->peer, peer) && here++ == 0)
+            oldest_here = c;
+    }
+    tcp_conn_t *victim = NULL;
+    const char *why = NULL;
+    if (here >= mod->p.pending_per_addr) {
+        victim = oldest_here;
+        why = "its address has the most connections waiting for a hello "
+              "(FERRY_TCP_PENDING_PER_ADDR)";
+    } else if (util_list_len(&mod->conns) >= mod->p.pending_max) {
+        victim = UTIL_CONTAINER_OF(util_list_first(&mod->conns), tcp_conn_t, link);
+        why = "the most connections wait for a hello (FERRY_TCP_PENDING_MAX)";
+    }
+    if (victim == NULL)
+        return;
+    mod->evicted++;
+    rt_log(logger(mod), RT_LOG_DEBUG,
+           "tcp: closed the connection from %s, the oldest without a hello: %s", victim->from,
+           why);
+    tcp_conn_close(mod, victim);
+}
+
 int tcp_accept(tcp_module_t *mod, tcp_listener_t *l)
 {
     int n = 0;
@@ -543,25 +631,20 @@ int tcp_accept(tcp_module_t *mod, tcp_listener_t *l)
                 rt_log(logger(mod), RT_LOG_WARN, "tcp: accept: %s", strerror(errno));
             return n;
         }
-        char ip[INET6_ADDRSTRLEN] = "?";
+        tcp_addr_entry_t peer = {0};
         unsigned port = 0;
         if (ss.ss_family == AF_INET) {
             struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
-            inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip));
+            peer.family = 4;
+            memcpy(peer.addr, &sin->sin_addr, 4);
             port = ntohs(sin->sin_port);
         } else if (ss.ss_family == AF_INET6) {
             struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
-            inet_ntop(AF_INET6, &sin6->sin6_addr, ip, sizeof(ip));
+            peer.family = 6;
+            memcpy(peer.addr, &sin6->sin6_addr, 16);
             port = ntohs(sin6->sin6_port);
         }
-        if (util_list_len(&mod->conns) >= TCP_MAX_CONNS) {
-            rt_log(logger(mod), RT_LOG_ERROR,
-                   "tcp: refused a connection from %s:%u: %d connections already wait for "
-                   "their hello",
-                   ip, port, TCP_MAX_CONNS);
-            close(fd);
-            continue;
-        }
+        make_room(mod, &peer);
         tcp_conn_t *conn = calloc(1, sizeof(*conn));
         if (conn == NULL) {
             close(fd);
@@ -569,7 +652,9 @@ int tcp_accept(tcp_module_t *mod, tcp_listener_t *l)
         }
         conn->poll.kind = TCP_POLL_CONN;
         conn->poll.fd = fd;
-        snprintf(conn->from, sizeof(conn->from), "%s:%u", ip, port);
+        conn->peer = peer;
+        peer.port = (uint16_t)port;
+        addr_text(&peer, conn->from, sizeof(conn->from));
         conn->deadline_ns = tcp_now_ns() + (uint64_t)mod->p.connect_timeout_ms * 1000000u;
         set_sockopts(mod, fd);
         util_list_append(&mod->conns, &conn->link);
@@ -630,6 +715,7 @@ int tcp_conn_progress(tcp_module_t *mod, tcp_conn_t *conn)
     switch (ep->state) {
     case TCP_EP_NEW:
     case TCP_EP_WAIT:
+    case TCP_EP_RETRY:
         adopt = true;
         break;
     case TCP_EP_CONNECTING:

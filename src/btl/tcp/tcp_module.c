@@ -305,8 +305,8 @@ static int tcp_flush(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep)
     return FERRY_OK;
 }
 
-static const char *const state_names[] = {"new",       "connecting", "hello", "wait",
-                                          "connected", "failed",     "closed"};
+static const char *const state_names[] = {"new",   "connecting", "hello",  "wait",
+                                          "retry", "connected",  "failed", "closed"};
 
 static void tcp_dump(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, int verbose)
 {
@@ -467,6 +467,14 @@ static int tcp_read_params(ferry_ctx_t *ctx, tcp_params_t *p)
                                     "Milliseconds a tcp connection (connect and hello) may "
                                     "take before the peer is reported unreachable",
                                     &p->connect_timeout_ms)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "tcp_pending_max", 256, 1, 65536,
+                                     "Accepted tcp connections that may wait for their hello "
+                                     "at once; one more closes the oldest of them",
+                                     &p->pending_max)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "tcp_pending_per_addr", 32, 1, 65536,
+                                     "Of those, how many may come from one address; one more "
+                                     "closes that address's oldest",
+                                     &p->pending_per_addr)) != FERRY_OK ||
         (rc = rt_param_register_int(r, "tcp_frame_timeout", 30000, 0, 86400000,
                                     "Milliseconds a tcp peer may leave a frame half sent "
                                     "before it is reported failed (0: no limit)",
