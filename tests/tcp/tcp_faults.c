@@ -18,6 +18,11 @@
  * Unreachable peer (rank 0's send must fail within the connect timeout):
  *   refused   rank 1 publishes a port nobody listens on
  *   mute      rank 1 publishes a listener that accepts but never answers
+ * A peer with no room for one more connection (rank 0 must connect again
+ * and get through, with no error):
+ *   evicted   rank 1's listeners close rank 0's first connections (two to
+ *             each address and one more) before their hello completes, as
+ *             listeners full of strangers do
  *
  * Prints "tcp_faults MODE: ok" from rank 0 on success; exits 1 otherwise.
  */
@@ -218,6 +223,35 @@ static void attack_frame(ferry_ctx_t *ctx, const char *mode)
     close(fd);
 }
 
+/* Rank 1: closes the first n connections to its own listeners as soon as
+ * they come (before their hello is read), then lets ferry take over. */
+static void evict_first(ferry_ctx_t *ctx, int n)
+{
+    const tcp_module_t *mod = (const tcp_module_t *)rt_ctx_find_module(ctx, "tcp");
+    struct pollfd p[TCP_MAX_ADDRS];
+    for (int i = 0; i < mod->nlisteners; i++)
+        p[i] = (struct pollfd){.fd = mod->listeners[i].poll.fd, .events = POLLIN};
+    uint64_t end = now_ms() + 15000;
+    for (int closed = 0; closed < n;) {
+        if (now_ms() > end) {
+            fprintf(stderr, "tcp_faults: rank 0 did not connect %d times\n", n);
+            exit(1);
+        }
+        CHECK(poll(p, (nfds_t)mod->nlisteners, 100) >= 0);
+        for (int i = 0; i < mod->nlisteners; i++) {
+            if (!(p[i].revents & POLLIN))
+                continue;
+            int fd = accept(p[i].fd, NULL, NULL);
+            if (fd >= 0) {
+                close(fd);
+                closed++;
+            }
+        }
+    }
+    printf("rank 1: closed rank 0's first %d connections before their hello\n", n);
+    fflush(stdout);
+}
+
 /* Rank 1: publishes an address where nothing useful answers. */
 static int publish_bogus(ferry_ctx_t *ctx, const char *mode)
 {
@@ -256,7 +290,8 @@ int main(int argc, char **argv)
     bool frame_mode = strcmp(mode, "oversize") == 0 || strcmp(mode, "badtag") == 0 ||
                       strcmp(mode, "badanswer") == 0 || strcmp(mode, "badtype") == 0;
     bool unreach_mode = strcmp(mode, "refused") == 0 || strcmp(mode, "mute") == 0;
-    if (!hello_mode && !frame_mode && !unreach_mode) {
+    bool retry_mode = strcmp(mode, "evicted") == 0;
+    if (!hello_mode && !frame_mode && !unreach_mode && !retry_mode) {
         fprintf(stderr, "tcp_faults: unknown mode '%s'\n", mode);
         return 2;
     }
@@ -283,7 +318,36 @@ int main(int argc, char **argv)
     CHECK(rt_modex_fence(ctx->modex) == FERRY_OK);
 
     bool ok = true;
-    if (me == 1) {
+    if (retry_mode) {
+        if (me == 1) {
+            /* Every address twice over, and one more: rank 0 has to go
+             * round them all again, twice. */
+            const tcp_module_t *mod = (const tcp_module_t *)rt_ctx_find_module(ctx, "tcp");
+            evict_first(ctx, 2 * mod->nlisteners + 1);
+            while (st.delivered == 0)
+                CHECK(ferry_progress(ctx) >= 0);
+            CHECK(strcmp(st.last, "0:legit") == 0);
+            while ((rc = ferry_am_send(ctx, 0, TAG_LEGIT, "legit", 5)) == FERRY_ERR_NO_RESOURCE)
+                CHECK(ferry_progress(ctx) >= 0);
+            CHECK(rc == FERRY_OK);
+            while (ferry_progress(ctx) > 0)
+                ;
+        } else {
+            uint64_t t0 = now_ms();
+            while ((rc = ferry_am_send(ctx, 1, TAG_LEGIT, "legit", 5)) == FERRY_ERR_NO_RESOURCE)
+                CHECK(ferry_progress(ctx) >= 0);
+            while (rc == FERRY_OK && st.delivered == 0 && st.errors == 0 &&
+                   now_ms() - t0 < 20000)
+                CHECK(ferry_progress(ctx) >= 0);
+            const tcp_module_t *mod = (const tcp_module_t *)rt_ctx_find_module(ctx, "tcp");
+            printf("rank 0: send %s; after %u retries, %d message(s) back (\"%s\"), %d "
+                   "error(s), in %llu ms\n",
+                   ferry_strerror(rc), mod->eps[1]->retries, st.delivered, st.last, st.errors,
+                   (unsigned long long)(now_ms() - t0));
+            ok = rc == FERRY_OK && st.delivered == 1 && strcmp(st.last, "1:legit") == 0 &&
+                 st.errors == 0 && mod->eps[1]->retries > 0;
+        }
+    } else if (me == 1) {
         if (hello_mode)
             attack_hello(ctx, mode);
         else if (frame_mode)
