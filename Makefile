@@ -5,7 +5,7 @@
 #   make asan      the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make tsan      the test suite under ThreadSanitizer
 #   make install   install the Release build (PREFIX=/usr/local by default)
-#   make deps      only install the missing Debian packages
+#   make deps      only install the missing Debian packages (.ci/packages)
 #   make clean     remove every build folder
 #
 # CC=clang (on the command line) selects the compiler; JOBS sets the build
@@ -19,13 +19,10 @@ CTEST_JOBS ?= 2
 # Extra arguments for every CMake configure step, e.g. CMAKE_ARGS=-G Ninja.
 CMAKE_ARGS ?=
 
-# The Debian packages the build and the tests need: a compiler and make,
-# CMake, pkg-config (install test); libfabric (the ofi transport) and libpmix
-# (the PMIx launcher backend); MPICH and Open MPI (their launchers, hydra and
-# mpirun, start ferry jobs in the tests); iproute2 and util-linux (network
-# namespaces for the multi-host tests).
-DEPS ?= build-essential cmake pkg-config libfabric-dev libfabric-bin libpmix-dev mpich \
-        openmpi-bin iproute2 util-linux
+# The Debian packages the build and the whole test suite need: the list in
+# .ci/packages (one a line, with why), which CI installs too, so that the
+# two cannot differ.
+DEPS ?= $(strip $(shell sed 's/\#.*//' .ci/packages))
 
 # Make's built-in CC is "cc"; only a compiler named by the user is passed on,
 # so that CMake otherwise finds the system default itself.

@@ -62,7 +62,7 @@ static void proto_error(bench_t *b, const char *what, int src, size_t len)
              src, len);
 }
 
-static void data_cb(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void data_cb(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     bench_t *b = arg;
@@ -90,7 +90,7 @@ static void data_cb(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, si
     b->rx.units += bench_units(len);
 }
 
-static void ack_cb(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void ack_cb(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                    void *arg)
 {
     bench_t *b = arg;
@@ -101,7 +101,7 @@ static void ack_cb(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, siz
     b->rx.acks++;
 }
 
-static void ctrl_cb(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void ctrl_cb(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     bench_t *b = arg;
@@ -186,7 +186,7 @@ static int wait_step(bench_t *b, bench_deadline_t *d, const char *what)
     return FERRY_OK;
 }
 
-static int send_retry(bench_t *b, uint8_t tag, const void *data, size_t len, const char *what)
+static int send_retry(bench_t *b, int tag, const void *data, size_t len, const char *what)
 {
     bench_deadline_t d;
     bench_deadline_init(b, &d);

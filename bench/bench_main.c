@@ -649,14 +649,14 @@ int main(int argc, char **argv)
             else
                 fputs(usage_text, stdout);
         }
-        ferry_finalize(b.ctx);
+        ferry_finalize(&b.ctx);
         return args_ok ? 0 : 2;
     }
     if (ferry_size(b.ctx) != 2) {
         if (b.rank == 0)
             fprintf(stderr, "ferry-bench: needs exactly 2 ranks, the job has %d (run it as "
                     "ferryrun -n 2 ferry-bench)\n", ferry_size(b.ctx));
-        ferry_finalize(b.ctx);
+        ferry_finalize(&b.ctx);
         return 2;
     }
 
@@ -673,7 +673,7 @@ int main(int argc, char **argv)
     bench_rdma_fini(&b);
     bench_floor_tcp_fini(&b); /* tcp floors */
     bench_floor_ofi_fini(&b); /* ofi floors */
-    rc = ferry_finalize(b.ctx);
+    rc = ferry_finalize(&b.ctx);
     free(b.pattern);
     if (!b.opts.alloc)
         free(b.buf);

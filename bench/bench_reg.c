@@ -130,6 +130,6 @@ int bench_run_reg(int argc, char **argv)
         if (rc != FERRY_OK)
             fprintf(stderr, "ferry-bench reg: %s\n", ferry_strerror(rc));
     }
-    int frc = ferry_finalize(ctx);
+    int frc = ferry_finalize(&ctx);
     return rc == FERRY_OK && frc == FERRY_OK ? 0 : 1;
 }

@@ -1,5 +1,5 @@
-# Installation: the shared and static libraries, the public headers, a
-# pkg-config file and a CMake package (find_package(ferry) then
+# Installation: the shared and static libraries, the public headers, the
+# manual pages, a pkg-config file and a CMake package (find_package(ferry) then
 # target_link_libraries(app ferry::ferry) or ferry::ferry_static).
 # Included at the end of the top-level CMakeLists.txt, after every target
 # exists.
@@ -18,6 +18,19 @@ install(TARGETS ferry ferry_static
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ferry
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.h")
+
+# Manual pages: ferry(7) the overview, ferry(3) the API, and the tools'.
+# (Each transport's own page is installed from its folder.)
+set(FERRY_MAN_PAGES
+  ${PROJECT_SOURCE_DIR}/docs/man/ferry.7
+  ${PROJECT_SOURCE_DIR}/docs/man/ferry.3
+  ${PROJECT_SOURCE_DIR}/docs/man/ferryrun.1
+  ${PROJECT_SOURCE_DIR}/docs/man/ferry_info.1
+  ${PROJECT_SOURCE_DIR}/docs/man/ferry-bench.1)
+foreach(_page IN LISTS FERRY_MAN_PAGES)
+  string(REGEX REPLACE "^.*\\.([0-9])$" "\\1" _section "${_page}")
+  install(FILES ${_page} DESTINATION ${CMAKE_INSTALL_MANDIR}/man${_section})
+endforeach()
 
 install(EXPORT ferryTargets
   NAMESPACE ferry::
@@ -52,12 +65,26 @@ set(_ferry_pc_libs "")
 if(CMAKE_THREAD_LIBS_INIT)
   list(APPEND _ferry_pc_libs "${CMAKE_THREAD_LIBS_INIT}")
 endif()
+# A library linked by full path becomes -L<dir> -l<name> (no -L for the
+# compiler's own folders): a path to a .so would make a static link take the
+# shared library, or fail with -static.
 get_property(_ferry_link_libs GLOBAL PROPERTY FERRY_LINK_LIBS)
 foreach(_lib IN LISTS _ferry_link_libs)
   if(TARGET "${_lib}")
     # Imported targets are expected to be covered by FERRY_PC_REQUIRES_PRIVATE.
-  elseif(_lib MATCHES "^-" OR IS_ABSOLUTE "${_lib}")
+  elseif(_lib MATCHES "^-")
     list(APPEND _ferry_pc_libs "${_lib}")
+  elseif(IS_ABSOLUTE "${_lib}")
+    get_filename_component(_dir "${_lib}" DIRECTORY)
+    get_filename_component(_file "${_lib}" NAME)
+    if(_file MATCHES "^lib(.+)\\.(so|a)(\\.[0-9.]+)?$")
+      if(NOT _dir IN_LIST CMAKE_C_IMPLICIT_LINK_DIRECTORIES)
+        list(APPEND _ferry_pc_libs "-L${_dir}")
+      endif()
+      list(APPEND _ferry_pc_libs "-l${CMAKE_MATCH_1}")
+    else()
+      message(FATAL_ERROR "ferry.pc: cannot name '${_lib}' to the linker as -l<name>")
+    endif()
   else()
     list(APPEND _ferry_pc_libs "-l${_lib}")
   endif()

@@ -29,7 +29,7 @@ static void check(int rc, const char *what)
     }
 }
 
-static void on_hello(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_hello(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                      void *arg)
 {
     struct state *st = arg;
@@ -40,7 +40,7 @@ static void on_hello(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, s
     st->hellos++;
 }
 
-static void on_rkey(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_rkey(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     struct state *st = arg;
@@ -53,7 +53,7 @@ static void on_rkey(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, si
 }
 
 /* Sends, progressing while the transport is out of buffers or credits. */
-static void send_am(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size_t len)
+static void send_am(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t len)
 {
     int rc;
 
@@ -117,6 +117,6 @@ int main(void)
     int ok = strcmp(inbox, expect) == 0;
 
     check(ferry_mem_deregister(ctx, mem), "ferry_mem_deregister");
-    check(ferry_finalize(ctx), "ferry_finalize");
+    check(ferry_finalize(&ctx), "ferry_finalize");
     return ok ? 0 : 1;
 }

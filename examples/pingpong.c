@@ -79,7 +79,7 @@ static double now_us(void)
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-static void on_ping(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_ping(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     bench_t *b = arg;
@@ -95,7 +95,7 @@ static void on_ping(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, si
     b->pong_len = len;
 }
 
-static void on_pong(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_pong(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     bench_t *b = arg;
@@ -103,7 +103,7 @@ static void on_pong(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, si
     b->pongs++;
 }
 
-static void on_key(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_key(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                    void *arg)
 {
     bench_t *b = arg;
@@ -114,7 +114,7 @@ static void on_key(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, siz
     }
 }
 
-static void on_done(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_done(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     bench_t *b = arg;
@@ -146,7 +146,7 @@ static void progress(bench_t *b)
     }
 }
 
-static void send_am(bench_t *b, int dst, uint8_t tag, const void *data, size_t len)
+static void send_am(bench_t *b, int dst, int tag, const void *data, size_t len)
 {
     int rc;
 
@@ -379,7 +379,7 @@ int main(int argc, char **argv)
     check(ferry_barrier(b.ctx), "ferry_barrier");
     check(ferry_mem_deregister(b.ctx, lmem), "ferry_mem_deregister");
     check(ferry_mem_deregister(b.ctx, wmem), "ferry_mem_deregister");
-    check(ferry_finalize(b.ctx), "ferry_finalize");
+    check(ferry_finalize(&b.ctx), "ferry_finalize");
     free(local);
     free(back);
     free(window);

@@ -51,22 +51,61 @@ struct ferry_bitmap;
 /* Largest registration key a transport may put into a segment. */
 #define FERRY_BTL_KEY_MAX 32
 
-/* Capability flags. */
+/*
+ * Capability flags: the one table of them. Each X(NAME, bit, "name", "help")
+ * defines the flag FERRY_BTL_FLAG_<NAME> as the value 1u << bit, with the
+ * name ferry_info prints and a line of help, so a flag cannot be added
+ * without a name.
+ *
+ * NO_KEY_REVOKE is a limit, not a capability: a put/get through the key of a
+ * registration the target has released is NOT refused with FERRY_ERR_ACCESS
+ * (the fabric underneath does not check it, or checks it only by failing the
+ * connection). Every other key, bound and right is still checked. Transports
+ * without the flag refuse such accesses as the contract says.
+ */
+#define FERRY_BTL_FLAG_MAP(X)                                                              \
+    X(SEND, 0, "send", "active messages")                                                 \
+    X(SEND_INPLACE, 1, "send_inplace", "prepare_src may send from user memory")           \
+    X(PUT, 2, "put", "one-sided put")                                                     \
+    X(GET, 3, "get", "one-sided get")                                                     \
+    X(ATOMICS, 4, "atomics", "remote atomic operations")                                  \
+    X(SENDI, 5, "sendi", "sendi can succeed (not the unsupported stub)")                  \
+    X(MEM_ALLOC, 6, "mem_alloc", "mem_alloc gives memory peers reach faster")             \
+    X(NO_KEY_REVOKE, 7, "no_key_revoke",                                                  \
+      "a released registration's key is not refused (a limit)")
+
+#define FERRY_BTL_FLAG_ENUM_(name, bit, text, help) FERRY_BTL_FLAG_##name = 1u << (bit),
+#define FERRY_BTL_FLAG_BIT_(name, bit, text, help) | (1u << (bit))
 enum {
-    FERRY_BTL_FLAG_SEND = 1u << 0,         /* active messages */
-    FERRY_BTL_FLAG_SEND_INPLACE = 1u << 1, /* prepare_src may send from user memory */
-    FERRY_BTL_FLAG_PUT = 1u << 2,
-    FERRY_BTL_FLAG_GET = 1u << 3,
-    FERRY_BTL_FLAG_ATOMICS = 1u << 4,
-    FERRY_BTL_FLAG_SENDI = 1u << 5, /* sendi can succeed (not the unsupported stub) */
-    FERRY_BTL_FLAG_MEM_ALLOC = 1u << 6, /* mem_alloc gives memory peers reach faster */
-    /* A limit, not a capability: a put/get through the key of a registration
-     * the target has released is NOT refused with FERRY_ERR_ACCESS (the
-     * fabric underneath does not check it, or checks it only by failing the
-     * connection). Every other key, bound and right is still checked.
-     * Transports without the flag refuse such accesses as the contract says. */
-    FERRY_BTL_FLAG_NO_KEY_REVOKE = 1u << 7
+    FERRY_BTL_FLAG_MAP(FERRY_BTL_FLAG_ENUM_)
+    /* Every flag the table defines. */
+    FERRY_BTL_FLAGS_KNOWN = 0u FERRY_BTL_FLAG_MAP(FERRY_BTL_FLAG_BIT_)
 };
+#undef FERRY_BTL_FLAG_ENUM_
+#undef FERRY_BTL_FLAG_BIT_
+
+/* The name of one flag ("put"), or NULL for a value that is not exactly one
+ * flag of the table. */
+static inline const char *ferry_btl_flag_name(uint32_t flag)
+{
+#define FERRY_BTL_FLAG_NAME_(name, bit, text, help)                                        \
+    if (flag == (1u << (bit)))                                                             \
+        return text;
+    FERRY_BTL_FLAG_MAP(FERRY_BTL_FLAG_NAME_)
+#undef FERRY_BTL_FLAG_NAME_
+    return NULL;
+}
+
+/* Its line of help, or NULL as for ferry_btl_flag_name. */
+static inline const char *ferry_btl_flag_help(uint32_t flag)
+{
+#define FERRY_BTL_FLAG_HELP_(name, bit, text, help)                                        \
+    if (flag == (1u << (bit)))                                                             \
+        return help;
+    FERRY_BTL_FLAG_MAP(FERRY_BTL_FLAG_HELP_)
+#undef FERRY_BTL_FLAG_HELP_
+    return NULL;
+}
 
 /* Limits and capabilities, as data. */
 typedef struct ferry_btl_attr {

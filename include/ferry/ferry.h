@@ -26,29 +26,66 @@ extern "C" {
 #define FERRY_VERSION_MAJOR 0
 #define FERRY_VERSION_MINOR 1
 
-/* Status codes. Success is zero, errors are negative and stable. */
-enum {
-    FERRY_OK = 0,
-    FERRY_ERR = -1,              /* unspecified failure (see the log) */
-    FERRY_ERR_NO_RESOURCE = -2,  /* temporarily out of resources: progress and retry */
-    FERRY_ERR_INVALID = -3,      /* an argument or parameter value is invalid */
-    FERRY_ERR_NOT_SUPPORTED = -4,/* the operation or mode is not supported */
-    FERRY_ERR_UNREACH = -5,      /* the peer cannot be reached or has failed */
-    FERRY_ERR_NO_MEMORY = -6,    /* memory allocation failed */
-    FERRY_ERR_ACCESS = -7,       /* remote memory access outside a registration or its rights */
-    FERRY_ERR_TRUNCATE = -8,     /* data larger than the space offered */
-    FERRY_ERR_TIMEOUT = -9,      /* a bounded wait ran out */
-    FERRY_ERR_PROTO = -10,       /* a peer or launcher sent malformed data */
-    FERRY_ERR_IO = -11,          /* an operating-system call failed */
-    FERRY_ERR_BUSY = -12,        /* the object is in use */
-    FERRY_ERR_NOT_FOUND = -13,   /* no such key, tag, peer or parameter */
-    FERRY_ERR_CANCELED = -14,    /* the operation was canceled by teardown */
-    FERRY_ERR_LAUNCHER = -15,    /* the launcher (PMI) failed or is absent */
-    FERRY_ERR_LAST = -16
-};
+/*
+ * Status codes: the one table of them. Each entry gives the code's name
+ * (FERRY_ followed by the first argument), its value and the message
+ * ferry_strerror returns; the enum below, ferry_strerror and
+ * ferry_status_name are all generated from it, so a code cannot be added
+ * without its message. Success is zero, errors are negative, and a code's
+ * value never changes once released. X(name, value, message) is the
+ * caller's macro, as in libuv's UV_ERRNO_MAP.
+ */
+#define FERRY_STATUS_MAP(X)                                                              \
+    X(OK, 0, "success")                                                                  \
+    /* unspecified failure (see the log) */                                              \
+    X(ERR, -1, "unspecified error")                                                      \
+    /* temporarily out of resources: progress and retry */                               \
+    X(ERR_NO_RESOURCE, -2, "temporarily out of resources")                               \
+    /* an argument or parameter value is invalid */                                      \
+    X(ERR_INVALID, -3, "invalid argument or parameter")                                  \
+    /* the operation or mode is not supported */                                         \
+    X(ERR_NOT_SUPPORTED, -4, "operation not supported")                                  \
+    /* the peer cannot be reached or has failed */                                       \
+    X(ERR_UNREACH, -5, "peer unreachable or failed")                                     \
+    /* memory allocation failed */                                                       \
+    X(ERR_NO_MEMORY, -6, "out of memory")                                                \
+    /* remote memory access outside a registration or its rights */                      \
+    X(ERR_ACCESS, -7, "remote access denied")                                            \
+    /* data larger than the space offered */                                             \
+    X(ERR_TRUNCATE, -8, "data truncated")                                                \
+    /* a bounded wait ran out */                                                         \
+    X(ERR_TIMEOUT, -9, "timed out")                                                      \
+    /* a peer or launcher sent malformed data */                                         \
+    X(ERR_PROTO, -10, "protocol error: malformed data")                                  \
+    /* an operating-system call failed */                                                \
+    X(ERR_IO, -11, "operating-system call failed")                                       \
+    /* the object is in use */                                                           \
+    X(ERR_BUSY, -12, "object in use")                                                    \
+    /* no such key, tag, peer or parameter */                                            \
+    X(ERR_NOT_FOUND, -13, "not found")                                                   \
+    /* the operation was canceled by teardown */                                         \
+    X(ERR_CANCELED, -14, "canceled")                                                     \
+    /* the launcher (PMI) failed or is absent */                                         \
+    X(ERR_LAUNCHER, -15, "launcher (PMI) failed or absent")
 
-/* Returns a static, human-readable name for a status; never NULL. */
+#define FERRY_STATUS_ENUM_(name, value, message) FERRY_##name = (value),
+#define FERRY_STATUS_COUNT_(name, value, message) +1
+enum {
+    FERRY_STATUS_MAP(FERRY_STATUS_ENUM_)
+    /* One below the lowest code: the codes are FERRY_ERR_LAST + 1 .. 0. */
+    FERRY_ERR_LAST = -(0 FERRY_STATUS_MAP(FERRY_STATUS_COUNT_))
+};
+#undef FERRY_STATUS_ENUM_
+#undef FERRY_STATUS_COUNT_
+
+/* Returns a static, human-readable message for a status ("invalid argument
+ * or parameter"); "unknown status" for a value that is not a code. Never
+ * NULL. */
 const char *ferry_strerror(int status);
+
+/* Returns the status code's name as a static string ("FERRY_ERR_INVALID");
+ * "FERRY_UNKNOWN" for a value that is not a code. Never NULL. */
+const char *ferry_status_name(int status);
 
 /* Threading levels, as in MPI. */
 typedef enum {
@@ -79,10 +116,28 @@ int ferry_init(const ferry_init_params_t *params, ferry_ctx_t **ctx_out);
 /*
  * Completes or cancels everything outstanding (callbacks run with
  * FERRY_ERR_CANCELED for what was canceled), waits at a barrier with the other
- * ranks, closes the transports and frees the context. ctx may be NULL.
- * Collective.
+ * ranks, releases memory registrations still live (with a warning), closes
+ * the transports, frees the context and sets *ctx_p to NULL. Collective.
+ *
+ * After it the handle is invalid; ferry_finalize takes its address so that
+ * the caller's copy cannot be used by mistake:
+ * - a second ferry_finalize(&ctx) finds NULL and returns FERRY_OK (so does
+ *   ctx_p NULL), and any other call given the NULL handle returns
+ *   FERRY_ERR_INVALID (ferry_rank and ferry_size too);
+ * - ferry_mem_t handles of the context are invalid too (ferry_mem_rkey on
+ *   one reads freed memory);
+ * - another copy of the handle, kept from before, points to freed memory:
+ *   using it is undefined behaviour, which ferry can only sometimes catch.
+ *   Every call checks a magic number in the context that finalize clears
+ *   before freeing it, which costs one comparison: as long as the freed
+ *   memory has not been given out again, a stale copy is refused with
+ *   FERRY_ERR_INVALID and a logged error instead of crashing. Builds with
+ *   AddressSanitizer or ThreadSanitizer report the use after free
+ *   themselves.
+ * Called from inside a ferry callback it returns FERRY_ERR_BUSY and does
+ * nothing (*ctx_p is left as it was).
  */
-int ferry_finalize(ferry_ctx_t *ctx);
+int ferry_finalize(ferry_ctx_t **ctx_p);
 
 /* This process's rank in [0, size) and the job size. */
 int ferry_rank(const ferry_ctx_t *ctx);
@@ -133,7 +188,10 @@ typedef struct ferry_rkey {
 
 /*
  * Registers [addr, addr + len) with every transport able to do RDMA, with the
- * given FERRY_ACCESS_* rights. len 0 or addr NULL is FERRY_ERR_INVALID.
+ * given FERRY_ACCESS_* rights. len 0, addr NULL, a range that wraps around
+ * the address space, or one that is not all mapped memory of this process
+ * (ferry_mem_register(buf, SIZE_MAX / 2)) is FERRY_ERR_INVALID, with a
+ * message.
  */
 int ferry_mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access,
                        ferry_mem_t **mem_out);
@@ -148,7 +206,10 @@ int ferry_mem_deregister(ferry_ctx_t *ctx, ferry_mem_t *mem);
  * transports can reach fastest: with sm, a shared heap that peers on this
  * host map and copy into directly, so a put or get on it is one memcpy. On a
  * transport without such memory it is ordinary memory, registered. Free it
- * with ferry_mem_free (ferry_mem_deregister refuses it).
+ * with ferry_mem_free (ferry_mem_deregister refuses it). More than this
+ * host's RAM and swap is FERRY_ERR_NO_MEMORY, with a message; sm makes no
+ * shared heap larger than /dev/shm's free space (the memory is then
+ * ordinary), so that none faults when first touched.
  */
 int ferry_mem_alloc(ferry_ctx_t *ctx, size_t len, unsigned access, void **addr_out,
                     ferry_mem_t **mem_out);
@@ -161,21 +222,26 @@ int ferry_mem_rkey(const ferry_mem_t *mem, ferry_rkey_t *rkey_out);
 
 /* ---- Active messages ---------------------------------------------------- */
 
-/* Application tags are 0 .. FERRY_AM_TAG_MAX; tags above are ferry's own. */
+/* Application tags are 0 .. FERRY_AM_TAG_MAX; tags above are ferry's own. A
+ * tag is an int so that a wrong one is refused rather than truncated: any
+ * call given a tag outside 0 .. FERRY_AM_TAG_MAX returns FERRY_ERR_INVALID
+ * (300 is not taken as 44). Ranks (src, dst) are ints in [0, size). */
 #define FERRY_AM_TAG_MAX 191
 
 /*
- * Called from ferry_progress for each message with the registered tag. data is
- * valid only until the callback returns. The callback may send; its call to
- * ferry_progress does nothing.
+ * Called from ferry_progress for each message with the registered tag (tag is
+ * in 0 .. FERRY_AM_TAG_MAX, src the sender's rank). data is valid only until
+ * the callback returns. The callback may send; its call to ferry_progress
+ * does nothing.
  */
-typedef void (*ferry_am_cb_t)(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data,
+typedef void (*ferry_am_cb_t)(ferry_ctx_t *ctx, int src, int tag, const void *data,
                               size_t len, void *arg);
 
 /* Sets (or with cb NULL, clears) the handler of an application tag. Register
  * handlers before peers may send (for example before a ferry_barrier): a
- * message for a tag without a handler is dropped with a warning. */
-int ferry_am_register(ferry_ctx_t *ctx, uint8_t tag, ferry_am_cb_t cb, void *arg);
+ * message for a tag without a handler is dropped with a warning. A tag
+ * outside 0 .. FERRY_AM_TAG_MAX is FERRY_ERR_INVALID. */
+int ferry_am_register(ferry_ctx_t *ctx, int tag, ferry_am_cb_t cb, void *arg);
 
 /* Largest active message that can go to dst (the transport's max send size
  * less ferry's header), or a negative status. */
@@ -186,10 +252,10 @@ long ferry_am_max_size(ferry_ctx_t *ctx, int dst);
  * returns, so the buffer may be reused at once. Returns FERRY_ERR_NO_RESOURCE
  * when the transport is out of buffers or credits: call ferry_progress and
  * retry; nothing was sent. Messages from one sender to one receiver are
- * delivered in the order sent. len above ferry_am_max_size is
- * FERRY_ERR_INVALID.
+ * delivered in the order sent. len above ferry_am_max_size, a tag outside
+ * 0 .. FERRY_AM_TAG_MAX or dst outside [0, size) is FERRY_ERR_INVALID.
  */
-int ferry_am_send(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size_t len);
+int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t len);
 
 /* ---- One-sided put and get --------------------------------------------- */
 
@@ -233,8 +299,8 @@ int ferry_flush(ferry_ctx_t *ctx, int dst);
  * FERRY_ERR_NO_RESOURCE (progress and retry; nothing was sent) like
  * ferry_am_send; more bytes than ferry_am_max_size is FERRY_ERR_INVALID.
  */
-int ferry_am_sendv(ferry_ctx_t *ctx, int dst, uint8_t tag, const ferry_iov_t *iov, size_t n);
-int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, uint8_t tag, ferry_convertor_t *conv);
+int ferry_am_sendv(ferry_ctx_t *ctx, int dst, int tag, const ferry_iov_t *iov, size_t n);
+int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *conv);
 
 /*
  * As ferry_put and ferry_get, with the local side any convertor layout and

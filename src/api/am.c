@@ -12,7 +12,7 @@ void api_barrier_recv(ferry_ctx_t *ctx, const void *data, size_t len);
 
 rt_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out)
 {
-    if (ctx == NULL || ctx->api == NULL || dst < 0 || dst >= ctx->size) {
+    if (!api_ctx_live(ctx) || ctx->api == NULL || dst < 0 || dst >= ctx->size) {
         *status_out = FERRY_ERR_INVALID;
         return NULL;
     }
@@ -24,9 +24,14 @@ rt_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out)
     return peer;
 }
 
-int ferry_am_register(ferry_ctx_t *ctx, uint8_t tag, ferry_am_cb_t cb, void *arg)
+bool api_tag_valid(int tag)
 {
-    if (ctx == NULL || ctx->api == NULL || tag > FERRY_AM_TAG_MAX)
+    return tag >= 0 && tag <= FERRY_AM_TAG_MAX;
+}
+
+int ferry_am_register(ferry_ctx_t *ctx, int tag, ferry_am_cb_t cb, void *arg)
+{
+    if (!api_ctx_live(ctx) || ctx->api == NULL || !api_tag_valid(tag))
         return FERRY_ERR_INVALID;
     ctx->api->am[tag].cb = cb;
     ctx->api->am[tag].arg = cb != NULL ? arg : NULL;
@@ -42,10 +47,10 @@ long ferry_am_max_size(ferry_ctx_t *ctx, int dst)
     return (long)ctx->modules[peer->module_idx]->attr.max_send_size;
 }
 
-int ferry_am_send(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size_t len)
+int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t len)
 {
     int rc;
-    if (tag > FERRY_AM_TAG_MAX || (data == NULL && len > 0))
+    if (!api_tag_valid(tag) || (data == NULL && len > 0))
         return FERRY_ERR_INVALID;
     rt_peer_t *peer = api_peer(ctx, dst, &rc);
     if (peer == NULL)
@@ -56,7 +61,7 @@ int ferry_am_send(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size
     /* An inline send copies straight from the caller's buffer to the
      * transport; a descriptor would add a copy. */
     if (btl->attr.flags & FERRY_BTL_FLAG_SENDI)
-        return btl->ops->sendi(btl, peer->ep, NULL, 0, data, len, tag);
+        return btl->ops->sendi(btl, peer->ep, NULL, 0, data, len, (uint8_t)tag);
     ferry_convertor_t conv;
     ferry_convertor_init_contig(&conv, data, len);
     size_t size = len;
@@ -71,7 +76,7 @@ int ferry_am_send(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size
     }
     des->flags |= FERRY_BTL_DES_OWNERSHIP;
     des->cbfunc = NULL;
-    rc = btl->ops->send(btl, peer->ep, des, tag);
+    rc = btl->ops->send(btl, peer->ep, des, (uint8_t)tag);
     if (rc != FERRY_OK)
         btl->ops->free(btl, des);
     return rc;

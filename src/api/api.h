@@ -48,6 +48,7 @@ struct api_state {
     bool ops_ready;
     util_list_t issue_queue; /* ops with pieces not yet started, in order */
     util_list_t done;        /* ops whose callback is due */
+    util_list_t mems;        /* live registrations (ferry_mem_t), released at finalize */
     size_t *outstanding;     /* ops in flight per peer */
     int *first_error;        /* per peer, since the last flush */
 
@@ -66,6 +67,24 @@ int api_rdma_progress(ferry_ctx_t *ctx);
 /* The active-message dispatcher registered on every module for every tag
  * below FERRY_BTL_TAG_BTL_MIN. */
 void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, void *cbdata);
+
+/* Refuses a handle that is not a live context: logs for a stale one (NULL
+ * needs no message) and returns false. */
+bool api_ctx_refuse(const ferry_ctx_t *ctx);
+
+/* The check every public call makes of its context handle: not NULL, and
+ * not yet finalized as far as its magic says (see ferry_finalize in
+ * ferry.h for what this catches and what it cannot). */
+static inline bool api_ctx_live(const ferry_ctx_t *ctx)
+{
+    if (ctx != NULL && ctx->magic == RT_CTX_MAGIC)
+        return true;
+    return api_ctx_refuse(ctx);
+}
+
+/* An application tag: 0 .. FERRY_AM_TAG_MAX. Checked before any narrowing to
+ * the transports' 8-bit tags. */
+bool api_tag_valid(int tag);
 
 /* Validates dst and returns its peer, or NULL with *status_out set. */
 rt_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out);

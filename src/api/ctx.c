@@ -29,8 +29,9 @@ static bool list_has(const char *list, const char *name)
     return false;
 }
 
-/* Every name in the list must be a built transport. */
-static int check_transport_list(ferry_ctx_t *ctx, const char *list)
+/* Every name in the list must be a built transport. source names where the
+ * list came from (the variable or the init parameter), for the message. */
+static int check_transport_list(ferry_ctx_t *ctx, const char *list, const char *source)
 {
     for (const char *p = list; *p != '\0';) {
         const char *end = strchr(p, ',');
@@ -48,8 +49,16 @@ static int check_transport_list(ferry_ctx_t *ctx, const char *list)
                     strncat(built, ",", sizeof(built) - strlen(built) - 1);
                 strncat(built, btl_components[i]->name, sizeof(built) - strlen(built) - 1);
             }
-            rt_log(&ctx->log, RT_LOG_ERROR, "transport '%.*s' (in '%s') is not built; built: %s",
-                   (int)len, p, list, built);
+            /* The value may be anything; at most 64 characters of it are shown. */
+            const char *more = strlen(list) > 64 ? "..." : "";
+            if (len == 0)
+                rt_log(&ctx->log, RT_LOG_ERROR,
+                       "%s='%.64s%s': an empty transport name (expected a comma list of: %s)",
+                       source, list, more, built);
+            else
+                rt_log(&ctx->log, RT_LOG_ERROR,
+                       "%s='%.64s%s': transport '%.*s%s' is not built (built: %s)", source,
+                       list, more, (int)(len < 64 ? len : 64), p, len > 64 ? "..." : "", built);
             return FERRY_ERR_INVALID;
         }
         p += len + (end != NULL ? 1 : 0);
@@ -92,6 +101,8 @@ static int open_transports(ferry_ctx_t *ctx, const char *list)
     return FERRY_OK;
 }
 
+static int ctx_destroy(ferry_ctx_t *ctx);
+
 int rt_ctx_create(const ferry_init_params_t *params, bool open, ferry_ctx_t **ctx_out)
 {
     ferry_init_params_t defaults = {.thread_level = FERRY_THREAD_SINGLE, .transports = NULL};
@@ -113,6 +124,7 @@ int rt_ctx_create(const ferry_init_params_t *params, bool open, ferry_ctx_t **ct
     ferry_ctx_t *ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL)
         return FERRY_ERR_NO_MEMORY;
+    ctx->magic = RT_CTX_MAGIC;
     ctx->thread_level = params->thread_level;
     ctx->size = 1;
     rt_log_init(&ctx->log);
@@ -137,27 +149,51 @@ int rt_ctx_create(const ferry_init_params_t *params, bool open, ferry_ctx_t **ct
                                   &ctx->param_btl);
     if (rc != FERRY_OK)
         goto err_fini;
+    const char *label = NULL;
+    rc = rt_param_register_string(&ctx->params, "job_label", "",
+                                  "A label put before the job id in the names of the job's "
+                                  "shared-memory segments (/dev/shm/ferry-LABEL.JOBID-...), so "
+                                  "that a test suite finds its own: up to 32 letters, digits, "
+                                  "'_' or '-'; empty: none",
+                                  &label);
+    if (rc != FERRY_OK)
+        goto err_fini;
+    if (label[0] != '\0' && !rt_modex_label_valid(label)) {
+        rt_log(&ctx->log, RT_LOG_ERROR,
+               "FERRY_JOB_LABEL='%.64s%s' is not a label (expected 1 to %d letters, digits, "
+               "'_' or '-')",
+               label, strlen(label) > 64 ? "..." : "", RT_MODEX_LABEL_MAX);
+        rc = FERRY_ERR_INVALID;
+        goto err_fini;
+    }
     for (int i = 0; btl_components[i] != NULL; i++) {
         rc = btl_components[i]->register_params(ctx);
         if (rc != FERRY_OK)
             goto err_fini;
     }
     if (!open) {
+        rt_params_check_env(&ctx->params, environ, RT_LOG_WARN);
         *ctx_out = ctx;
         return FERRY_OK;
     }
 
     const char *list = params->transports != NULL ? params->transports : ctx->param_btl;
-    rc = check_transport_list(ctx, list);
+    rc = check_transport_list(ctx, list,
+                              params->transports != NULL ? "ferry_init_params_t.transports"
+                                                         : "FERRY_BTL");
     if (rc != FERRY_OK)
         goto err_fini;
 
     rc = rt_modex_init(&ctx->log, &ctx->modex);
     if (rc != FERRY_OK)
         goto err_fini;
+    rt_modex_label_job_id(ctx->modex, label);
     ctx->rank = rt_modex_rank(ctx->modex);
     ctx->size = rt_modex_size(ctx->modex);
     ctx->log.rank = ctx->rank;
+    /* Every parameter is registered by now. Rank 0 speaks for the job, so
+     * that a misspelt variable is reported once, not by every rank. */
+    rt_params_check_env(&ctx->params, environ, ctx->rank == 0 ? RT_LOG_WARN : RT_LOG_DEBUG);
 
     char host[256] = "";
     gethostname(host, sizeof(host) - 1);
@@ -175,7 +211,7 @@ int rt_ctx_create(const ferry_init_params_t *params, bool open, ferry_ctx_t **ct
 
 err_fini:
     ctx->api = NULL;
-    ferry_finalize(ctx);
+    ctx_destroy(ctx);
     return rc;
 }
 
@@ -202,7 +238,7 @@ static void on_transport_error(ferry_btl_module_t *btl, int status, int peer, co
 
 int ferry_set_error_cb(ferry_ctx_t *ctx, ferry_error_cb_t cb, void *arg)
 {
-    if (ctx == NULL)
+    if (!api_ctx_live(ctx))
         return FERRY_ERR_INVALID;
     ctx->error_cb = cb;
     ctx->error_arg = cb != NULL ? arg : NULL;
@@ -306,20 +342,18 @@ int ferry_init(const ferry_init_params_t *params, ferry_ctx_t **ctx_out)
     if (rc != FERRY_OK)
         return rc;
     if ((rc = api_state_init(ctx)) != FERRY_OK || (rc = add_procs(ctx)) != FERRY_OK) {
-        ferry_finalize(ctx);
+        ctx_destroy(ctx);
         return rc;
     }
     *ctx_out = ctx;
     return FERRY_OK;
 }
 
-int ferry_finalize(ferry_ctx_t *ctx)
+/* Tears down whatever of ctx exists (safe on a half-built one), clears its
+ * magic and frees it. */
+static int ctx_destroy(ferry_ctx_t *ctx)
 {
     int rc = FERRY_OK;
-    if (ctx == NULL)
-        return FERRY_OK;
-    if (ctx->in_callback > 0)
-        return FERRY_ERR_BUSY;
     if (ctx->api != NULL && ctx->peers != NULL) {
         ferry_flush(ctx, -1);
         /* Nobody tears down while a peer may still send to it. */
@@ -349,18 +383,48 @@ int ferry_finalize(ferry_ctx_t *ctx)
     free(ctx->peers);
     rt_modex_fini(ctx->modex);
     rt_params_fini(&ctx->params);
+    /* A volatile store, so that the compiler keeps it although the memory
+     * is freed next: a stale copy of the handle then fails the check. */
+    *(volatile uint64_t *)&ctx->magic = 0;
     free(ctx);
     return rc;
 }
 
+int ferry_finalize(ferry_ctx_t **ctx_p)
+{
+    if (ctx_p == NULL || *ctx_p == NULL)
+        return FERRY_OK;
+    ferry_ctx_t *ctx = *ctx_p;
+    if (!api_ctx_live(ctx))
+        return FERRY_ERR_INVALID;
+    if (ctx->in_callback > 0)
+        return FERRY_ERR_BUSY;
+    /* The caller's handle goes first: whatever happens below, it can no
+     * longer reach the memory freed. */
+    *ctx_p = NULL;
+    return ctx_destroy(ctx);
+}
+
+bool api_ctx_refuse(const ferry_ctx_t *ctx)
+{
+    if (ctx != NULL)
+        rt_log(NULL, RT_LOG_ERROR,
+               "a ferry context handle (%p) that is not a live context was passed: used after "
+               "ferry_finalize?",
+               (const void *)ctx);
+    return false;
+}
+
+
+
 int ferry_rank(const ferry_ctx_t *ctx)
 {
-    return ctx != NULL ? ctx->rank : FERRY_ERR_INVALID;
+    return api_ctx_live(ctx) ? ctx->rank : FERRY_ERR_INVALID;
 }
 
 int ferry_size(const ferry_ctx_t *ctx)
 {
-    return ctx != NULL ? ctx->size : FERRY_ERR_INVALID;
+    return api_ctx_live(ctx) ? ctx->size : FERRY_ERR_INVALID;
 }
 
 ferry_btl_module_t *rt_ctx_find_module(ferry_ctx_t *ctx, const char *name)
@@ -389,7 +453,7 @@ int rt_ctx_progress_transports(ferry_ctx_t *ctx)
 
 int ferry_progress(ferry_ctx_t *ctx)
 {
-    if (ctx == NULL)
+    if (!api_ctx_live(ctx))
         return FERRY_ERR_INVALID;
     if (ctx->in_callback > 0)
         return 0;
@@ -449,7 +513,7 @@ void api_barrier_recv(ferry_ctx_t *ctx, const void *data, size_t len)
 
 int ferry_barrier(ferry_ctx_t *ctx)
 {
-    if (ctx == NULL)
+    if (!api_ctx_live(ctx))
         return FERRY_ERR_INVALID;
     if (ctx->in_callback > 0)
         return FERRY_ERR_BUSY;

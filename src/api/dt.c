@@ -22,10 +22,10 @@
 #define DT_BOUNCE_BLOCK 4096
 #define DT_BOUNCE_TOTAL (64 * 1024)
 
-int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, uint8_t tag, ferry_convertor_t *conv)
+int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *conv)
 {
     int rc;
-    if (conv == NULL || tag > FERRY_AM_TAG_MAX)
+    if (conv == NULL || !api_tag_valid(tag))
         return FERRY_ERR_INVALID;
     rt_peer_t *peer = api_peer(ctx, dst, &rc);
     if (peer == NULL)
@@ -50,7 +50,7 @@ int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, uint8_t tag, ferry_convertor_t
     }
     des->flags |= FERRY_BTL_DES_OWNERSHIP;
     des->cbfunc = NULL;
-    rc = btl->ops->send(btl, peer->ep, des, tag);
+    rc = btl->ops->send(btl, peer->ep, des, (uint8_t)tag);
     if (rc != FERRY_OK) {
         btl->ops->free(btl, des);
         ferry_convertor_set_position(conv, start);
@@ -58,7 +58,7 @@ int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, uint8_t tag, ferry_convertor_t
     return rc;
 }
 
-int ferry_am_sendv(ferry_ctx_t *ctx, int dst, uint8_t tag, const ferry_iov_t *iov, size_t n)
+int ferry_am_sendv(ferry_ctx_t *ctx, int dst, int tag, const ferry_iov_t *iov, size_t n)
 {
     ferry_convertor_t conv;
     int rc = ferry_convertor_init_iov(&conv, iov, n);
@@ -114,7 +114,7 @@ static int dt_piece(ferry_ctx_t *ctx, dt_op_t *op, int dst, void *buf, size_t le
 static int dt_rdma(ferry_ctx_t *ctx, bool is_put, int dst, ferry_convertor_t *conv,
                    uint64_t raddr, const ferry_rkey_t *rkey, ferry_comp_cb_t cb, void *arg)
 {
-    if (ctx == NULL || conv == NULL || rkey == NULL)
+    if (!api_ctx_live(ctx) || conv == NULL || rkey == NULL)
         return FERRY_ERR_INVALID;
     size_t total = ferry_convertor_remaining(conv);
     if (total > UINT64_MAX - raddr)

@@ -6,8 +6,10 @@
  */
 #include <errno.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
 
 #include "api/api.h"
 
@@ -15,6 +17,8 @@
 #define RKEY_VERSION 1
 
 struct ferry_mem {
+    util_list_item_t link; /* in the context's list of live registrations */
+    bool listed;
     ferry_ctx_t *ctx;
     void *addr;
     size_t len;
@@ -102,7 +106,22 @@ static ferry_mem_t *mem_new(ferry_ctx_t *ctx)
     mem->ctx = ctx;
     mem->n_modules = ctx->n_modules;
     mem->alloc_module = -1;
+    if (ctx->api != NULL) {
+        util_list_append(&ctx->api->mems, &mem->link);
+        mem->listed = true;
+    }
     return mem;
+}
+
+/* Memory this host has (RAM and swap): more can never be backed, whatever
+ * the kernel's overcommit policy lets mmap promise. 0 when unknown. */
+static unsigned long long host_memory(void)
+{
+    struct sysinfo si;
+    if (sysinfo(&si) != 0)
+        return 0;
+    unsigned long long unit = si.mem_unit != 0 ? si.mem_unit : 1;
+    return ((unsigned long long)si.totalram + si.totalswap) * unit;
 }
 
 int ferry_mem_alloc(ferry_ctx_t *ctx, size_t len, unsigned access, void **addr_out,
@@ -110,9 +129,17 @@ int ferry_mem_alloc(ferry_ctx_t *ctx, size_t len, unsigned access, void **addr_o
 {
     const unsigned known = FERRY_ACCESS_LOCAL | FERRY_ACCESS_REMOTE_READ |
                            FERRY_ACCESS_REMOTE_WRITE;
-    if (ctx == NULL || len == 0 || (access & ~known) != 0 || addr_out == NULL ||
+    if (!api_ctx_live(ctx) || len == 0 || (access & ~known) != 0 || addr_out == NULL ||
         mem_out == NULL || len > SIZE_MAX / 2)
         return FERRY_ERR_INVALID;
+    unsigned long long have = host_memory();
+    if (have != 0 && len > have) {
+        rt_log(&ctx->log, RT_LOG_ERROR,
+               "ferry_mem_alloc: %zu bytes is more than this host's memory (%llu bytes of RAM "
+               "and swap)",
+               len, have);
+        return FERRY_ERR_NO_MEMORY;
+    }
     ferry_mem_t *mem = mem_new(ctx);
     if (mem == NULL)
         return FERRY_ERR_NO_MEMORY;
@@ -135,8 +162,13 @@ int ferry_mem_alloc(ferry_ctx_t *ctx, size_t len, unsigned access, void **addr_o
         size_t size = (len + 4095) & ~(size_t)4095;
         void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) {
+            int err = errno;
+            if (mem->listed)
+                util_list_remove(&ctx->api->mems, &mem->link);
             free(mem->regs);
             free(mem);
+            rt_log(&ctx->log, RT_LOG_ERROR, "ferry_mem_alloc: mapping %zu bytes: %s", size,
+                   strerror(err));
             return FERRY_ERR_NO_MEMORY;
         }
         mem->addr = p;
@@ -156,9 +188,20 @@ int ferry_mem_free(ferry_ctx_t *ctx, ferry_mem_t *mem)
 {
     if (mem == NULL)
         return FERRY_OK;
-    if (ctx == NULL || mem->ctx != ctx || !mem->allocated)
+    if (!api_ctx_live(ctx) || mem->ctx != ctx || !mem->allocated)
         return FERRY_ERR_INVALID;
     return mem_release(ctx, mem);
+}
+
+/* Is [addr, addr + len) all mapped in this process? msync answers ENOMEM
+ * for a range that is not, in one system call however large the range, and
+ * with MS_ASYNC writes nothing back. */
+static bool range_mapped(const void *addr, size_t len)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = (uintptr_t)addr & ~(page - 1);
+    uintptr_t end = (uintptr_t)addr + len;
+    return msync((void *)start, end - start, MS_ASYNC) == 0;
 }
 
 int ferry_mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access,
@@ -166,9 +209,24 @@ int ferry_mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access
 {
     const unsigned known = FERRY_ACCESS_LOCAL | FERRY_ACCESS_REMOTE_READ |
                            FERRY_ACCESS_REMOTE_WRITE;
-    if (ctx == NULL || addr == NULL || len == 0 || (access & ~known) != 0 || mem_out == NULL ||
-        (uintptr_t)addr > UINTPTR_MAX - len)
+    if (!api_ctx_live(ctx) || addr == NULL || len == 0 || (access & ~known) != 0 ||
+        mem_out == NULL)
         return FERRY_ERR_INVALID;
+    /* A range that wraps around the address space, or covers memory this
+     * process does not have (ferry_mem_register(buf, SIZE_MAX / 2)), is no
+     * registration any transport could honour. */
+    if ((uintptr_t)addr > UINTPTR_MAX - len) {
+        rt_log(&ctx->log, RT_LOG_ERROR,
+               "ferry_mem_register: %p + %zu bytes wraps around the address space", addr, len);
+        return FERRY_ERR_INVALID;
+    }
+    if (!range_mapped(addr, len)) {
+        rt_log(&ctx->log, RT_LOG_ERROR,
+               "ferry_mem_register: [%p, %p) (%zu bytes) is not all mapped memory of this "
+               "process",
+               addr, (void *)((uintptr_t)addr + len), len);
+        return FERRY_ERR_INVALID;
+    }
     ferry_mem_t *mem = mem_new(ctx);
     if (mem == NULL)
         return FERRY_ERR_NO_MEMORY;
@@ -207,6 +265,8 @@ static int mem_release(ferry_ctx_t *ctx, ferry_mem_t *mem)
         if (mrc != FERRY_OK && rc == FERRY_OK)
             rc = mrc;
     }
+    if (mem->listed)
+        util_list_remove(&ctx->api->mems, &mem->link);
     free(mem->regs);
     free(mem);
     return rc;
@@ -216,7 +276,7 @@ int ferry_mem_deregister(ferry_ctx_t *ctx, ferry_mem_t *mem)
 {
     if (mem == NULL)
         return FERRY_OK;
-    if (ctx == NULL || mem->ctx != ctx || mem->allocated)
+    if (!api_ctx_live(ctx) || mem->ctx != ctx || mem->allocated)
         return FERRY_ERR_INVALID;
     return mem_release(ctx, mem);
 }
@@ -479,7 +539,7 @@ int api_rdma_progress(ferry_ctx_t *ctx)
 
 int ferry_flush(ferry_ctx_t *ctx, int dst)
 {
-    if (ctx == NULL || ctx->api == NULL || dst < -1 || dst >= ctx->size)
+    if (!api_ctx_live(ctx) || ctx->api == NULL || dst < -1 || dst >= ctx->size)
         return FERRY_ERR_INVALID;
     if (ctx->in_callback > 0)
         return FERRY_ERR_BUSY;
@@ -514,6 +574,7 @@ int api_state_init(ferry_ctx_t *ctx)
     ctx->api = api;
     util_list_init(&api->issue_queue);
     util_list_init(&api->done);
+    util_list_init(&api->mems);
     api->outstanding = calloc((size_t)ctx->size, sizeof(*api->outstanding));
     api->first_error = calloc((size_t)ctx->size, sizeof(*api->first_error));
     if (api->outstanding == NULL || api->first_error == NULL)
@@ -548,6 +609,16 @@ void api_state_fini(ferry_ctx_t *ctx)
     }
     if (api->outstanding != NULL && api->first_error != NULL)
         api_rdma_progress(ctx);
+    /* Registrations the application did not release: released now, while
+     * the transports that hold them are still open. */
+    size_t live = util_list_len(&api->mems);
+    if (live > 0)
+        rt_log(&ctx->log, RT_LOG_WARN,
+               "ferry_finalize: %zu memory registration(s) (ferry_mem_register or "
+               "ferry_mem_alloc) still live; released, their handles are invalid now",
+               live);
+    while ((it = util_list_first(&api->mems)) != NULL)
+        mem_release(ctx, UTIL_CONTAINER_OF(it, ferry_mem_t, link));
     if (api->ops_ready)
         util_pool_fini(&api->ops);
     free(api->outstanding);

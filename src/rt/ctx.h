@@ -7,6 +7,7 @@
 #define RT_CTX_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include <ferry/btl.h>
 #include <ferry/ferry.h>
@@ -26,7 +27,13 @@ typedef struct rt_peer {
     bool failed;                /* reported dead by a transport */
 } rt_peer_t;
 
+/* What a live context holds in its magic field. */
+#define RT_CTX_MAGIC 0x666572727963747full /* "ferryctx" */
+
 struct ferry_ctx {
+    /* RT_CTX_MAGIC from creation until finalize clears it, just before the
+     * context is freed: the API's cheap check against a stale handle. */
+    uint64_t magic;
     rt_log_t log;
     rt_params_t params;
     rt_modex_t *modex;

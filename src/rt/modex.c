@@ -4,6 +4,7 @@
  * commit sends only what changed and a get of one's own rank needs no
  * launcher.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -46,6 +47,30 @@ void rt_modex_set_job_id(rt_modex_t *mx, const char *text)
     if (n == 0) {
         strcpy(mx->job_id, "job");
     }
+}
+
+bool rt_modex_label_valid(const char *label)
+{
+    if (label == NULL || label[0] == '\0') {
+        return false;
+    }
+    size_t n = 0;
+    for (; label[n] != '\0'; n++) {
+        if (n >= RT_MODEX_LABEL_MAX || label[n] == '.' || !modex_char_ok(label[n])) {
+            return false;
+        }
+    }
+    return true;
+}
+
+void rt_modex_label_job_id(rt_modex_t *mx, const char *label)
+{
+    if (mx == NULL || label == NULL || label[0] == '\0') {
+        return;
+    }
+    char labelled[RT_MODEX_LABEL_MAX + 1 + RT_MODEX_JOB_ID_MAX + 1];
+    snprintf(labelled, sizeof(labelled), "%.*s.%s", RT_MODEX_LABEL_MAX, label, mx->job_id);
+    rt_modex_set_job_id(mx, labelled);
 }
 
 /* True when a PMIx server left its variables: the rank and namespace, or

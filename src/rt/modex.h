@@ -17,6 +17,7 @@
 #ifndef RT_MODEX_H
 #define RT_MODEX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "rt/log.h"
@@ -40,6 +41,16 @@ const char *rt_modex_backend(const rt_modex_t *mx);
 /* The job's identity (the PMI kvs name, or "singleton-PID"); stable across the
  * job, different between jobs, at most 255 characters of [A-Za-z0-9_.-]. */
 const char *rt_modex_job_id(const rt_modex_t *mx);
+
+/* Puts label and a '.' in front of the job id, whatever backend made it, so
+ * that the job's resources named after it (sm's segments) carry the label.
+ * label must be rt_modex_label_valid; empty or NULL leaves the id alone. */
+void rt_modex_label_job_id(rt_modex_t *mx, const char *label);
+
+/* Labels are 1 to RT_MODEX_LABEL_MAX letters, digits, '_' or '-' (no '.',
+ * which ends the label in a name). */
+#define RT_MODEX_LABEL_MAX 32
+bool rt_modex_label_valid(const char *label);
 
 /* Stores a value under key for this rank. key: 1..63 characters of
  * [A-Za-z0-9_.-]; val may be empty. Overwrites an earlier put of the key;

@@ -8,6 +8,7 @@
 
 #include <inttypes.h>
 #include <limits.h>
+#include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -525,4 +526,170 @@ int rt_param_register_string(rt_params_t *params, const char *name, const char *
     if (value_out != NULL)
         *value_out = params->tail->value_text;
     return FERRY_OK;
+}
+
+/* ---- Unknown variables in the environment ---------------------------------- */
+
+/* FERRY_* variables that are not parameters. Everything ferry's library
+ * reads is a parameter (registered, so ferry_info -a lists it); these are
+ * set by ferry's launcher for the ranks or read by ferry's own tools, and
+ * must not be reported as misspellings. tests/unit/check_env_names.cmake
+ * fails when ferryrun sets, or the code reads, a FERRY_* variable that is
+ * neither a parameter nor listed here. */
+static const rt_env_var_t other_vars[] = {
+    {"FERRY_JOB_ID", "set by ferryrun for each rank: the job's id (also its PMI kvs name)"},
+    {"FERRY_BENCH_BIND", "read by ferry-bench: 0 leaves its ranks unpinned, 1 (the default) "
+                         "pins each to a CPU (see ferry-bench(1))"},
+    /* Read by the modex before the context's parameters exist; they become
+     * declared parameters with the modex's own registration (#13). */
+    {"FERRY_MODEX", "read by the launcher interface: the modex backend (pmi1, pmix or "
+                    "singleton), chosen from the environment when unset"},
+    {"FERRY_PMI_TIMEOUT", "read by the pmi1 backend: seconds to wait for the PMI server"},
+    {NULL, NULL},
+};
+
+const rt_env_var_t *rt_params_other_vars(void)
+{
+    return other_vars;
+}
+
+/* The variable's name: what precedes the first '=' (or all of it). */
+static size_t env_name_len(const char *entry)
+{
+    const char *eq = strchr(entry, '=');
+    return eq != NULL ? (size_t)(eq - entry) : strlen(entry);
+}
+
+static bool name_is(const char *name, size_t len, const char *known)
+{
+    return strlen(known) == len && memcmp(name, known, len) == 0;
+}
+
+static bool env_known_n(const rt_params_t *params, const char *name, size_t len)
+{
+    for (const rt_param_t *p = params->head; p != NULL; p = p->next)
+        if (name_is(name, len, p->env))
+            return true;
+    for (const rt_env_var_t *v = other_vars; v->name != NULL; v++)
+        if (name_is(name, len, v->name))
+            return true;
+    return false;
+}
+
+bool rt_params_env_known(const rt_params_t *params, const char *name)
+{
+    return name != NULL && env_known_n(params, name, strlen(name));
+}
+
+/* Longest name compared: nothing ferry declares comes close, and it bounds
+ * the work an absurd variable name can cause. */
+#define ENV_NAME_CMP_MAX 128
+
+size_t rt_params_edit_distance(const char *a, size_t a_len, const char *b, size_t limit)
+{
+    /* Optimal string alignment over three rows of the usual table. */
+    size_t b_len = strlen(b);
+    size_t rows[3][ENV_NAME_CMP_MAX + 1];
+    if (a_len > ENV_NAME_CMP_MAX || b_len > ENV_NAME_CMP_MAX)
+        return limit + 1;
+    if ((a_len > b_len ? a_len - b_len : b_len - a_len) > limit)
+        return limit + 1;
+    size_t *prev2 = rows[0], *prev = rows[1], *cur = rows[2];
+    for (size_t j = 0; j <= b_len; j++)
+        prev[j] = j;
+    for (size_t i = 1; i <= a_len; i++) {
+        size_t best = cur[0] = i;
+        char ca = (char)toupper((unsigned char)a[i - 1]);
+        for (size_t j = 1; j <= b_len; j++) {
+            char cb = (char)toupper((unsigned char)b[j - 1]);
+            size_t d = prev[j - 1] + (ca != cb);
+            if (prev[j] + 1 < d)
+                d = prev[j] + 1;
+            if (cur[j - 1] + 1 < d)
+                d = cur[j - 1] + 1;
+            if (i > 1 && j > 1 && ca == toupper((unsigned char)b[j - 2]) &&
+                toupper((unsigned char)a[i - 2]) == cb && prev2[j - 2] + 1 < d)
+                d = prev2[j - 2] + 1;
+            cur[j] = d;
+            if (d < best)
+                best = d;
+        }
+        if (best > limit)
+            return limit + 1;
+        size_t *t = prev2;
+        prev2 = prev;
+        prev = cur;
+        cur = t;
+    }
+    return prev[b_len] <= limit ? prev[b_len] : limit + 1;
+}
+
+/* Keeps the nearer of the best so far and known. */
+static void consider(const char *name, size_t len, const char *known, size_t limit,
+                     const char **best, size_t *best_d)
+{
+    size_t d = rt_params_edit_distance(name, len, known, limit);
+    if (d <= limit && d < *best_d) {
+        *best = known;
+        *best_d = d;
+    }
+}
+
+/* The known name nearest to name, when it is near enough to be what was
+ * meant: within a third of the name's length (at least 1, at most 3) after
+ * "FERRY_", letters compared ignoring case. NULL when none is. */
+static const char *env_nearest(const rt_params_t *params, const char *name, size_t len)
+{
+    size_t tail = len - strlen("FERRY_");
+    size_t limit = tail / 3;
+    if (limit < 1)
+        limit = 1;
+    if (limit > 3)
+        limit = 3;
+    const char *best = NULL;
+    size_t best_d = limit + 1;
+    for (const rt_param_t *p = params->head; p != NULL; p = p->next)
+        consider(name, len, p->env, limit, &best, &best_d);
+    for (const rt_env_var_t *v = other_vars; v->name != NULL; v++)
+        consider(name, len, v->name, limit, &best, &best_d);
+    return best;
+}
+
+int rt_params_check_env(const rt_params_t *params, char *const *env, rt_log_level_t level)
+{
+    int unknown = 0;
+    if (env == NULL)
+        return 0;
+    for (size_t i = 0; env[i] != NULL; i++) {
+        const char *entry = env[i];
+        size_t len = env_name_len(entry);
+        if (len <= strlen("FERRY_") || strncmp(entry, "FERRY_", strlen("FERRY_")) != 0 ||
+            env_known_n(params, entry, len))
+            continue;
+        /* Once per variable, however many times the environment holds it. */
+        bool seen = false;
+        for (size_t k = 0; k < i && !seen; k++)
+            seen = env_name_len(env[k]) == len && memcmp(env[k], entry, len) == 0;
+        if (seen)
+            continue;
+        unknown++;
+        char echo[PARAM_ECHO_MAX + 8];
+        char name[PARAM_ECHO_MAX + 1];
+        size_t n = len < PARAM_ECHO_MAX ? len : PARAM_ECHO_MAX;
+        memcpy(name, entry, n);
+        name[n] = '\0';
+        echo_value(name, echo, sizeof(echo));
+        if (n < len)
+            strcat(echo, "...");
+        const char *near = env_nearest(params, entry, len);
+        if (near != NULL)
+            rt_log(params->log, level,
+                   "%s is set but is not a ferry parameter; did you mean %s? "
+                   "(ferry_info -a lists them)",
+                   echo, near);
+        else
+            rt_log(params->log, level,
+                   "%s is set but is not a ferry parameter (ferry_info -a lists them)", echo);
+    }
+    return unknown;
 }

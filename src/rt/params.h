@@ -66,6 +66,37 @@ int rt_param_register_string(rt_params_t *params, const char *name, const char *
 /* The registered parameter of that name, or NULL. */
 const rt_param_t *rt_param_find(const rt_params_t *params, const char *name);
 
+/* A FERRY_* variable ferry knows that is not a parameter: one a launcher sets
+ * for its ranks, or one of ferry's own tools reads. */
+typedef struct rt_env_var {
+    const char *name; /* "FERRY_JOB_ID" */
+    const char *what; /* who sets or reads it, for ferry_info -a */
+} rt_env_var_t;
+
+/* The known variables that are not parameters, ending with a NULL name. */
+const rt_env_var_t *rt_params_other_vars(void);
+
+/* True when name (a variable name such as "FERRY_BTL") is a registered
+ * parameter's variable or one of rt_params_other_vars. */
+bool rt_params_env_known(const rt_params_t *params, const char *name);
+
+/*
+ * Looks at every FERRY_* variable in env (an environ-style array, NULL
+ * terminated) and warns, at level (RT_LOG_WARN for the rank that speaks for
+ * the job), about each one that is neither a registered parameter nor one
+ * of rt_params_other_vars, naming the nearest known name by edit distance
+ * when one is close ("FERRY_SM_RINGSIZE ... did you mean
+ * FERRY_SM_RING_SIZE?"). A variable set twice is warned about once. Call it
+ * after every parameter is registered. Returns how many were unknown.
+ */
+int rt_params_check_env(const rt_params_t *params, char *const *env, rt_log_level_t level);
+
+/* The edit distance (insertions, deletions, substitutions and swaps of two
+ * neighbours, letters compared ignoring case) between a and b, at most
+ * limit + 1: the search stops once the distance exceeds limit. Exposed for
+ * tests. */
+size_t rt_params_edit_distance(const char *a, size_t a_len, const char *b, size_t limit);
+
 /* Parsers, exposed for tests and tools. Return FERRY_OK or FERRY_ERR_INVALID. */
 int rt_param_parse_int(const char *text, long long *out);
 int rt_param_parse_size(const char *text, size_t *out);

@@ -1,5 +1,7 @@
 /*
- * Status names and the one translation from errno to ferry status.
+ * Status messages and names, generated from the one table of codes
+ * (FERRY_STATUS_MAP in ferry.h), and the one translation from errno to
+ * ferry status.
  */
 #include <errno.h>
 
@@ -7,35 +9,39 @@
 
 #include "rt/log.h"
 
-/* Indexed by the negated status. */
-static const char *const status_names[] = {
-    [-FERRY_OK] = "success",
-    [-FERRY_ERR] = "unspecified error",
-    [-FERRY_ERR_NO_RESOURCE] = "temporarily out of resources",
-    [-FERRY_ERR_INVALID] = "invalid argument or parameter",
-    [-FERRY_ERR_NOT_SUPPORTED] = "operation not supported",
-    [-FERRY_ERR_UNREACH] = "peer unreachable or failed",
-    [-FERRY_ERR_NO_MEMORY] = "out of memory",
-    [-FERRY_ERR_ACCESS] = "remote access denied",
-    [-FERRY_ERR_TRUNCATE] = "data truncated",
-    [-FERRY_ERR_TIMEOUT] = "timed out",
-    [-FERRY_ERR_PROTO] = "protocol error: malformed data",
-    [-FERRY_ERR_IO] = "operating-system call failed",
-    [-FERRY_ERR_BUSY] = "object in use",
-    [-FERRY_ERR_NOT_FOUND] = "not found",
-    [-FERRY_ERR_CANCELED] = "canceled",
-    [-FERRY_ERR_LAUNCHER] = "launcher (PMI) failed or absent",
-};
-
-/* A new code added to ferry.h without a name here fails the build. */
-_Static_assert(sizeof(status_names) / sizeof(status_names[0]) == -FERRY_ERR_LAST,
-               "every status code needs a name in status_names");
+/* Every code lies between FERRY_ERR_LAST and 0; with the switches below,
+ * where two codes of one value would be a duplicate case, this makes the
+ * codes exactly FERRY_ERR_LAST + 1 .. 0. */
+#define STATUS_IN_RANGE(name, value, message)                                              \
+    _Static_assert((value) <= 0 && (value) > FERRY_ERR_LAST,                               \
+                   "FERRY_" #name " lies outside FERRY_ERR_LAST .. 0");
+FERRY_STATUS_MAP(STATUS_IN_RANGE)
+#undef STATUS_IN_RANGE
 
 const char *ferry_strerror(int status)
 {
-    if (status > 0 || status <= FERRY_ERR_LAST)
+    switch (status) {
+#define STATUS_MESSAGE(name, value, message)                                               \
+    case (value):                                                                          \
+        return message;
+        FERRY_STATUS_MAP(STATUS_MESSAGE)
+#undef STATUS_MESSAGE
+    default:
         return "unknown status";
-    return status_names[-status] != NULL ? status_names[-status] : "unknown status";
+    }
+}
+
+const char *ferry_status_name(int status)
+{
+    switch (status) {
+#define STATUS_NAME(name, value, message)                                                  \
+    case (value):                                                                          \
+        return "FERRY_" #name;
+        FERRY_STATUS_MAP(STATUS_NAME)
+#undef STATUS_NAME
+    default:
+        return "FERRY_UNKNOWN";
+    }
 }
 
 int rt_status_from_errno(int err)

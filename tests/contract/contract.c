@@ -291,7 +291,7 @@ int main(int argc, char **argv)
         printf("SKIPPED: transport %s not available: its component opened no module here "
                "(the log says why)\n",
                argv[1]);
-        ferry_finalize(s.ctx);
+        ferry_finalize(&s.ctx);
         return CT_EXIT_SKIP;
     }
     s.attr = &s.btl->attr;
@@ -301,7 +301,7 @@ int main(int argc, char **argv)
     }
     if (!ct_setup(&s)) {
         printf("0 passed, 1 failed\n");
-        ferry_finalize(s.ctx);
+        ferry_finalize(&s.ctx);
         return 1;
     }
 
@@ -322,7 +322,7 @@ int main(int argc, char **argv)
      * descriptor not returned says so (on stderr in debug builds, which CTest
      * watches) and must not report success. */
     s.case_name = "finalize";
-    rc = ferry_finalize(s.ctx);
+    rc = ferry_finalize(&s.ctx);
     CT_CHECK_RC(&s, rc, FERRY_OK, "ferry_finalize");
     ct_case_report(&s, CT_RESULT_RUN);
 

@@ -8,6 +8,7 @@
  * invalidation.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -29,7 +30,7 @@ struct key_msg {
 static struct key_msg peer_key;
 static int have_key;
 
-static void on_key(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_key(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                    void *arg)
 {
     (void)ctx, (void)src, (void)tag, (void)arg;
@@ -84,6 +85,15 @@ int main(void)
     int rank = ferry_rank(ctx), size = ferry_size(ctx);
     int target = size > 1 ? 1 : 0;
     int origin = 0;
+    /* Ranks 0 and 1 talk to each other (a singleton to itself). */
+    int peer = size > 1 && rank <= 1 ? 1 - rank : rank;
+    if (ferry_am_max_size(ctx, peer) < 0) {
+        printf("SKIPPED: rank %d cannot reach its peer (FERRY_BTL='%s'): a transport did "
+               "not open here; FERRY_LOG_LEVEL=info says why\n",
+               rank, getenv("FERRY_BTL") != NULL ? getenv("FERRY_BTL") : "");
+        CHECK(ferry_finalize(&ctx) == FERRY_OK);
+        return 77;
+    }
     CHECK(ferry_am_register(ctx, 1, on_key, NULL) == FERRY_OK);
     CHECK(ferry_barrier(ctx) == FERRY_OK);
 
@@ -153,6 +163,6 @@ int main(void)
         CHECK(ferry_mem_deregister(ctx, mem) == FERRY_OK);
         munmap(inbox, LEN);
     }
-    CHECK(ferry_finalize(ctx) == FERRY_OK);
+    CHECK(ferry_finalize(&ctx) == FERRY_OK);
     return 0;
 }

@@ -158,10 +158,40 @@ static void test_abort(void)
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 7);
 }
 
+/* A label goes in front of whatever id the backend made; only labels that
+ * cannot be mistaken for part of the id are valid. */
+static void test_label(void)
+{
+    clear_launcher_env();
+    rt_modex_t *mx = NULL;
+    CHECK(rt_modex_init(NULL, &mx) == FERRY_OK);
+    char want_id[96];
+    snprintf(want_id, sizeof(want_id), "ct-12_ab.singleton-%ld", (long)getpid());
+    rt_modex_label_job_id(mx, "");
+    rt_modex_label_job_id(mx, NULL);
+    CHECK(strncmp(rt_modex_job_id(mx), "singleton-", 10) == 0);
+    rt_modex_label_job_id(mx, "ct-12_ab");
+    CHECK(strcmp(rt_modex_job_id(mx), want_id) == 0);
+    rt_modex_fini(mx);
+
+    CHECK(rt_modex_label_valid("ct0123abcdef"));
+    CHECK(rt_modex_label_valid("a"));
+    CHECK(rt_modex_label_valid("A_b-9"));
+    CHECK(rt_modex_label_valid("01234567890123456789012345678901")); /* 32 */
+    CHECK(!rt_modex_label_valid("012345678901234567890123456789012")); /* 33 */
+    CHECK(!rt_modex_label_valid(""));
+    CHECK(!rt_modex_label_valid(NULL));
+    CHECK(!rt_modex_label_valid("a.b"));   /* '.' ends a label */
+    CHECK(!rt_modex_label_valid("a/b"));   /* would leave /dev/shm */
+    CHECK(!rt_modex_label_valid("a b"));
+    CHECK(!rt_modex_label_valid("a\nb"));
+}
+
 int main(void)
 {
     alarm(60);
     test_basic();
+    test_label();
     test_selection();
     test_abort();
     printf("test_modex_singleton: ok\n");

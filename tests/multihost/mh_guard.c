@@ -32,7 +32,7 @@ typedef struct guard {
     int failures;
 } guard_t;
 
-static void on_data(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_data(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     guard_t *g = arg;
@@ -118,6 +118,6 @@ int main(int argc, char **argv)
     }
     CHECK(ferry_barrier(ctx) == FERRY_OK);
     CHECK(g.failures == 0);
-    CHECK(ferry_finalize(ctx) == FERRY_OK);
+    CHECK(ferry_finalize(&ctx) == FERRY_OK);
     return 0;
 }

@@ -26,7 +26,7 @@ typedef struct state {
     char msg[256];
 } state_t;
 
-static void on_msg(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_msg(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                    void *arg)
 {
     state_t *st = arg;
@@ -118,6 +118,6 @@ int main(int argc, char **argv)
     while (st.got[other] < 1000)
         CHECK(ferry_progress(ctx) >= 0);
     printf("rank %d: 1000 messages from rank %d after the garbage\n", me, other);
-    ferry_finalize(ctx);
+    ferry_finalize(&ctx);
     return 0;
 }

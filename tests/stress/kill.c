@@ -52,7 +52,7 @@ static void on_error(ferry_ctx_t *ctx, int peer, int status, const char *msg, vo
     fflush(stdout);
 }
 
-static void on_data(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_data(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -66,7 +66,7 @@ static void on_data(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, si
         CHECK(p[i] == (unsigned char)(seq + i));
 }
 
-static void on_zone(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_zone(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -75,7 +75,7 @@ static void on_zone(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, si
     st->have_zone[src] = true;
 }
 
-static void on_fin(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_fin(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                    void *arg)
 {
     ((state_t *)arg)->fin[src] = true;
@@ -205,7 +205,7 @@ int main(void)
     printf("rank %d: saw rank %d fail after %.0f ms; %d puts done, %d unreachable\n", st.me,
            st.victim, (died_by - start) * 1000, st.puts_done, st.puts_unreach);
     CHECK(ferry_mem_deregister(ctx, zmem) == FERRY_OK);
-    ferry_finalize(ctx);
+    ferry_finalize(&ctx);
     free(zone);
     free(src);
     return 0;

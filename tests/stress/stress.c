@@ -136,7 +136,7 @@ static void take_seq(state_t *st, int src, uint64_t seq)
     p->expect_seq++;
 }
 
-static void on_small(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_small(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                      void *arg)
 {
     state_t *st = arg;
@@ -154,7 +154,7 @@ static void on_get_done(void *arg, int status)
     p->get_status = status;
 }
 
-static void on_rts(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_rts(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                    void *arg)
 {
     state_t *st = arg;
@@ -183,7 +183,7 @@ static void on_rts(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, siz
     CHECK(rc == FERRY_OK);
 }
 
-static void on_ack(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_ack(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                    void *arg)
 {
     state_t *st = arg;
@@ -194,7 +194,7 @@ static void on_ack(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, siz
     st->pair[src].large_busy = false;
 }
 
-static void on_zone(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_zone(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -203,7 +203,7 @@ static void on_zone(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, si
     st->pair[src].have_zone = true;
 }
 
-static void on_done(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_done(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -221,7 +221,7 @@ static void on_put_done(void *arg, int status)
     p->put_status = status;
 }
 
-static int send_am(state_t *st, int dst, uint8_t tag, const void *data, size_t len)
+static int send_am(state_t *st, int dst, int tag, const void *data, size_t len)
 {
     int rc;
     while ((rc = ferry_am_send(st->ctx, dst, tag, data, len)) == FERRY_ERR_NO_RESOURCE)
@@ -266,7 +266,7 @@ int main(int argc, char **argv)
         if (ferry_am_max_size(ctx, r) < 0) {
             if (st->me == 0)
                 printf("SKIPPED: rank %d cannot be reached (no transport joins them)\n", r);
-            ferry_finalize(ctx);
+            ferry_finalize(&ctx);
             return 77;
         }
     }
@@ -371,7 +371,7 @@ int main(int argc, char **argv)
            (unsigned long long)(st->checked_bytes >> 20));
     CHECK(ferry_mem_deregister(ctx, st->send_mem) == FERRY_OK);
     CHECK(ferry_mem_deregister(ctx, st->zone_mem) == FERRY_OK);
-    CHECK(ferry_finalize(ctx) == FERRY_OK);
+    CHECK(ferry_finalize(&ctx) == FERRY_OK);
     free(st->send_buf);
     free(st->zone);
     free(st->get_buf);

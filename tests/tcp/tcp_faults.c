@@ -65,7 +65,7 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static void on_msg(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_msg(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                    void *arg)
 {
     state_t *st = arg;
@@ -304,7 +304,7 @@ int main(int argc, char **argv)
     }
     if (ferry_size(ctx) != 2 || rt_ctx_find_module(ctx, "tcp") == NULL) {
         printf("tcp_faults: SKIP: needs 2 ranks and the tcp transport (FERRY_BTL=self,tcp)\n");
-        ferry_finalize(ctx);
+        ferry_finalize(&ctx);
         return 77;
     }
     int me = ferry_rank(ctx);
@@ -400,6 +400,6 @@ int main(int argc, char **argv)
         printf("tcp_faults %s: %s\n", mode, ok ? "ok" : "FAILED");
     fflush(stdout);
     /* The peer relation is broken in the fault modes: finalize may warn. */
-    ferry_finalize(ctx);
+    ferry_finalize(&ctx);
     return ok ? 0 : 1;
 }

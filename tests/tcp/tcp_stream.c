@@ -88,7 +88,7 @@ static bool same(const unsigned char *buf, size_t len, uint64_t seq)
     return true;
 }
 
-static void on_data(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_data(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -107,7 +107,7 @@ static void on_data(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, si
         st->pause = true;
 }
 
-static void on_zone(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_zone(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -118,7 +118,7 @@ static void on_zone(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, si
     st->have_zone = true;
 }
 
-static void on_putdone(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_putdone(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                        void *arg)
 {
     state_t *st = arg;
@@ -136,7 +136,7 @@ static void on_putdone(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data,
     st->puts_checked++;
 }
 
-static void on_done(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_done(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -154,7 +154,7 @@ static void on_comp(void *arg, int status)
     st->comp_done = true;
 }
 
-static void send_am(state_t *st, uint8_t tag, const void *data, size_t len)
+static void send_am(state_t *st, int tag, const void *data, size_t len)
 {
     for (;;) {
         int rc = ferry_am_send(st->ctx, 1 - st->me, tag, data, len);
@@ -291,7 +291,7 @@ int main(void)
     CHECK(ferry_init(NULL, &st.ctx) == FERRY_OK);
     if (ferry_size(st.ctx) != 2) {
         printf("tcp_stream: SKIP: needs exactly 2 ranks, got %d\n", ferry_size(st.ctx));
-        ferry_finalize(st.ctx);
+        ferry_finalize(&st.ctx);
         return 77;
     }
     st.me = ferry_rank(st.ctx);
@@ -311,6 +311,6 @@ int main(void)
     else
         run_receiver(&st);
     CHECK(ferry_barrier(st.ctx) == FERRY_OK);
-    CHECK(ferry_finalize(st.ctx) == FERRY_OK);
+    CHECK(ferry_finalize(&st.ctx) == FERRY_OK);
     return 0;
 }

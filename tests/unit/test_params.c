@@ -1,11 +1,13 @@
 /*
  * rt_params: defaults, environment overrides of every type, strict parsing,
  * bad and out-of-range values refused with a message naming the variable,
- * name validation, duplicate registration and the textual forms.
+ * name validation, duplicate registration and the textual forms; FERRY_*
+ * variables that are no parameter warned about with the nearest name.
  */
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -405,6 +407,112 @@ static void test_bad_declarations(void)
     rt_params_fini(&params);
 }
 
+static void test_edit_distance(void)
+{
+    CHECK(rt_params_edit_distance("kitten", 6, "sitting", 5) == 3);
+    CHECK(rt_params_edit_distance("kitten", 6, "sitting", 2) == 3); /* limit + 1 */
+    CHECK(rt_params_edit_distance("SM_RINGSIZE", 11, "SM_RING_SIZE", 3) == 1);
+    CHECK(rt_params_edit_distance("SM_RIGN_SIZE", 12, "SM_RING_SIZE", 3) == 1); /* a swap */
+    CHECK(rt_params_edit_distance("sm_ring_size", 12, "SM_RING_SIZE", 3) == 0);
+    CHECK(rt_params_edit_distance("", 0, "BTL", 3) == 3);
+    CHECK(rt_params_edit_distance("BTL", 3, "BTL", 0) == 0);
+    /* Only the first a_len characters count. */
+    CHECK(rt_params_edit_distance("BTL=self", 3, "BTL", 0) == 0);
+    /* A name far longer than anything declared is not compared at all. */
+    char longname[300];
+    memset(longname, 'A', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    CHECK(rt_params_edit_distance(longname, strlen(longname), "A", 3) == 4);
+}
+
+/* Runs the check over env and returns what it logged. */
+static const char *check_env(const rt_params_t *params, char *const *env, int expect_unknown,
+                             capture_t *cap)
+{
+    capture_begin(cap);
+    int n = rt_params_check_env(params, env, RT_LOG_WARN);
+    const char *text = capture_end(cap);
+    if (n != expect_unknown)
+        fprintf(stderr, "check_env: %d unknown, expected %d; logged:\n%s", n, expect_unknown,
+                text);
+    CHECK(n == expect_unknown);
+    return text;
+}
+
+static int count(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, what)) != NULL; p += strlen(what))
+        n++;
+    return n;
+}
+
+static void test_unknown_env(void)
+{
+    rt_params_t params;
+    rt_log_t log;
+    capture_t cap;
+    size_t sz;
+    const char *str;
+
+    rt_log_init(&log);
+    rt_params_init(&params, &log);
+    CHECK(rt_param_register_size(&params, "sm_ring_size", 4096, 0, 0, "h", &sz) == FERRY_OK);
+    CHECK(rt_param_register_size(&params, "sm_eager_limit", 4096, 0, 0, "h", &sz) == FERRY_OK);
+    CHECK(rt_param_register_string(&params, "btl", "", "h", &str) == FERRY_OK);
+
+    /* The right names, a launcher's variable and variables that are not
+     * ferry's (FERRYRUN_ is ferryrun's own prefix) say nothing. */
+    char *good[] = {"FERRY_SM_RING_SIZE=65536", "FERRY_BTL=self,sm", "FERRY_JOB_ID=ferry-1-2",
+                    "FERRYRUN_PMI_ADDR=x", "PATH=/bin", "FERRY=1", "FERRY_", "ferry_btl=x",
+                    NULL};
+    CHECK(strcmp(check_env(&params, good, 0, &cap), "") == 0);
+    CHECK(rt_params_env_known(&params, "FERRY_SM_RING_SIZE"));
+    CHECK(rt_params_env_known(&params, "FERRY_JOB_ID"));
+    CHECK(!rt_params_env_known(&params, "FERRY_SM_RINGSIZE"));
+    CHECK(!rt_params_env_known(&params, NULL));
+
+    /* A misspelt one: warned about once, with the name meant. */
+    char *typo[] = {"FERRY_SM_RINGSIZE=65536", "FERRY_SM_RING_SIZE=1", "FERRY_SM_RINGSIZE=2",
+                    NULL};
+    const char *text = check_env(&params, typo, 1, &cap);
+    CHECK(strstr(text, "FERRY_SM_RINGSIZE is set but is not a ferry parameter; did you mean "
+                       "FERRY_SM_RING_SIZE?") != NULL);
+    CHECK(count(text, "FERRY_SM_RINGSIZE") == 1);
+
+    /* Case, a swap, an extra letter, a variable with no '='. */
+    char *near[] = {"FERRY_sm_ring_size=1", "FERRY_SM_EAGRE_LIMIT=1", "FERRY_BTLS=self",
+                    "FERRY_BTLX", NULL};
+    text = check_env(&params, near, 4, &cap);
+    CHECK(strstr(text, "FERRY_sm_ring_size is set but is not a ferry parameter; did you mean "
+                       "FERRY_SM_RING_SIZE?") != NULL);
+    CHECK(strstr(text, "did you mean FERRY_SM_EAGER_LIMIT?") != NULL);
+    CHECK(count(text, "did you mean FERRY_BTL?") == 2);
+
+    /* Nothing near: warned about without a guess. */
+    char *far[] = {"FERRY_COMPLETELY_DIFFERENT=1", "FERRY_Q=1", NULL};
+    text = check_env(&params, far, 2, &cap);
+    CHECK(count(text, "is not a ferry parameter (ferry_info -a lists them)") == 2);
+    CHECK(strstr(text, "did you mean") == NULL);
+
+    /* A hostile name: cut short and made printable in the message. */
+    char hostile[400] = "FERRY_";
+    memset(hostile + 6, 'X', 300);
+    hostile[20] = '\033';
+    strcpy(hostile + 306, "=1");
+    char *bad[] = {hostile, NULL};
+    text = check_env(&params, bad, 1, &cap);
+    CHECK(strchr(text, '\033') == NULL);
+    CHECK(strstr(text, "...") != NULL && strlen(text) < 300);
+
+    /* Below the warning threshold nothing is printed, but it still counts. */
+    capture_begin(&cap);
+    CHECK(rt_params_check_env(&params, typo, RT_LOG_DEBUG) == 1);
+    CHECK(strcmp(capture_end(&cap), "") == 0);
+    CHECK(rt_params_check_env(&params, NULL, RT_LOG_WARN) == 0);
+    rt_params_fini(&params);
+}
+
 int main(void)
 {
     rt_params_t zero;
@@ -421,5 +529,7 @@ int main(void)
     test_names();
     test_duplicates();
     test_bad_declarations();
+    test_edit_distance();
+    test_unknown_env();
     return 0;
 }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <ferry/btl.h>
 #include <ferry/ferry.h>
 
 #include "rt/ctx.h"
@@ -106,32 +107,23 @@ static void format_size(size_t n, char *buf, size_t buflen)
     }
 }
 
+/* Names every flag from the table in btl.h; a bit outside it (a transport
+ * built against a newer header) is shown in hex rather than dropped. */
 static void print_flags(uint32_t flags)
 {
-    static const struct {
-        uint32_t bit;
-        const char *name;
-    } names[] = {
-        {FERRY_BTL_FLAG_SEND, "send"},
-        {FERRY_BTL_FLAG_SEND_INPLACE, "send-inplace"},
-        {FERRY_BTL_FLAG_PUT, "put"},
-        {FERRY_BTL_FLAG_GET, "get"},
-        {FERRY_BTL_FLAG_ATOMICS, "atomics"},
-        {FERRY_BTL_FLAG_SENDI, "sendi"},
-        {FERRY_BTL_FLAG_MEM_ALLOC, "mem_alloc"},
-    };
-    uint32_t known = 0;
     bool first = true;
 
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        known |= names[i].bit;
-        if (flags & names[i].bit) {
-            printf("%s%s", first ? "" : " ", names[i].name);
-            first = false;
+    for (unsigned bit = 0; bit < 32; bit++) {
+        uint32_t flag = 1u << bit;
+        const char *name = ferry_btl_flag_name(flag);
+        if ((flags & flag) == 0 || name == NULL) {
+            continue;
         }
+        printf("%s%s", first ? "" : " ", name);
+        first = false;
     }
-    if (flags & ~known) {
-        printf("%s0x%x", first ? "" : " ", (unsigned)(flags & ~known));
+    if (flags & ~(uint32_t)FERRY_BTL_FLAGS_KNOWN) {
+        printf("%s0x%x", first ? "" : " ", (unsigned)(flags & ~(uint32_t)FERRY_BTL_FLAGS_KNOWN));
         first = false;
     }
     if (first) {
@@ -224,6 +216,11 @@ static void print_params(const rt_params_t *params)
                def, quote, param_type_name(p->type), p->from_env ? ", from the environment" : "",
                p->help != NULL ? p->help : "");
     }
+    printf("\nother variables ferry knows (not parameters; any other FERRY_* variable is "
+           "warned about):\n");
+    for (const rt_env_var_t *v = rt_params_other_vars(); v->name != NULL; v++) {
+        printf("  %s: %s\n", v->name, v->what);
+    }
 }
 
 int main(int argc, char **argv)
@@ -283,7 +280,7 @@ int main(int argc, char **argv)
                    "and help.\n",
                    count_params(&ctx->params));
         }
-        rc = ferry_finalize(ctx);
+        rc = ferry_finalize(&ctx);
         if (rc != FERRY_OK) {
             fprintf(stderr, "ferry_info: closing the transports: %s\n", ferry_strerror(rc));
             exit_code = 1;

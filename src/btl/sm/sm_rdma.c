@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -190,6 +191,19 @@ int sm_mem_alloc(ferry_btl_module_t *btl, size_t len, uint32_t access, void **ad
     int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd < 0)
         return rt_log_errno(&ctx->log, "sm: creating a shared heap", errno);
+    /* A tmpfs file can be sized far beyond the memory behind it, and its
+     * mapping then fails with SIGBUS on the first page that finds none:
+     * more than the file system has free is refused now, with a message. */
+    struct statvfs fs;
+    if (fstatvfs(fd, &fs) == 0 && fs.f_frsize > 0 &&
+        (unsigned long long)size / fs.f_frsize > (unsigned long long)fs.f_bavail) {
+        close(fd);
+        shm_unlink(name);
+        rt_log(&ctx->log, RT_LOG_ERROR,
+               "sm: a shared heap of %zu bytes is more than the %llu bytes free in /dev/shm",
+               size, (unsigned long long)fs.f_bavail * fs.f_frsize);
+        return FERRY_ERR_NO_MEMORY;
+    }
     if (ftruncate(fd, (off_t)size) != 0) {
         int err = errno;
         close(fd);
