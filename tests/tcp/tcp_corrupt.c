@@ -248,7 +248,7 @@ static void on_error(ferry_ctx_t *ctx, int peer, int status, const char *msg, vo
     saw(st, status, "error callback", msg);
 }
 
-static void on_zone(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_zone(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -259,7 +259,7 @@ static void on_zone(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, si
 }
 
 /* Messages carry their length and a byte pattern from it. */
-static void on_data(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_data(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -362,7 +362,7 @@ int main(int argc, char **argv)
     CHECK(ferry_init(NULL, &st.ctx) == FERRY_OK);
     if (ferry_size(st.ctx) != 2 || rt_ctx_find_module(st.ctx, "tcp") == NULL) {
         printf("tcp_corrupt: SKIP: needs 2 ranks and the tcp transport (FERRY_BTL=self,tcp)\n");
-        ferry_finalize(st.ctx);
+        ferry_finalize(&st.ctx);
         return 77;
     }
     st.me = ferry_rank(st.ctx);
@@ -411,7 +411,7 @@ int main(int argc, char **argv)
     /* Whatever is still in flight fails with the peer. */
     (void)ferry_flush(st.ctx, st.peer);
     CHECK(ferry_mem_deregister(st.ctx, mem) == FERRY_OK);
-    ferry_finalize(st.ctx);
+    ferry_finalize(&st.ctx);
     free(st.zone);
     free(buf);
     return ok ? 0 : 1;

@@ -65,7 +65,7 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static void on_ping(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_ping(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -74,7 +74,7 @@ static void on_ping(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, si
     st->pings[src]++;
 }
 
-static void on_pong(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_pong(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -224,7 +224,7 @@ int main(int argc, char **argv)
     CHECK(ferry_init(NULL, &st.ctx) == FERRY_OK);
     if (ferry_size(st.ctx) != 4 || rt_ctx_find_module(st.ctx, "tcp") == NULL) {
         printf("tcp_crowd: SKIP: needs 4 ranks and the tcp transport (FERRY_BTL=self,tcp)\n");
-        ferry_finalize(st.ctx);
+        ferry_finalize(&st.ctx);
         return 77;
     }
     st.me = ferry_rank(st.ctx);
@@ -245,6 +245,6 @@ int main(int argc, char **argv)
     }
     fflush(stdout);
     CHECK(rt_modex_fence(st.ctx->modex) == FERRY_OK);
-    CHECK(ferry_finalize(st.ctx) == FERRY_OK);
+    CHECK(ferry_finalize(&st.ctx) == FERRY_OK);
     return ok ? 0 : 1;
 }

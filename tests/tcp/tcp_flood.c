@@ -98,7 +98,7 @@ static long rss_kb(void)
     return kb;
 }
 
-static void on_zone(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_zone(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -116,7 +116,7 @@ static void send_msg(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, s
     CHECK(rc == FERRY_OK);
 }
 
-static void on_ping(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_ping(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -125,7 +125,7 @@ static void on_ping(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, si
     st->pings++; /* answered from the loop: a handler may not progress */
 }
 
-static void on_pong(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_pong(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -134,7 +134,7 @@ static void on_pong(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, si
     st->pongs++;
 }
 
-static void on_done(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_done(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -409,7 +409,7 @@ int main(void)
     CHECK(ferry_init(NULL, &st.ctx) == FERRY_OK);
     if (ferry_size(st.ctx) != 3 || rt_ctx_find_module(st.ctx, "tcp") == NULL) {
         printf("tcp_flood: SKIP: needs 3 ranks and the tcp transport (FERRY_BTL=self,tcp)\n");
-        ferry_finalize(st.ctx);
+        ferry_finalize(&st.ctx);
         return 77;
     }
     st.me = ferry_rank(st.ctx);
@@ -479,6 +479,6 @@ int main(void)
         CHECK(ferry_mem_deregister(st.ctx, mem) == FERRY_OK);
     free(zone);
     CHECK(rt_modex_fence(st.ctx->modex) == FERRY_OK);
-    CHECK(ferry_finalize(st.ctx) == FERRY_OK);
+    CHECK(ferry_finalize(&st.ctx) == FERRY_OK);
     return ok ? 0 : 1;
 }

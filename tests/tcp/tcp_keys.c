@@ -46,7 +46,7 @@ typedef struct state {
     int comp_status;
 } state_t;
 
-static void on_info(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_info(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -56,7 +56,7 @@ static void on_info(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, si
     st->have_info = true;
 }
 
-static void on_step(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_step(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -229,7 +229,7 @@ int main(void)
     CHECK(ferry_init(NULL, &ctx) == FERRY_OK);
     if (ferry_size(ctx) != 2 || rt_ctx_find_module(ctx, "tcp") == NULL) {
         printf("tcp_keys: SKIP: needs 2 ranks and the tcp transport (FERRY_BTL=self,tcp)\n");
-        ferry_finalize(ctx);
+        ferry_finalize(&ctx);
         return 77;
     }
     CHECK(ferry_am_register(ctx, TAG_INFO, on_info, &st) == FERRY_OK);
@@ -240,6 +240,6 @@ int main(void)
     else
         run_target(ctx, &st);
     CHECK(ferry_barrier(ctx) == FERRY_OK);
-    CHECK(ferry_finalize(ctx) == FERRY_OK);
+    CHECK(ferry_finalize(&ctx) == FERRY_OK);
     return 0;
 }

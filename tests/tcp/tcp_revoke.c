@@ -73,7 +73,7 @@ static unsigned char pattern(size_t i)
     return b == 0 || b == UNTOUCHED ? 1 : b;
 }
 
-static void on_zone(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_zone(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                     void *arg)
 {
     state_t *st = arg;
@@ -83,7 +83,7 @@ static void on_zone(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, si
     st->have_zone = true;
 }
 
-static void on_revoke(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_revoke(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                       void *arg)
 {
     state_t *st = arg;
@@ -91,7 +91,7 @@ static void on_revoke(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, 
     st->revoke = true;
 }
 
-static void on_result(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len,
+static void on_result(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
                       void *arg)
 {
     state_t *st = arg;
@@ -186,7 +186,7 @@ int main(void)
     CHECK(ferry_init(NULL, &ctx) == FERRY_OK);
     if (ferry_size(ctx) != 2 || rt_ctx_find_module(ctx, "tcp") == NULL) {
         printf("tcp_revoke: SKIP: needs 2 ranks and the tcp transport (FERRY_BTL=self,tcp)\n");
-        ferry_finalize(ctx);
+        ferry_finalize(&ctx);
         return 77;
     }
     CHECK(ferry_am_register(ctx, TAG_ZONE, on_zone, &st) == FERRY_OK);
@@ -204,6 +204,6 @@ int main(void)
             CHECK(ferry_progress(ctx) >= 0);
     }
     CHECK(ferry_barrier(ctx) == FERRY_OK);
-    CHECK(ferry_finalize(ctx) == FERRY_OK);
+    CHECK(ferry_finalize(&ctx) == FERRY_OK);
     return ok ? 0 : 1;
 }
