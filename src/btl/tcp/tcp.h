@@ -72,9 +72,9 @@
  * RDMA body, enough to know where its payload goes before reading it. */
 #define TCP_LOOKAHEAD (sizeof(tcp_hdr_t) + sizeof(tcp_rdma_body_t))
 
-/* Checks of deadlines run every this many progress calls (and at most every
- * TCP_STALL_TICK_NS), so the data path reads no clock. */
-#define TCP_STALL_EVERY 64u
+/* Checks of deadlines run on progress's tick (every 16th call while some
+ * peer is not connected, else every 1024th) and at most every
+ * TCP_STALL_TICK_NS, so the data path reads no clock. */
 #define TCP_STALL_TICK_NS (10u * 1000u * 1000u)
 /* A longer time between checks means this process did not progress: the
  * deadlines start again rather than blame the peers. */
@@ -238,6 +238,7 @@ struct ferry_btl_endpoint {
     uint32_t rx_slot;      /* PUT: the registration written to */
     btl_frag_t *rx_frag;   /* GET_RESP: the get being answered */
     bool rx_trailer;       /* GET_RESP: its data is in; its status comes next */
+    bool rx_after_direct;  /* the last read ended a payload read directly */
     /* Deadlines, checked every few progress calls (tcp_check_stalls). */
     uint64_t rx_total;     /* bytes received */
     uint64_t tx_total;     /* bytes written from the queue */
@@ -366,6 +367,11 @@ void tcp_enqueue(tcp_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag, 
 size_t tcp_frag_wire_len(const btl_frag_t *frag);
 int tcp_push(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
 int tcp_recv(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
+/* Takes bytes as if they had come from the endpoint's socket, through the
+ * same receive path as tcp_recv (for the fuzz harness: no socket needed);
+ * returns how many it took (fewer once the endpoint failed or paused). */
+size_t tcp_rx_feed(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const unsigned char *bytes,
+                   size_t len);
 int tcp_sendi_now(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const void *header,
                   size_t header_len, const void *payload, size_t payload_len, uint8_t tag);
 int tcp_queue_ctl(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const tcp_hdr_t *hdr,

@@ -555,6 +555,9 @@ static void start_direct(tcp_module_t *mod, ferry_btl_endpoint_t *ep, unsigned c
 static int pause_rx(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     ep->rx_paused = true;
+    /* Out of the directly polled set, so that the latency path does not
+     * test for this; tcp_resume puts it back. */
+    tcp_hot_remove(mod, ep);
     rt_log(&mod->super.ctx->log, RT_LOG_DEBUG,
            "tcp: rank %d is owed %zu answers (%zu bytes of data): not read until it takes them",
            ep->rank, ep->owed, ep->owed_bytes);
@@ -807,7 +810,8 @@ static void rx_closed(tcp_module_t *mod, ferry_btl_endpoint_t *ep, ssize_t n, in
  * largest frame this peer sends) when the frame is longer than it. Otherwise
  * the read takes all the room there is, so a burst of small frames costs one
  * system call. */
-static size_t frames_want(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
+static inline __attribute__((always_inline)) size_t frames_want(tcp_module_t *mod,
+                                                                ferry_btl_endpoint_t *ep)
 {
     size_t avail = ep->rx_len - ep->rx_off;
     size_t want = 0;
@@ -837,7 +841,13 @@ static size_t frames_want(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
         ep->rx = rx;
         ep->rx_cap = cap;
     }
-    return want > 0 ? want : ep->rx_cap - ep->rx_len;
+    if (want > 0)
+        return want;
+    /* Right after a payload read straight to its destination, what follows
+     * is often another large transfer (a stream of put data or get
+     * answers with gaps between): only its start is read into the buffer,
+     * so that its payload is not read ahead and copied. */
+    return ep->rx_after_direct ? TCP_LOOKAHEAD : ep->rx_cap - ep->rx_len;
 }
 
 /* Reads up to want bytes: into the buffer at rx_len, or, while a payload
@@ -859,56 +869,66 @@ static ssize_t recv_once(ferry_btl_endpoint_t *ep, size_t want, size_t *got_dire
     return n;
 }
 
+/* How many bytes the next read may take (0: none now). Inlined into both
+ * callers, as frames_want is: this is the latency path. */
+static inline __attribute__((always_inline)) size_t rx_want(tcp_module_t *mod,
+                                                            ferry_btl_endpoint_t *ep)
+{
+    if (ep->rx_mode == TCP_RX_FRAMES)
+        return frames_want(mod, ep);
+    size_t room = ep->rx_cap - ep->rx_len;
+    if (ep->rx_mode == TCP_RX_DIRECT)
+        /* The buffer is empty while a payload is read directly. */
+        return ep->rx_left + (room < TCP_LOOKAHEAD ? room : TCP_LOOKAHEAD);
+    /* Discarding: the buffer (empty here too) is the scratch the bytes go to. */
+    return ep->rx_left < room ? ep->rx_left : room;
+}
+
+/* n bytes arrived where rx_want and recv_once put them (direct of them at
+ * rx_dst); returns the events they completed. */
+static int rx_arrived(tcp_module_t *mod, ferry_btl_endpoint_t *ep, size_t n, size_t direct)
+{
+    int events = 0;
+    ep->rx_total += n;
+    size_t extra = n - direct;
+    if (ep->rx_mode == TCP_RX_DIRECT) {
+        ep->rx_dst += direct;
+        ep->rx_left -= direct;
+        ep->rx_len += extra;
+        if (ep->rx_left == 0) {
+            ep->rx_after_direct = true;
+            finish_direct(mod, ep);
+            events++;
+        }
+    } else if (ep->rx_mode == TCP_RX_DISCARD) {
+        ep->rx_left -= n;
+        if (ep->rx_left == 0) {
+            finish_direct(mod, ep);
+            events++;
+        }
+        extra = 0;
+    } else {
+        ep->rx_len += extra;
+        ep->rx_after_direct = false;
+    }
+    if (extra > 0)
+        events += parse(mod, ep);
+    return events;
+}
+
 int tcp_recv(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     int events = 0;
-    for (int round = 0; round < 8 && ep->state == TCP_EP_CONNECTED && !ep->rx_paused;
-         round++) {
-        size_t want;
-        switch (ep->rx_mode) {
-        case TCP_RX_DIRECT: {
-            /* The buffer is empty while a payload is read directly. */
-            size_t room = ep->rx_cap - ep->rx_len;
-            want = ep->rx_left + (room < TCP_LOOKAHEAD ? room : TCP_LOOKAHEAD);
-            break;
-        }
-        case TCP_RX_DISCARD: {
-            /* The buffer (empty here too) is the scratch the bytes go to. */
-            size_t room = ep->rx_cap - ep->rx_len;
-            want = ep->rx_left < room ? ep->rx_left : room;
-            break;
-        }
-        default:
-            want = frames_want(mod, ep);
-            if (want == 0)
-                return events;
-            break;
-        }
+    for (int round = 0; round < 8 && ep->state == TCP_EP_CONNECTED; round++) {
+        size_t want = rx_want(mod, ep);
+        if (want == 0)
+            return events;
         size_t direct;
         ssize_t n = recv_once(ep, want, &direct);
         if (n > 0) {
-            ep->rx_total += (size_t)n;
-            size_t extra = (size_t)n - direct;
-            if (ep->rx_mode == TCP_RX_DIRECT) {
-                ep->rx_dst += direct;
-                ep->rx_left -= direct;
-                ep->rx_len += extra;
-                if (ep->rx_left == 0) {
-                    finish_direct(mod, ep);
-                    events++;
-                }
-            } else if (ep->rx_mode == TCP_RX_DISCARD) {
-                ep->rx_left -= (size_t)n;
-                if (ep->rx_left == 0) {
-                    finish_direct(mod, ep);
-                    events++;
-                }
-                extra = 0;
-            } else {
-                ep->rx_len += extra;
-            }
-            if (extra > 0)
-                events += parse(mod, ep);
+            events += rx_arrived(mod, ep, (size_t)n, direct);
+            if (ep->rx_paused)
+                break;
             /* A short read emptied the socket: asking again would only
              * cost a system call that says so. */
             if ((size_t)n < want)
@@ -923,6 +943,28 @@ int tcp_recv(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
         break;
     }
     return events;
+}
+
+size_t tcp_rx_feed(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const unsigned char *bytes,
+                   size_t len)
+{
+    size_t used = 0;
+    while (used < len && ep->state == TCP_EP_CONNECTED && !ep->rx_paused) {
+        size_t want = rx_want(mod, ep);
+        if (want == 0)
+            break;
+        size_t n = len - used < want ? len - used : want;
+        /* Where recv_once would have put them. */
+        size_t direct = 0;
+        if (ep->rx_mode == TCP_RX_DIRECT) {
+            direct = n < ep->rx_left ? n : ep->rx_left;
+            memcpy(ep->rx_dst, bytes + used, direct);
+        }
+        memcpy(ep->rx + ep->rx_len, bytes + used + direct, n - direct);
+        used += n;
+        rx_arrived(mod, ep, n, direct);
+    }
+    return used;
 }
 
 /* ---- deadlines and pauses ---- */
@@ -976,16 +1018,14 @@ int tcp_check_stalls(tcp_module_t *mod)
      * silent or this process did not look: the clocks start again. */
     bool gap = since > TCP_STALL_GAP_NS;
     int n = 0;
-    for (int i = 0; i < mod->nhot; i++) {
-        ferry_btl_endpoint_t *ep = mod->hot[i];
-        if (gap) {
-            ep->rx_since_ns = ep->req_since_ns = now;
+    for (int r = 0; r < mod->nranks; r++) {
+        ferry_btl_endpoint_t *ep = mod->eps[r];
+        if (ep == NULL || ep->state != TCP_EP_CONNECTED)
             continue;
-        }
-        if (check_stall(mod, ep, now)) {
+        if (gap)
+            ep->rx_since_ns = ep->req_since_ns = now;
+        else if (check_stall(mod, ep, now))
             n++;
-            i--; /* it left the list; another took its place */
-        }
     }
     return n;
 }
@@ -1005,7 +1045,10 @@ int tcp_resume(tcp_module_t *mod)
     while ((it = util_list_pop_front(&mod->resume)) != NULL) {
         ferry_btl_endpoint_t *ep = UTIL_CONTAINER_OF(it, ferry_btl_endpoint_t, resume_link);
         ep->resume_listed = false;
-        if (ep->state == TCP_EP_CONNECTED && !ep->rx_paused && ep->rx_mode == TCP_RX_FRAMES)
+        if (ep->state != TCP_EP_CONNECTED || ep->rx_paused)
+            continue;
+        tcp_hot_add(mod, ep);
+        if (ep->rx_mode == TCP_RX_FRAMES)
             n += parse(mod, ep);
     }
     return n;

@@ -231,7 +231,7 @@ static int poll_events(tcp_module_t *mod, bool direct)
             ferry_btl_endpoint_t *ep = UTIL_CONTAINER_OF(p, ferry_btl_endpoint_t, poll);
             if (ep->state == TCP_EP_CONNECTING || ep->state == TCP_EP_HELLO)
                 n += tcp_ep_connect_progress(mod, ep);
-            else if (ep->state == TCP_EP_CONNECTED && !(direct && ep->hot))
+            else if (ep->state == TCP_EP_CONNECTED && !ep->rx_paused && !(direct && ep->hot))
                 n += tcp_recv(mod, ep);
             break;
         }
@@ -264,8 +264,8 @@ static int tcp_progress(ferry_btl_module_t *btl)
      * strangers or refused reconnects are left to accept) every 1024th,
      * so the latency path makes no epoll_wait call. */
     uint32_t every = mod->nhot >= mod->nranks - 1 ? 1023u : 15u;
-    if (!direct || !util_list_empty(&mod->connecting) || !util_list_empty(&mod->conns) ||
-        (calls & every) == 0)
+    bool tick = (calls & every) == 0;
+    if (!direct || !util_list_empty(&mod->connecting) || !util_list_empty(&mod->conns) || tick)
         n += poll_events(mod, direct);
 
     util_list_item_t *it = util_list_first(&mod->sending);
@@ -278,7 +278,9 @@ static int tcp_progress(ferry_btl_module_t *btl)
     n += tcp_check_deadlines(mod);
     if (!util_list_empty(&mod->resume))
         n += tcp_resume(mod);
-    if ((calls & (TCP_STALL_EVERY - 1)) == 0 && mod->nhot > 0)
+    /* The deadlines (tcp_io.c) are checked on the same tick, so the clock
+     * is read every 16th or 1024th call, never on the latency path. */
+    if (tick)
         n += tcp_check_stalls(mod);
     if (!util_list_empty(&mod->completed))
         n += run_completions(mod);
