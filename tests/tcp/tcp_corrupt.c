@@ -13,6 +13,10 @@
  *   biglen   flips a high bit of the frame's length
  *   badtype  gives the frame an unknown type
  *   nonzero  sets the header's reserved field
+ *   edge     drops the stream from the frame's first byte on, while
+ *            reporting it written (no frame is left half-way: only the
+ *            requests' deadline can tell)
+ *   edgeblock from the frame's first byte on, every write would block
  * Whatever happens, both ranks must finish, each having seen an error (the
  * error callback naming the other rank, or a flush or put/get failing), well
  * within ferryrun's timeout: the deadlines (FERRY_TCP_FRAME_TIMEOUT,
@@ -50,8 +54,9 @@
 
 /* ---- the shim ---- */
 
-enum { F_CUT, F_BLOCK, F_BIGLEN, F_BADTYPE, F_NONZERO, F_KINDS };
-static const char *const kind_names[F_KINDS] = {"cut", "block", "biglen", "badtype", "nonzero"};
+enum { F_CUT, F_BLOCK, F_BIGLEN, F_BADTYPE, F_NONZERO, F_EDGE, F_EDGEBLOCK, F_KINDS };
+static const char *const kind_names[F_KINDS] = {"cut",     "block", "biglen",   "badtype",
+                                                "nonzero", "edge",  "edgeblock"};
 
 typedef struct shim {
     int fd;          /* the socket to rank 1, once armed; -1 before */
@@ -92,6 +97,10 @@ static size_t shim_scan(shim_t *s, unsigned char *buf, size_t n)
         }
         if (s->got == 0) {
             s->start = s->pos;
+            if (s->index == s->frame && (s->kind == F_EDGE || s->kind == F_EDGEBLOCK)) {
+                s->cut_at = s->start;
+                continue;
+            }
             if (s->index == s->frame && (s->kind == F_CUT || s->kind == F_BLOCK) &&
                 (s->rnd & 3) == 0)
                 s->cut_at = s->start + 1 + (s->rnd >> 2) % (sizeof(tcp_hdr_t) - 1);
@@ -132,7 +141,7 @@ static ssize_t shim_write(int fd, const struct iovec *iov, size_t cnt, int flags
     for (size_t k = 0; k < cnt; k++)
         total += iov[k].iov_len;
     if (shim.cut) {
-        if (shim.kind == F_BLOCK) {
+        if (shim.kind == F_BLOCK || shim.kind == F_EDGEBLOCK) {
             errno = EAGAIN;
             return -1;
         }
@@ -159,7 +168,7 @@ static ssize_t shim_write(int fd, const struct iovec *iov, size_t cnt, int flags
     } else if ((size_t)k == sendable && sendable < total) {
         /* The cut: the bytes before it went, the rest never will. */
         shim_scan(&shim, orig, total);
-        if (shim.kind == F_BLOCK) {
+        if (shim.kind == F_BLOCK || shim.kind == F_EDGEBLOCK) {
             ret = k > 0 ? k : -1;
             if (k == 0)
                 errno = EAGAIN;
