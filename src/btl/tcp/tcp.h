@@ -321,6 +321,7 @@ struct tcp_module {
     bool *same_host;            /* by rank, from add_procs */
     util_list_t conns;      /* accepted sockets waiting for their hello, oldest first */
     uint64_t evicted;       /* of those, closed to make room for newer ones */
+    util_list_t evicted_conns; /* closed, to be freed after the epoll batch */
     util_list_t connecting; /* endpoints with a deadline */
     util_list_t sending;    /* endpoints with queued bytes */
     util_list_t completed;  /* fragments whose completion is due */
@@ -357,6 +358,8 @@ int tcp_check_deadlines(tcp_module_t *mod);
 int tcp_accept(tcp_module_t *mod, tcp_listener_t *l);
 int tcp_conn_progress(tcp_module_t *mod, tcp_conn_t *conn);
 void tcp_conn_close(tcp_module_t *mod, tcp_conn_t *conn);
+/* Frees the connections evicted while an epoll batch was handled. */
+void tcp_conn_reap(tcp_module_t *mod);
 int tcp_load_jobkey(tcp_module_t *mod);
 /* Queues FIN to a connected peer and starts writing it. */
 void tcp_ep_goodbye(tcp_module_t *mod, ferry_btl_endpoint_t *ep);

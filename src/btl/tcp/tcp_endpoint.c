@@ -578,6 +578,25 @@ void tcp_conn_close(tcp_module_t *mod, tcp_conn_t *conn)
     free(conn);
 }
 
+/* Closes a connection other than the one whose event is being handled: an
+ * event for it may still wait in the batch epoll returned, so it is freed
+ * only once the batch is done (tcp_conn_reap); until then its fd is -1. */
+static void conn_evict(tcp_module_t *mod, tcp_conn_t *conn)
+{
+    epoll_ctl(mod->epfd, EPOLL_CTL_DEL, conn->poll.fd, NULL);
+    close(conn->poll.fd);
+    conn->poll.fd = -1;
+    util_list_remove(&mod->conns, &conn->link);
+    util_list_append(&mod->evicted_conns, &conn->link);
+}
+
+void tcp_conn_reap(tcp_module_t *mod)
+{
+    util_list_item_t *it;
+    while ((it = util_list_pop_front(&mod->evicted_conns)) != NULL)
+        free(UTIL_CONTAINER_OF(it, tcp_conn_t, link));
+}
+
 static bool same_addr(const tcp_addr_entry_t *a, const tcp_addr_entry_t *b)
 {
     return a->family == b->family && memcmp(a->addr, b->addr, a->family == 4 ? 4 : 16) == 0;
@@ -615,7 +634,7 @@ static void make_room(tcp_module_t *mod, const tcp_addr_entry_t *peer)
     rt_log(logger(mod), RT_LOG_DEBUG,
            "tcp: closed the connection from %s, the oldest without a hello: %s", victim->from,
            why);
-    tcp_conn_close(mod, victim);
+    conn_evict(mod, victim);
 }
 
 int tcp_accept(tcp_module_t *mod, tcp_listener_t *l)

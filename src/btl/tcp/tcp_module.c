@@ -225,7 +225,9 @@ static int poll_events(tcp_module_t *mod, bool direct)
             n += tcp_accept(mod, UTIL_CONTAINER_OF(p, tcp_listener_t, poll));
             break;
         case TCP_POLL_CONN:
-            n += tcp_conn_progress(mod, UTIL_CONTAINER_OF(p, tcp_conn_t, poll));
+            /* Evicted earlier in this batch: nothing more to do. */
+            if (p->fd >= 0)
+                n += tcp_conn_progress(mod, UTIL_CONTAINER_OF(p, tcp_conn_t, poll));
             break;
         case TCP_POLL_EP: {
             ferry_btl_endpoint_t *ep = UTIL_CONTAINER_OF(p, ferry_btl_endpoint_t, poll);
@@ -237,6 +239,7 @@ static int poll_events(tcp_module_t *mod, bool direct)
         }
         }
     }
+    tcp_conn_reap(mod);
     return n;
 }
 
@@ -410,6 +413,7 @@ static int tcp_finalize(ferry_btl_module_t *btl)
             }
     while (!util_list_empty(&mod->conns))
         tcp_conn_close(mod, UTIL_CONTAINER_OF(util_list_first(&mod->conns), tcp_conn_t, link));
+    tcp_conn_reap(mod);
     for (int i = 0; i < mod->nlisteners; i++)
         close(mod->listeners[i].poll.fd);
     if (mod->epfd >= 0)
@@ -866,6 +870,7 @@ static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *co
     util_list_init(&mod->completed);
     util_list_init(&mod->reports);
     util_list_init(&mod->resume);
+    util_list_init(&mod->evicted_conns);
     mod->eps = calloc((size_t)ctx->size, sizeof(*mod->eps));
     mod->hot = calloc((size_t)ctx->size, sizeof(*mod->hot));
     mod->same_host = calloc((size_t)ctx->size, sizeof(*mod->same_host));
