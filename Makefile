@@ -1,9 +1,12 @@
 # ferry's front door: a thin wrapper around CMake and CTest.
 #
-#   make demo      install what is missing, build (Release) and run the sm benchmark
+#   make demo      install what is missing, build (Release), run the sm benchmark and
+#                  summarise it beside the machine's floors, with a chart
 #   make test      build with warnings as errors and run the test suite
 #   make asan      the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make tsan      the test suite under ThreadSanitizer
+#   make fuzz      build the libFuzzer harnesses with clang and run each for
+#                  FUZZ_SECONDS (default 60) over its corpus
 #   make install   install the Release build (PREFIX=/usr/local by default)
 #   make deps      only install the missing Debian packages (.ci/packages)
 #   make clean     remove every build folder
@@ -34,10 +37,14 @@ DEMO_DIR := build
 TEST_DIR := build-test
 ASAN_DIR := build-asan
 TSAN_DIR := build-tsan
+FUZZ_DIR := build-fuzz
 # Which tests make tsan runs (ctest arguments); empty: all of them.
 TSAN_TESTS ?=
+# How long make fuzz runs each harness, in seconds, and which (empty: all).
+FUZZ_SECONDS ?= 60
+FUZZERS ?=
 
-.PHONY: all demo test asan tsan install deps clean build-release
+.PHONY: all demo test asan tsan fuzz install deps clean build-release
 
 all: build-release
 
@@ -65,16 +72,24 @@ build-release: deps
 	$(CMAKE) -S . -B $(DEMO_DIR) -DCMAKE_BUILD_TYPE=Release $(COMPILER_ARG) $(CMAKE_ARGS)
 	$(CMAKE) --build $(DEMO_DIR) -j $(JOBS)
 
-# The demo, ferry's main job: the two-process benchmark over shared memory
-# (ferry-bench: active-message latency, bandwidth and rate, put/get latency
-# and bandwidth), each figure beside the machine's own floor measured in the
-# same run, with the ranks bound to separate cores.
-demo: build-release
-	$(DEMO_DIR)/tools/ferryrun/ferryrun -n 2 --bind-to core -x FERRY_BTL=self,sm \
-	    $(DEMO_DIR)/bench/ferry-bench all
-	@echo
-	@echo "Transports in this build (ferry_info; ferry_info -a lists every parameter):"
-	@$(DEMO_DIR)/tools/ferry_info/ferry_info
+# The demo, ferry's main job: a quiet build (the configure output kept in
+# $(DEMO_DIR)/configure.log; one line per compile step; only the three
+# programs the demo runs), then the two-process benchmark over shared memory
+# (bench/demo.sh: ferry-bench with every figure beside the machine's floor,
+# measured in alternating blocks in the same run, ranks bound to separate
+# cores), a one-screen summary and a chart in $(DEMO_DIR)/demo.png. Without
+# MAKELEVEL and MAKEFLAGS the build's own make does not take itself for a
+# sub-make of this one, so it prints no "Entering directory" lines and no
+# jobserver warning, whatever CMake generator is used.
+demo: deps
+	@mkdir -p $(DEMO_DIR)
+	@echo "demo: configuring (Release) in $(DEMO_DIR)/"
+	@$(CMAKE) -S . -B $(DEMO_DIR) -DCMAKE_BUILD_TYPE=Release $(COMPILER_ARG) $(CMAKE_ARGS) \
+	    >$(DEMO_DIR)/configure.log 2>&1 || { cat $(DEMO_DIR)/configure.log; exit 1; }
+	@echo "demo: building ferry-bench, ferryrun and ferry_info"
+	@env -u MAKELEVEL -u MAKEFLAGS -u MFLAGS $(CMAKE) --build $(DEMO_DIR) -j $(JOBS) \
+	    --target ferry-bench ferryrun ferry_info
+	@sh bench/demo.sh $(DEMO_DIR)
 
 test: deps
 	$(CMAKE) -S . -B $(TEST_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_WERROR=ON \
@@ -103,6 +118,17 @@ tsan: deps
 	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	    $$norand $(CTEST) --output-on-failure -j $(CTEST_JOBS) $(TSAN_TESTS)
 
+# libFuzzer harnesses (cmake/fuzz.cmake): every object instrumented and
+# sanitized, optimised lightly with assertions kept; each harness runs for
+# FUZZ_SECONDS from its committed corpus (tests/fuzz/run_fuzzers.sh), which
+# prints the executions and edge coverage of each. A crash fails the run
+# and leaves its input in build-fuzz/fuzz-artifacts/.
+fuzz: deps
+	$(CMAKE) -S . -B $(FUZZ_DIR) -DCMAKE_C_COMPILER=clang -DFERRY_FUZZ=ON -DFERRY_WERROR=ON \
+	    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" $(CMAKE_ARGS)
+	$(CMAKE) --build $(FUZZ_DIR) -j $(JOBS) --target fuzzers
+	sh tests/fuzz/run_fuzzers.sh $(FUZZ_DIR) $(FUZZ_SECONDS) $(FUZZERS)
+
 # Configured with the prefix so that GNUInstallDirs picks the library folder
 # the system expects there (lib/<multiarch> under /usr on Debian).
 install: build-release
@@ -111,4 +137,4 @@ install: build-release
 	$(CMAKE) --install $(DEMO_DIR)
 
 clean:
-	rm -rf $(DEMO_DIR) $(TEST_DIR) $(ASAN_DIR) $(TSAN_DIR) build-clang
+	rm -rf $(DEMO_DIR) $(TEST_DIR) $(ASAN_DIR) $(TSAN_DIR) $(FUZZ_DIR) build-clang

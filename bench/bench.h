@@ -8,6 +8,7 @@
  *   bench_comm.c   active-message plumbing: data counting, control messages,
  *                  chunked sends, bounded waits, timing
  *   bench_floor.c  the floors and the `limits` mode
+ *   bench_pair.c   paired measurement: floor and figure in alternating blocks
  *   bench_am.c     am-lat, am-bw, am-bibw, am-rate
  *   bench_rdma.c   put-lat, get-lat, put-bw, get-bw
  * Everything hangs off one bench_t that main() owns; there is no global
@@ -38,6 +39,12 @@
 /* Control messages held before the benchmark reads them. The protocol never
  * has more than a few outstanding; more is a peer's error. */
 #define BENCH_CTRL_SLOTS 16
+/* Most pairs of blocks one figure may take (--pairs). */
+#define BENCH_PAIRS_MAX 1001
+/* Most iterations in one chunk, whatever the calibration says. */
+#define BENCH_BLOCK_ITERS_MAX 100000000L
+/* Most timed chunks in one block; the block's value is their median. */
+#define BENCH_BLOCK_CHUNKS 16
 
 /* Active-message tags the benchmark uses. */
 enum {
@@ -53,7 +60,8 @@ enum {
     BENCH_CTRL_SHM = 3,     /* name of the cache-line ping-pong mapping */
     BENCH_CTRL_SHM_OK = 4,  /* the mapping is open (or an errno) */
     BENCH_CTRL_PVW = 5,     /* pid and buffer for process_vm_writev */
-    BENCH_CTRL_DONE = 6     /* the initiator finished a phase */
+    BENCH_CTRL_DONE = 6,    /* the initiator finished a phase */
+    BENCH_CTRL_PAIR = 9     /* iterations per floor and figure block */
 };
 
 typedef enum bench_mode {
@@ -75,12 +83,17 @@ typedef struct bench_opts {
     size_t min_size;
     size_t max_size;
     const char *csv_path;  /* NULL: no CSV */
+    const char *blocks_path; /* NULL: no dump of the paired blocks */
     long iters;          /* -1: each mode's default */
     long warmup;         /* -1: each mode's default */
     int reps;            /* repetitions whose median is reported */
     int timeout_s;       /* longest single wait for the peer */
     bool check;          /* verify the bytes that arrive */
     bool alloc;          /* put/get target memory from ferry_mem_alloc */
+    int pairs;           /* floor/figure block pairs per figure that has a floor */
+    double block_ms;     /* length of one block */
+    bool drop_mixed;     /* leave pairs whose floor changed mode out of the ratio */
+    double mode_ratio;   /* two floor blocks further apart than this are different modes */
     bool help;
 } bench_opts_t;
 
@@ -112,18 +125,25 @@ typedef struct bench_floors {
     bool cacheline_done;
     double cacheline_us; /* half round trip; < 0 when unavailable */
     bool pvw_setup_done;
-    bool pvw_ok;
+    bool pvw_ok;       /* known to both ranks */
     char pvw_error[96];
     pid_t peer_pid;
     uint64_t peer_addr;
     int n_pvw;
     size_t pvw_size[BENCH_SIZES_MAX];
     double pvw_mbs[BENCH_SIZES_MAX];
+    /* The cache-line mapping, kept open for the paired blocks; NULL when
+     * unavailable. cl_seq is the last sequence number both ranks used. */
+    bool cl_open_done;
+    struct cl_flags *cl;
+    unsigned cl_seq;
     /* >>> tcp floors (bench_floor_tcp.c) */
     double cacheline_shm_us; /* the cache-line figure when cacheline_us holds tcp's */
     bool tcp_setup_done;
     bool tcp_ok;
+    bool tcp_lat_done;
     int tcp_fd;
+    uint8_t *tcp_rxbuf; /* rank 1's receive buffer of the stream */
     double tcp_lat_us; /* busy-poll ping-pong half round trip; < 0 unavailable */
     int n_tcp;
     size_t tcp_size[BENCH_SIZES_MAX];
@@ -132,6 +152,7 @@ typedef struct bench_floors {
     /* >>> ofi floors (bench_floor_ofi.c) */
     bool ofi_setup_done;
     bool ofi_ok;
+    bool ofi_lat_done;
     char ofi_error[160];
     char ofi_prov[160];    /* provider and domain measured */
     struct bench_ofi *ofi; /* this rank's libfabric objects; NULL before setup */
@@ -163,14 +184,41 @@ typedef struct bench {
     bench_rx_t rx;
     bench_floors_t floors;
     FILE *csv;
+    FILE *blocks;      /* rank 0: --blocks, every pair's blocks */
+    bool spin_yield;   /* the ranks may share a cpu: busy waits yield now and then */
 } bench_t;
 
-/* One result row. floor < 0 prints "n/a" with an empty ratio. */
+/* One result row. A paired row carries the statistics of its pairs; an
+ * unpaired one (no floor) prints "n/a" with an empty ratio. */
 typedef struct bench_row {
     size_t size;
-    double value;
-    double floor;
+    double value;    /* median of the figure's blocks (or repetitions) */
+    double floor;    /* median of the floor's blocks */
+    bool paired;     /* measured in pairs: the fields below are set */
+    double ratio;    /* median of the paired ratios; < 0: none (every pair dropped) */
+    double ratio_q1; /* first and third quartiles of the paired ratios */
+    double ratio_q3;
+    int pairs;       /* pairs the ratio statistics are over */
+    int mixed;       /* pairs whose two halves saw different floor modes */
 } bench_row_t;
+
+struct bench_block;
+/* Runs n iterations of a block; rank 0 gets the elapsed time in *ns_out. */
+typedef int (*bench_block_fn)(bench_t *b, const struct bench_block *blk, long n,
+                              uint64_t *ns_out);
+
+/* One thing measured in blocks: a floor or a figure. */
+typedef struct bench_block {
+    bench_block_fn run;
+    void *arg;       /* the run function's own state */
+    size_t size;     /* message size */
+    bool rank0_only; /* only rank 0 runs it; rank 1 waits for its end */
+    bool per_time;   /* value = us / (unit * n), a latency; else unit * n / us */
+    double unit;     /* per iteration: the divisor of a latency, or bytes moved */
+} bench_block_t;
+
+/* The value of n iterations that took ns, in the block's unit. */
+double bench_block_value(const bench_block_t *blk, long n, uint64_t ns);
 
 /* ---- bench_comm.c ---- */
 
@@ -236,16 +284,36 @@ void bench_table_row(bench_t *b, bench_mode_t mode, const bench_row_t *row, cons
 /* A row of the limits table or CSV with no floor (test named freely). */
 void bench_csv_row(bench_t *b, const char *test, size_t size, double value, const char *unit);
 
+/* ---- bench_pair.c ---- */
+
+/* Collective: measures fig against floor in alternating blocks (floor,
+ * figure, floor, ..., floor: --pairs figure blocks, each bracketed by two
+ * floor blocks) of about --block ms each, and fills *row on rank 0. Both
+ * ranks run the same blocks with the same counts, which rank 0 calibrates
+ * and sends. */
+int bench_pair_run(bench_t *b, const char *test, const bench_block_t *floor,
+                   const bench_block_t *fig, long warmup, bench_row_t *row);
+/* Collective: fig alone (no floor): warmup iterations, then -r repetitions
+ * of iters; rank 0 gets their median. */
+int bench_reps_run(bench_t *b, const bench_block_t *fig, long warmup, long iters,
+                   double *value_out);
+/* Quartile q (0.25, 0.5, 0.75) of n values, which it sorts. */
+double bench_quantile(double *v, int n, double q);
+
 /* ---- bench_floor.c ---- */
 
-/* Collective: measures the cache-line ping-pong unless done in this run. */
-int bench_floor_cacheline(bench_t *b);
-/* Collective: measures process_vm_writev at every size not yet measured. */
-int bench_floor_pvw(bench_t *b, const size_t *sizes, int n);
-/* The process_vm_writev floor at a size, or -1 when unavailable. */
-double bench_floor_pvw_at(const bench_t *b, size_t size);
-/* memcpy bandwidth at size in this rank, hot cache, MB/s (median of reps). */
-double bench_floor_memcpy(bench_t *b, size_t size);
+/* Collective: the latency floor of the run as a block (cache-line ping-pong,
+ * or TCP's or libfabric's with those transports), set up on first use.
+ * *ok_out (the same on both ranks) says whether it is available. */
+int bench_floor_lat_block(bench_t *b, bench_block_t *blk_out, bool *ok_out);
+/* Collective: the bandwidth floor at size as a block (process_vm_writev, the
+ * TCP stream or the fi_write stream; memcpy when use_memcpy). */
+int bench_floor_bw_block(bench_t *b, size_t size, bool use_memcpy, bench_block_t *blk_out,
+                         bool *ok_out);
+/* Unmaps and closes what the floors hold; safe on a zeroed bench. */
+void bench_floor_fini(bench_t *b);
+
+/* The limits mode: every floor alone, -r repetitions each, as a table. */
 int bench_run_limits(bench_t *b);
 
 /* >>> tcp floors (bench_floor_tcp.c) */
@@ -255,6 +323,13 @@ bool bench_floor_tcp_selected(const bench_t *b);
 /* Collective: sets up the loopback connection and the ping-pong floor once,
  * and measures the stream at every size not yet measured. */
 int bench_floor_tcp(bench_t *b, const size_t *sizes, int n);
+/* Collective: the connection alone; f->tcp_ok tells whether it works. */
+int bench_floor_tcp_setup(bench_t *b);
+/* Blocks: n ping-pongs (value: half round trip), n windows of the stream. */
+int bench_floor_tcp_pingpong_block(bench_t *b, const bench_block_t *blk, long n,
+                                   uint64_t *ns_out);
+int bench_floor_tcp_stream_block(bench_t *b, const bench_block_t *blk, long n,
+                                 uint64_t *ns_out);
 double bench_floor_tcp_stream_at(const bench_t *b, size_t size);
 void bench_floor_tcp_fini(bench_t *b);
 /* <<< tcp floors */
@@ -267,6 +342,13 @@ bool bench_floor_ofi_selected(const bench_t *b);
 /* Collective: opens the endpoints and measures the ping-pong once, and the
  * fi_write stream at every size not yet measured. */
 int bench_floor_ofi(bench_t *b, const size_t *sizes, int n);
+/* Collective: the endpoints alone; f->ofi_ok tells whether they work. */
+int bench_floor_ofi_setup(bench_t *b);
+/* Blocks: n ping-pongs, n windows of fi_write. */
+int bench_floor_ofi_pingpong_block(bench_t *b, const bench_block_t *blk, long n,
+                                   uint64_t *ns_out);
+int bench_floor_ofi_stream_block(bench_t *b, const bench_block_t *blk, long n,
+                                 uint64_t *ns_out);
 double bench_floor_ofi_stream_at(const bench_t *b, size_t size);
 void bench_floor_ofi_fini(bench_t *b);
 /* <<< ofi floors */

@@ -90,8 +90,10 @@ static int bibw_iters(bench_t *b, am_run_t *r, long n)
     return bench_wait_acks(b, r->acks, "waiting for the final acknowledgement");
 }
 
-static int run_iters(bench_t *b, am_run_t *r, long n, uint64_t *ns_out)
+/* A block of n iterations (both ranks). */
+static int am_block(bench_t *b, const bench_block_t *blk, long n, uint64_t *ns_out)
 {
+    am_run_t *r = blk->arg;
     uint64_t t0 = bench_now_ns();
     int rc;
     switch (r->mode) {
@@ -110,40 +112,58 @@ static int run_iters(bench_t *b, am_run_t *r, long n, uint64_t *ns_out)
     return rc;
 }
 
-static double figure(bench_mode_t mode, size_t size, long n, uint64_t ns)
+/* The figure as a block: latency is half a round trip; bandwidth counts
+ * the window's bytes (both directions' in am-bibw); the rate counts
+ * messages, in millions a second. */
+static bench_block_t am_fig(bench_mode_t mode, size_t size, am_run_t *r)
 {
-    double us = (double)ns / 1e3;
+    bench_block_t blk = {.run = am_block, .arg = r, .size = size};
     switch (mode) {
     case BENCH_AM_LAT:
-        return us / (2.0 * (double)n);
+        blk.per_time = true;
+        blk.unit = 2.0;
+        break;
     case BENCH_AM_BW:
-        return (double)size * BENCH_WINDOW * (double)n / us;
+        blk.unit = (double)size * BENCH_WINDOW;
+        break;
     case BENCH_AM_BIBW:
-        return 2.0 * (double)size * BENCH_WINDOW * (double)n / us;
-    default: /* am-rate, in millions of messages a second */
-        return BENCH_WINDOW * (double)n / us;
+        blk.unit = 2.0 * (double)size * BENCH_WINDOW;
+        break;
+    default:
+        blk.unit = BENCH_WINDOW;
+        break;
     }
+    return blk;
 }
 
-/* Measures one size; rank 0 gets the median through *value_out. */
-static int one_size(bench_t *b, bench_mode_t mode, size_t size, double *value_out)
+/* Measures one size, paired with its floor when there is one; rank 0 gets
+ * the row. */
+static int one_size(bench_t *b, bench_mode_t mode, size_t size, bench_row_t *row)
 {
     am_run_t r = {.mode = mode, .size = size};
-    long iters = bench_iters(b, mode, size);
-    double v[101];
-    uint64_t ns;
+    bench_block_t fig = am_fig(mode, size, &r), floor;
+    bool have_floor = false;
     int rc;
 
+    if (mode == BENCH_AM_LAT)
+        rc = bench_floor_lat_block(b, &floor, &have_floor);
+    else if (mode != BENCH_AM_RATE)
+        rc = bench_floor_bw_block(b, size, false, &floor, &have_floor);
+    else
+        rc = FERRY_OK;
+    if (rc != FERRY_OK)
+        return rc;
     bench_rx_reset(b, size);
     if ((rc = bench_barrier(b)) != FERRY_OK)
         return rc;
-    if ((rc = run_iters(b, &r, bench_warmup(b, mode, size), &ns)) != FERRY_OK)
+    if (have_floor)
+        rc = bench_pair_run(b, bench_mode_name(mode), &floor, &fig, bench_warmup(b, mode, size),
+                            row);
+    else
+        rc = bench_reps_run(b, &fig, bench_warmup(b, mode, size), bench_iters(b, mode, size),
+                            &row->value);
+    if (rc != FERRY_OK)
         return rc;
-    for (int rep = 0; rep < b->opts.reps; rep++) {
-        if ((rc = run_iters(b, &r, iters, &ns)) != FERRY_OK)
-            return rc;
-        v[rep] = figure(mode, size, iters, ns);
-    }
     /* Every wait above ends at a count; more data than counted would be a
      * duplicate, which the next barrier could hide, so look now. */
     if ((rc = bench_barrier(b)) != FERRY_OK)
@@ -162,7 +182,6 @@ static int one_size(bench_t *b, bench_mode_t mode, size_t size, double *value_ou
                     b->rx.bad_offset);
         return FERRY_ERR_PROTO;
     }
-    *value_out = bench_median(v, b->opts.reps);
     return FERRY_OK;
 }
 
@@ -175,21 +194,18 @@ int bench_run_am(bench_t *b, bench_mode_t mode)
 
     switch (mode) {
     case BENCH_AM_LAT:
-        rc = bench_floor_cacheline(b);
         floor_what = "cache-line ping-pong half round trip (ratio = latency / floor)";
         value_col = "Latency (us)";
         floor_col = "Floor (us)";
         unit = "us";
         break;
     case BENCH_AM_RATE:
-        rc = FERRY_OK;
         floor_what = "none for message rate";
         value_col = "Rate (Mmsg/s)";
         floor_col = "Floor";
         unit = "Mmsg/s";
         break;
     default:
-        rc = bench_floor_pvw(b, sizes, n);
         floor_what = mode == BENCH_AM_BW
                          ? "process_vm_writev at the same size (ratio = bandwidth / floor)"
                          : "one-way process_vm_writev at the same size (ratio = bandwidth / "
@@ -199,18 +215,12 @@ int bench_run_am(bench_t *b, bench_mode_t mode)
         unit = "MB/s";
         break;
     }
-    if (rc != FERRY_OK)
-        return rc;
 
     bench_table_begin(b, mode, floor_what, value_col, floor_col);
     for (int i = 0; i < n; i++) {
         bench_row_t row = {.size = sizes[i], .floor = -1.0};
-        if ((rc = one_size(b, mode, sizes[i], &row.value)) != FERRY_OK)
+        if ((rc = one_size(b, mode, sizes[i], &row)) != FERRY_OK)
             return rc;
-        if (mode == BENCH_AM_LAT)
-            row.floor = b->floors.cacheline_us;
-        else if (mode != BENCH_AM_RATE)
-            row.floor = bench_floor_pvw_at(b, sizes[i]);
         bench_table_row(b, mode, &row, unit);
     }
     return FERRY_OK;

@@ -3,7 +3,11 @@
  * as the figures they are compared with:
  *  - cache-line ping-pong: two flags in a shared mapping, each on its own
  *    cache line, bounced between the ranks; the half round trip is the least
- *    any message between two cores can take.
+ *    any message between two cores can take. Successive round trips use
+ *    CL_SLOTS different pairs of lines: on a machine whose cache-line
+ *    transfer time depends on the line's address (its home in the last-level
+ *    cache), one pair measures the luck of one address, differently in each
+ *    run, while a message touches many lines.
  *  - memcpy: one rank copying a hot buffer; the most one core can move.
  *  - process_vm_writev: rank 0 writing into rank 1's buffer in windows of
  *    BENCH_WINDOW calls; what a single-copy transport can reach.
@@ -33,21 +37,32 @@
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the ping-pong needs lock-free atomics");
 
-typedef struct cl_flags {
-    _Alignas(FLAG_SPACING) atomic_uint ping; /* written by rank 0 */
-    _Alignas(FLAG_SPACING) atomic_uint pong; /* written by rank 1 */
-} cl_flags_t;
+/* Pairs of flags the ping-pong goes round. With one pair, the floor on the
+ * development VM came out at 66 to 97 ns from run to run (the same build,
+ * a new mapping each run) while ferry's latency stayed put; with 64 it read
+ * 80 ns in every run. */
+#define CL_SLOTS 64
 
-/* Spins until *flag holds want. Yields now and then, so two ranks that
- * share a cpu still make progress; on separate cpus a round trip is far
- * shorter than the spins between yields. */
+struct cl_flags {
+    struct {
+        _Alignas(FLAG_SPACING) atomic_uint ping; /* written by rank 0 */
+        _Alignas(FLAG_SPACING) atomic_uint pong; /* written by rank 1 */
+    } slot[CL_SLOTS];
+};
+typedef struct cl_flags cl_flags_t;
+
+/* Spins until *flag holds want. Where the ranks may share a cpu it yields
+ * now and then, so both still make progress. Ranks pinned to separate cpus
+ * never yield: on a busy machine a yield hands the cpu to another program
+ * for a time slice, which ferry's own waits (which do not yield) would not
+ * suffer, and the floor would read slower than the figures above it. */
 static int spin_until(bench_t *b, atomic_uint *flag, unsigned want)
 {
     bench_deadline_t d;
     bench_deadline_init(b, &d);
     unsigned spins = 0;
     while (atomic_load_explicit(flag, memory_order_acquire) != want) {
-        if ((++spins & 4095u) == 0)
+        if (b->spin_yield && (++spins & 4095u) == 0)
             sched_yield();
         if (bench_deadline_passed(&d)) {
             bench_error(b, "timed out after %d s in the cache-line ping-pong (rank %d stopped)",
@@ -67,11 +82,11 @@ static int pingpong(bench_t *b, cl_flags_t *fl, long n, unsigned *seq, uint64_t 
         unsigned s = ++*seq;
         int rc;
         if (b->rank == 0) {
-            atomic_store_explicit(&fl->ping, s, memory_order_release);
-            rc = spin_until(b, &fl->pong, s);
+            atomic_store_explicit(&fl->slot[s % CL_SLOTS].ping, s, memory_order_release);
+            rc = spin_until(b, &fl->slot[s % CL_SLOTS].pong, s);
         } else {
-            rc = spin_until(b, &fl->ping, s);
-            atomic_store_explicit(&fl->pong, s, memory_order_release);
+            rc = spin_until(b, &fl->slot[s % CL_SLOTS].ping, s);
+            atomic_store_explicit(&fl->slot[s % CL_SLOTS].pong, s, memory_order_release);
         }
         if (rc != FERRY_OK)
             return rc;
@@ -191,7 +206,8 @@ err_unmap:
 
 static int cacheline_measure(bench_t *b);
 
-int bench_floor_cacheline(bench_t *b)
+/* Measures the latency floor for the limits table, once per run. */
+static int floor_cacheline(bench_t *b)
 {
     int rc = cacheline_measure(b);
     /* >>> tcp floors: over tcp, the latency floor is TCP's ping-pong. */
@@ -210,35 +226,48 @@ int bench_floor_cacheline(bench_t *b)
     return rc;
 }
 
+/* Collective: maps the flags once; b->floors.cl stays NULL when either rank
+ * could not. */
+static int cacheline_open(bench_t *b)
+{
+    if (b->floors.cl_open_done)
+        return FERRY_OK;
+    int rc = cacheline_map(b, &b->floors.cl);
+    if (rc == FERRY_OK)
+        b->floors.cl_open_done = true;
+    return rc;
+}
+
+static int cacheline_block(bench_t *b, const bench_block_t *blk, long n, uint64_t *ns_out)
+{
+    return pingpong(b, b->floors.cl, n, &b->floors.cl_seq, ns_out);
+}
+
 static int cacheline_measure(bench_t *b)
 {
     if (b->floors.cacheline_done)
         return FERRY_OK;
-    cl_flags_t *fl;
-    int rc = cacheline_map(b, &fl);
+    int rc = cacheline_open(b);
     if (rc != FERRY_OK)
         return rc;
     b->floors.cacheline_done = true;
     b->floors.cacheline_us = -1.0;
+    cl_flags_t *fl = b->floors.cl;
     if (fl == NULL)
         return FERRY_OK;
 
     double us[101];
-    unsigned seq = 0;
     uint64_t ns;
-    if ((rc = bench_barrier(b)) != FERRY_OK || (rc = pingpong(b, fl, CACHELINE_WARMUP, &seq,
-                                                              &ns)) != FERRY_OK)
-        goto out_unmap;
+    if ((rc = bench_barrier(b)) != FERRY_OK ||
+        (rc = pingpong(b, fl, CACHELINE_WARMUP, &b->floors.cl_seq, &ns)) != FERRY_OK)
+        return rc;
     for (int r = 0; r < b->opts.reps; r++) {
-        if ((rc = pingpong(b, fl, CACHELINE_ITERS, &seq, &ns)) != FERRY_OK)
-            goto out_unmap;
+        if ((rc = pingpong(b, fl, CACHELINE_ITERS, &b->floors.cl_seq, &ns)) != FERRY_OK)
+            return rc;
         us[r] = (double)ns / 1e3 / (2.0 * CACHELINE_ITERS);
     }
     b->floors.cacheline_us = bench_median(us, b->opts.reps);
-    rc = FERRY_OK;
-out_unmap:
-    munmap(fl, cacheline_map_len());
-    return rc;
+    return FERRY_OK;
 }
 
 /* ---- process_vm_writev ---- */
@@ -250,17 +279,28 @@ typedef struct pvw_hello {
 } pvw_hello_t;
 
 /* Rank 0 learns rank 1's pid and buffer; rank 1 first allows rank 0 to
- * write into it where a Yama policy would refuse a sibling process. */
+ * write into it where a Yama policy would refuse a sibling process. Rank 0
+ * then tells rank 1 whether a first write worked, so both know whether the
+ * floor exists. */
 static int pvw_setup(bench_t *b)
 {
     pvw_hello_t h = {.pid = getpid(), .addr = (uint64_t)(uintptr_t)b->buf, .len = b->buf_len};
+    int32_t ok = 0;
     size_t len;
     int rc;
     b->floors.pvw_setup_done = true;
     if (b->rank == 1) {
         /* Without Yama this fails with EINVAL, which changes nothing. */
         (void)prctl(PR_SET_PTRACER, (unsigned long)b->peer_pid, 0, 0, 0);
-        return bench_ctrl_send(b, BENCH_CTRL_PVW, &h, sizeof(h));
+        if ((rc = bench_ctrl_send(b, BENCH_CTRL_PVW, &h, sizeof(h))) != FERRY_OK ||
+            (rc = bench_ctrl_recv(b, BENCH_CTRL_PVW, &ok, sizeof(ok), &len)) != FERRY_OK)
+            return rc;
+        if (len != sizeof(ok) || (ok != 0 && ok != 1)) {
+            bench_error(b, "malformed process_vm_writev result from rank %d", b->peer);
+            return FERRY_ERR_PROTO;
+        }
+        b->floors.pvw_ok = ok == 1;
+        return FERRY_OK;
     }
     if ((rc = bench_ctrl_recv(b, BENCH_CTRL_PVW, &h, sizeof(h), &len)) != FERRY_OK)
         return rc;
@@ -272,12 +312,12 @@ static int pvw_setup(bench_t *b)
     b->floors.peer_addr = h.addr;
     struct iovec l = {.iov_base = b->pattern, .iov_len = 1};
     struct iovec r = {.iov_base = (void *)(uintptr_t)h.addr, .iov_len = 1};
-    if (process_vm_writev(b->floors.peer_pid, &l, 1, &r, 1, 0) != 1) {
+    if (process_vm_writev(b->floors.peer_pid, &l, 1, &r, 1, 0) != 1)
         snprintf(b->floors.pvw_error, sizeof(b->floors.pvw_error), "%s", strerror(errno));
-        return FERRY_OK;
-    }
-    b->floors.pvw_ok = true;
-    return FERRY_OK;
+    else
+        ok = 1;
+    b->floors.pvw_ok = ok == 1;
+    return bench_ctrl_send(b, BENCH_CTRL_PVW, &ok, sizeof(ok));
 }
 
 /* Rank 0: one timed run of n windows at size; *ns_out the elapsed time. */
@@ -301,21 +341,6 @@ static int pvw_windows(bench_t *b, size_t size, long n, uint64_t *ns_out)
     return FERRY_OK;
 }
 
-static double pvw_raw_at(const bench_t *b, size_t size);
-
-double bench_floor_pvw_at(const bench_t *b, size_t size)
-{
-    /* >>> tcp floors: over tcp, the bandwidth floor is the TCP stream. */
-    if (bench_floor_tcp_selected(b))
-        return bench_floor_tcp_stream_at(b, size);
-    /* <<< tcp floors */
-    /* >>> ofi floors: over ofi, the bandwidth floor is the fi_write stream. */
-    if (bench_floor_ofi_selected(b))
-        return bench_floor_ofi_stream_at(b, size);
-    /* <<< ofi floors */
-    return pvw_raw_at(b, size);
-}
-
 static double pvw_raw_at(const bench_t *b, size_t size)
 {
     for (int i = 0; i < b->floors.n_pvw; i++)
@@ -324,7 +349,9 @@ static double pvw_raw_at(const bench_t *b, size_t size)
     return -1.0;
 }
 
-int bench_floor_pvw(bench_t *b, const size_t *sizes, int n)
+/* Measures process_vm_writev for the limits table at every size not yet
+ * measured (and TCP's or libfabric's stream where they carry the run). */
+static int floor_pvw(bench_t *b, const size_t *sizes, int n)
 {
     int rc;
     if (!b->floors.pvw_setup_done && (rc = pvw_setup(b)) != FERRY_OK)
@@ -354,12 +381,25 @@ int bench_floor_pvw(bench_t *b, const size_t *sizes, int n)
         b->floors.pvw_size[b->floors.n_pvw] = size;
         b->floors.pvw_mbs[b->floors.n_pvw] = mbs;
         b->floors.n_pvw++;
-        /* Rank 1 waits for each size on its own, so its wait stays short. */
+        /* Rank 1 waits for each size on its own, so its wait stays short,
+         * learns whether the floor still works (the paired blocks of both
+         * ranks depend on it), and answers, so that rank 0 never runs
+         * sizes ahead of it and overflows its queue of control messages. */
+        int32_t ok = b->floors.pvw_ok;
         size_t len;
-        if (b->rank == 0)
-            rc = bench_ctrl_send(b, BENCH_CTRL_DONE, NULL, 0);
-        else
-            rc = bench_ctrl_recv(b, BENCH_CTRL_DONE, NULL, 0, &len);
+        if (b->rank == 0) {
+            if ((rc = bench_ctrl_send(b, BENCH_CTRL_PVW, &ok, sizeof(ok))) == FERRY_OK)
+                rc = bench_ctrl_recv(b, BENCH_CTRL_DONE, NULL, 0, &len);
+        } else {
+            rc = bench_ctrl_recv(b, BENCH_CTRL_PVW, &ok, sizeof(ok), &len);
+            if (rc == FERRY_OK && (len != sizeof(ok) || (ok != 0 && ok != 1))) {
+                bench_error(b, "malformed process_vm_writev result from rank %d", b->peer);
+                rc = FERRY_ERR_PROTO;
+            }
+            b->floors.pvw_ok = ok == 1;
+            if (rc == FERRY_OK)
+                rc = bench_ctrl_send(b, BENCH_CTRL_DONE, NULL, 0);
+        }
         if (rc != FERRY_OK)
             return rc;
     }
@@ -374,10 +414,103 @@ int bench_floor_pvw(bench_t *b, const size_t *sizes, int n)
     return FERRY_OK;
 }
 
+/* ---- the floors as blocks (bench_pair.c) ---- */
+
+static int pvw_block(bench_t *b, const bench_block_t *blk, long n, uint64_t *ns_out)
+{
+    int rc = pvw_windows(b, blk->size, n, ns_out);
+    if (rc != FERRY_OK)
+        bench_error(b, "process_vm_writev floor at %zu bytes: %s", blk->size,
+                    b->floors.pvw_error);
+    return rc;
+}
+
+/* Rank 0: n windows of BENCH_WINDOW copies of size from a hot buffer. */
+static int memcpy_block(bench_t *b, const bench_block_t *blk, long n, uint64_t *ns_out)
+{
+    uint64_t t0 = bench_now_ns();
+    for (long w = 0; w < n; w++) {
+        for (int i = 0; i < BENCH_WINDOW; i++) {
+            memcpy(b->scratch, b->pattern, blk->size);
+            /* Keeps the compiler from merging the identical copies. */
+            __asm__ __volatile__("" : : "r"(b->scratch) : "memory");
+        }
+    }
+    *ns_out = bench_now_ns() - t0;
+    return FERRY_OK;
+}
+
+int bench_floor_lat_block(bench_t *b, bench_block_t *blk_out, bool *ok_out)
+{
+    int rc;
+    bench_block_t blk = {.per_time = true, .unit = 2.0, .size = 8}; /* half round trips */
+    bool ok;
+    if (bench_floor_tcp_selected(b)) { /* tcp floors */
+        if ((rc = bench_floor_tcp_setup(b)) != FERRY_OK)
+            return rc;
+        blk.run = bench_floor_tcp_pingpong_block;
+        ok = b->floors.tcp_ok;
+    } else if (bench_floor_ofi_selected(b)) { /* ofi floors */
+        if ((rc = bench_floor_ofi_setup(b)) != FERRY_OK)
+            return rc;
+        blk.run = bench_floor_ofi_pingpong_block;
+        ok = b->floors.ofi_ok;
+    } else {
+        if ((rc = cacheline_open(b)) != FERRY_OK)
+            return rc;
+        blk.run = cacheline_block;
+        blk.size = 64;
+        ok = b->floors.cl != NULL;
+    }
+    *blk_out = blk;
+    *ok_out = ok;
+    return FERRY_OK;
+}
+
+int bench_floor_bw_block(bench_t *b, size_t size, bool use_memcpy, bench_block_t *blk_out,
+                         bool *ok_out)
+{
+    int rc;
+    bench_block_t blk = {.size = size, .unit = (double)size * BENCH_WINDOW};
+    bool ok = size > 0;
+    if (use_memcpy) {
+        blk.run = memcpy_block;
+        blk.rank0_only = true;
+    } else if (bench_floor_tcp_selected(b)) { /* tcp floors */
+        if ((rc = bench_floor_tcp_setup(b)) != FERRY_OK)
+            return rc;
+        blk.run = bench_floor_tcp_stream_block;
+        ok = ok && b->floors.tcp_ok;
+    } else if (bench_floor_ofi_selected(b)) { /* ofi floors */
+        if ((rc = bench_floor_ofi_setup(b)) != FERRY_OK)
+            return rc;
+        blk.run = bench_floor_ofi_stream_block;
+        ok = ok && b->floors.ofi_ok && size <= b->buf_len;
+    } else {
+        if (!b->floors.pvw_setup_done && (rc = pvw_setup(b)) != FERRY_OK)
+            return rc;
+        blk.run = pvw_block;
+        blk.rank0_only = true;
+        ok = ok && b->floors.pvw_ok;
+    }
+    *blk_out = blk;
+    *ok_out = ok;
+    return FERRY_OK;
+}
+
+void bench_floor_fini(bench_t *b)
+{
+    if (b->floors.cl != NULL)
+        munmap(b->floors.cl, cacheline_map_len());
+    b->floors.cl = NULL;
+    bench_floor_tcp_fini(b); /* tcp floors */
+    bench_floor_ofi_fini(b); /* ofi floors */
+}
+
 /* ---- memcpy ---- */
 
 /* Rank 0: median memcpy bandwidth at size, buffers hot in cache. */
-double bench_floor_memcpy(bench_t *b, size_t size)
+static double floor_memcpy(bench_t *b, size_t size)
 {
     /* About 64 MiB per repetition, within sensible bounds on the count. */
     long iters = (long)(((size_t)64 << 20) / size);
@@ -406,7 +539,7 @@ int bench_run_limits(bench_t *b)
     size_t sizes[BENCH_SIZES_MAX];
     int n = bench_sizes(b, BENCH_LIMITS, sizes);
     int rc;
-    if ((rc = bench_floor_cacheline(b)) != FERRY_OK || (rc = bench_floor_pvw(b, sizes, n)) !=
+    if ((rc = floor_cacheline(b)) != FERRY_OK || (rc = floor_pvw(b, sizes, n)) !=
                                                            FERRY_OK)
         return rc;
     /* >>> tcp floors: measured in every limits run */
@@ -419,8 +552,8 @@ int bench_run_limits(bench_t *b)
         printf("# each value: median of %d repetitions; same two ranks and cpus as the other "
                "tests\n", b->opts.reps);
         if (cl > 0)
-            printf("# cache-line ping-pong, half round trip: %.3f us (%.1f ns), %d iterations\n",
-                   cl, cl * 1e3, CACHELINE_ITERS);
+            printf("# cache-line ping-pong over %d line pairs, half round trip: %.3f us "
+                   "(%.1f ns), %d iterations\n", CL_SLOTS, cl, cl * 1e3, CACHELINE_ITERS);
         else
             printf("# cache-line ping-pong: n/a\n");
         if (!b->floors.pvw_ok && b->floors.pvw_error[0] != '\0')
@@ -434,7 +567,7 @@ int bench_run_limits(bench_t *b)
     for (int i = 0; i < n; i++) {
         if (b->rank != 0)
             continue;
-        double mc = bench_floor_memcpy(b, sizes[i]);
+        double mc = floor_memcpy(b, sizes[i]);
         double pvw = pvw_raw_at(b, sizes[i]);
         if (pvw > 0)
             printf("%-10zu%18.2f%26.2f\n", sizes[i], mc, pvw);

@@ -38,9 +38,8 @@ double bench_floor_ofi_stream_at(const bench_t *b, size_t size)
 
 #ifndef FERRY_BENCH_HAVE_OFI
 
-int bench_floor_ofi(bench_t *b, const size_t *sizes, int n)
+int bench_floor_ofi_setup(bench_t *b)
 {
-    (void)sizes, (void)n;
     if (!b->floors.ofi_setup_done) {
         b->floors.ofi_setup_done = true;
         b->floors.ofi_lat_us = -1.0;
@@ -48,6 +47,27 @@ int bench_floor_ofi(bench_t *b, const size_t *sizes, int n)
                  "ferry-bench was built without libfabric");
     }
     return FERRY_OK;
+}
+
+int bench_floor_ofi(bench_t *b, const size_t *sizes, int n)
+{
+    (void)sizes, (void)n;
+    return bench_floor_ofi_setup(b);
+}
+
+/* Never run: without libfabric ofi_ok stays false, so no block is made. */
+int bench_floor_ofi_pingpong_block(bench_t *b, const bench_block_t *blk, long n,
+                                   uint64_t *ns_out)
+{
+    bench_error(b, "libfabric floor: %s", b->floors.ofi_error);
+    return FERRY_ERR_NOT_SUPPORTED;
+}
+
+int bench_floor_ofi_stream_block(bench_t *b, const bench_block_t *blk, long n,
+                                 uint64_t *ns_out)
+{
+    bench_error(b, "libfabric floor: %s", b->floors.ofi_error);
+    return FERRY_ERR_NOT_SUPPORTED;
 }
 
 void bench_floor_ofi_fini(bench_t *b)
@@ -479,13 +499,38 @@ static int setup(bench_t *b)
     return FERRY_OK;
 }
 
+int bench_floor_ofi_setup(bench_t *b)
+{
+    return b->floors.ofi_setup_done ? FERRY_OK : setup(b);
+}
+
+int bench_floor_ofi_pingpong_block(bench_t *b, const bench_block_t *blk, long n,
+                                   uint64_t *ns_out)
+{
+    int rc = pingpong(b, b->floors.ofi, n, ns_out);
+    if (rc != FERRY_OK)
+        bench_error(b, "libfabric ping-pong floor: %s", b->floors.ofi_error);
+    return rc;
+}
+
+int bench_floor_ofi_stream_block(bench_t *b, const bench_block_t *blk, long n,
+                                 uint64_t *ns_out)
+{
+    int rc = stream(b, b->floors.ofi, blk->size, n, ns_out);
+    if (rc != FERRY_OK)
+        bench_error(b, "libfabric fi_write floor at %zu bytes: %s", blk->size,
+                    b->floors.ofi_error);
+    return rc;
+}
+
 int bench_floor_ofi(bench_t *b, const size_t *sizes, int n)
 {
     bench_floors_t *f = &b->floors;
     int rc;
-    if (!f->ofi_setup_done) {
-        if ((rc = setup(b)) != FERRY_OK)
-            return rc;
+    if ((rc = bench_floor_ofi_setup(b)) != FERRY_OK)
+        return rc;
+    if (!f->ofi_lat_done) {
+        f->ofi_lat_done = true;
         if (f->ofi_ok) {
             double us[101];
             uint64_t ns;

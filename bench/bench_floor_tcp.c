@@ -56,6 +56,11 @@ static int tcp_setup(bench_t *b)
             f->tcp_fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
         if (lfd >= 0)
             close(lfd);
+        /* The stream's receive buffer, kept for every block. */
+        if (f->tcp_fd >= 0 && (f->tcp_rxbuf = malloc(TCP_RX_CHUNK)) == NULL) {
+            close(f->tcp_fd);
+            f->tcp_fd = -1;
+        }
     } else {
         uint16_t port = 0;
         if ((rc = bench_ctrl_recv(b, BENCH_CTRL_TCP, &port, sizeof(port), &len)) != FERRY_OK)
@@ -87,8 +92,17 @@ static int tcp_setup(bench_t *b)
             (rc = bench_ctrl_send(b, BENCH_CTRL_TCP, &mine, sizeof(mine))) != FERRY_OK)
             return rc;
     }
+    if (len != sizeof(theirs)) {
+        bench_error(b, "malformed TCP readiness from rank %d", b->peer);
+        return FERRY_ERR_PROTO;
+    }
     f->tcp_ok = mine && theirs;
     return FERRY_OK;
+}
+
+int bench_floor_tcp_setup(bench_t *b)
+{
+    return b->floors.tcp_setup_done ? FERRY_OK : tcp_setup(b);
 }
 
 /* Busy-polls a non-blocking recv until len bytes have come. */
@@ -169,13 +183,33 @@ static int stream(bench_t *b, size_t size, uint64_t total, uint8_t *rxbuf, uint6
     return FERRY_OK;
 }
 
+int bench_floor_tcp_pingpong_block(bench_t *b, const bench_block_t *blk, long n,
+                                   uint64_t *ns_out)
+{
+    int rc = pingpong(b, n, ns_out);
+    if (rc != FERRY_OK)
+        bench_error(b, "TCP ping-pong floor: %s", ferry_strerror(rc));
+    return rc;
+}
+
+int bench_floor_tcp_stream_block(bench_t *b, const bench_block_t *blk, long n,
+                                 uint64_t *ns_out)
+{
+    uint64_t total = (uint64_t)blk->size * BENCH_WINDOW * (uint64_t)n;
+    int rc = stream(b, blk->size, total, b->floors.tcp_rxbuf, ns_out);
+    if (rc != FERRY_OK)
+        bench_error(b, "TCP stream floor at %zu bytes: %s", blk->size, ferry_strerror(rc));
+    return rc;
+}
+
 int bench_floor_tcp(bench_t *b, const size_t *sizes, int n)
 {
     bench_floors_t *f = &b->floors;
     int rc;
-    if (!f->tcp_setup_done) {
-        if ((rc = tcp_setup(b)) != FERRY_OK)
-            return rc;
+    if ((rc = bench_floor_tcp_setup(b)) != FERRY_OK)
+        return rc;
+    if (!f->tcp_lat_done) {
+        f->tcp_lat_done = true;
         f->tcp_lat_us = -1.0;
         if (f->tcp_ok) {
             double us[101];
@@ -192,9 +226,6 @@ int bench_floor_tcp(bench_t *b, const size_t *sizes, int n)
             f->tcp_lat_us = bench_median(us, b->opts.reps);
         }
     }
-    uint8_t *rxbuf = NULL;
-    if (b->rank == 1 && f->tcp_ok && (rxbuf = malloc(TCP_RX_CHUNK)) == NULL)
-        return FERRY_ERR_NO_MEMORY;
     rc = FERRY_OK;
     for (int k = 0; rc == FERRY_OK && k < n; k++) {
         size_t size = sizes[k];
@@ -210,9 +241,9 @@ int bench_floor_tcp(bench_t *b, const size_t *sizes, int n)
                             (uint64_t)(bench_warmup(b, BENCH_LIMITS, size) + 1);
             double v[101];
             uint64_t ns;
-            rc = stream(b, size, warm, rxbuf, &ns);
+            rc = stream(b, size, warm, f->tcp_rxbuf, &ns);
             for (int r = 0; rc == FERRY_OK && r < b->opts.reps; r++) {
-                rc = stream(b, size, total, rxbuf, &ns);
+                rc = stream(b, size, total, f->tcp_rxbuf, &ns);
                 v[r] = (double)total / ((double)ns / 1e3);
             }
             if (rc == FERRY_OK)
@@ -224,7 +255,6 @@ int bench_floor_tcp(bench_t *b, const size_t *sizes, int n)
         f->tcp_mbs[f->n_tcp] = mbs;
         f->n_tcp++;
     }
-    free(rxbuf);
     return rc;
 }
 
@@ -241,4 +271,6 @@ void bench_floor_tcp_fini(bench_t *b)
     if (b->floors.tcp_setup_done && b->floors.tcp_fd >= 0)
         close(b->floors.tcp_fd);
     b->floors.tcp_fd = -1;
+    free(b->floors.tcp_rxbuf);
+    b->floors.tcp_rxbuf = NULL;
 }

@@ -3,6 +3,7 @@
  *
  *   ferryrun -n 2 --bind-to core ferry-bench [mode] [-m MIN:MAX] [--csv FILE]
  *                                            [-i ITERS] [-w WARMUP] [-r REPS]
+ *                                            [-p PAIRS] [-b MS] [--drop-mixed]
  *                                            [-t SECONDS] [--check]
  *
  * Both ranks parse the same command line and walk the same sequence of
@@ -38,9 +39,19 @@ static const char usage_text[] =
     "  -i, --iterations N   timed iterations (windows for bandwidth and rate) per\n"
     "                       repetition up to 8 KiB; larger sizes scale down by 8K/size\n"
     "  -w, --warmup N       untimed iterations before them, scaled the same way\n"
-    "  -r, --repetitions R  repetitions of the timed loop; the median is reported (5)\n"
+    "  -r, --repetitions R  repetitions of the timed loop of a figure without a floor, and\n"
+    "                       of the limits table's floors; the median is reported (5)\n"
+    "  -p, --pairs N        a figure with a floor is measured in N pairs of blocks, floor\n"
+    "                       then figure, with one more floor block at the end (21)\n"
+    "  -b, --block MS       length of one block, milliseconds (2; at least one iteration)\n"
+    "      --drop-mixed     leave out of the ratio the pairs whose floor changed mode\n"
+    "      --mode-ratio X   two consecutive floor blocks more than X times apart are in\n"
+    "                       different modes; the pair between them is mixed (1.5)\n"
+    "      --blocks FILE    also write every pair: test,size,pair,floor,figure,next_floor,\n"
+    "                       ratio,mixed (block values: medians of their chunks)\n"
     "  -t, --timeout S      longest wait for the peer before failing, seconds (60)\n"
-    "      --csv FILE       also write rows test,transport,size,value,unit,floor,ratio\n"
+    "      --csv FILE       also write rows test,transport,size,value,unit,floor,ratio,\n"
+    "                       ratio_q1,ratio_q3,pairs,mixed_pairs,mixed_dropped\n"
     "  -c, --check          verify every byte received, put or got\n"
     "      --alloc          put/get target memory comes from ferry_mem_alloc (with sm, a\n"
     "                       shared heap peers copy into); put-bw/get-bw floors are memcpy\n"
@@ -83,6 +94,21 @@ static bool parse_long(const char *s, long lo, long hi, long *out)
     char *end;
     long v = strtol(s, &end, 10);
     if (errno != 0 || *end != '\0' || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* A finite number in [lo, hi], nothing after it. */
+static bool parse_double(const char *s, double lo, double hi, double *out)
+{
+    if (*s == '\0')
+        return false;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    /* NaN fails both comparisons, so it is refused too. */
+    if (errno != 0 || *end != '\0' || !(v >= lo && v <= hi))
         return false;
     *out = v;
     return true;
@@ -153,12 +179,17 @@ static bool parse_modes(const char *arg, bench_opts_t *o, char *err, size_t errl
 /* Fills *o from argv; on a usage error writes a message into err. */
 static bool parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t errlen)
 {
-    enum { OPT_CSV = 256, OPT_ALLOC };
+    enum { OPT_CSV = 256, OPT_ALLOC, OPT_DROP_MIXED, OPT_MODE_RATIO, OPT_BLOCKS };
     static const struct option longopts[] = {
         {"message-size", required_argument, NULL, 'm'},
         {"iterations", required_argument, NULL, 'i'},
         {"warmup", required_argument, NULL, 'w'},
         {"repetitions", required_argument, NULL, 'r'},
+        {"pairs", required_argument, NULL, 'p'},
+        {"block", required_argument, NULL, 'b'},
+        {"drop-mixed", no_argument, NULL, OPT_DROP_MIXED},
+        {"mode-ratio", required_argument, NULL, OPT_MODE_RATIO},
+        {"blocks", required_argument, NULL, OPT_BLOCKS},
         {"timeout", required_argument, NULL, 't'},
         {"csv", required_argument, NULL, OPT_CSV},
         {"check", no_argument, NULL, 'c'},
@@ -171,12 +202,15 @@ static bool parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t
     o->iters = -1;
     o->warmup = -1;
     o->reps = 5;
+    o->pairs = 21;
+    o->block_ms = 2.0;
+    o->mode_ratio = 1.5;
     o->timeout_s = 60;
 
     opterr = 0;
     int c;
     long v;
-    while ((c = getopt_long(argc, argv, ":m:i:w:r:t:ch", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":m:i:w:r:p:b:t:ch", longopts, NULL)) != -1) {
         switch (c) {
         case 'm':
             if (!parse_range(optarg, o)) {
@@ -206,6 +240,31 @@ static bool parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t
             }
             o->reps = (int)v;
             break;
+        case 'p':
+            if (!parse_long(optarg, 1, BENCH_PAIRS_MAX, &v)) {
+                snprintf(err, errlen, "-p '%s': expected an integer from 1 to %d", optarg,
+                         BENCH_PAIRS_MAX);
+                return false;
+            }
+            o->pairs = (int)v;
+            break;
+        case 'b':
+            if (!parse_double(optarg, 0.001, 10000.0, &o->block_ms)) {
+                snprintf(err, errlen, "-b '%s': expected milliseconds from 0.001 to 10000",
+                         optarg);
+                return false;
+            }
+            break;
+        case OPT_DROP_MIXED:
+            o->drop_mixed = true;
+            break;
+        case OPT_MODE_RATIO:
+            if (!parse_double(optarg, 1.01, 100.0, &o->mode_ratio)) {
+                snprintf(err, errlen, "--mode-ratio '%s': expected a number from 1.01 to 100",
+                         optarg);
+                return false;
+            }
+            break;
         case 't':
             if (!parse_long(optarg, 1, 86400, &v)) {
                 snprintf(err, errlen, "-t '%s': expected seconds from 1 to 86400", optarg);
@@ -219,6 +278,13 @@ static bool parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t
                 return false;
             }
             o->csv_path = optarg;
+            break;
+        case OPT_BLOCKS:
+            if (optarg[0] == '\0') {
+                snprintf(err, errlen, "--blocks: empty file name");
+                return false;
+            }
+            o->blocks_path = optarg;
             break;
         case OPT_ALLOC:
             o->alloc = true;
@@ -339,6 +405,22 @@ static int value_decimals(const char *unit)
     return strcmp(unit, "MB/s") == 0 ? 2 : 3;
 }
 
+/* Decimals for v in the CSV: at least min, and enough for three
+ * significant digits, so that a small positive figure (a bandwidth on a
+ * starved machine, a tiny ratio) is never written as zero. */
+static int csv_decimals(double v, int min)
+{
+    int d = min;
+    double x = v;
+    for (int i = 0; i < min; i++)
+        x *= 10.0;
+    while (x > 0 && x < 100.0 && d < 15) {
+        x *= 10.0;
+        d++;
+    }
+    return d;
+}
+
 /* Writes s as a CSV field, quoted when it holds a comma, quote or newline. */
 static void csv_field(FILE *f, const char *s)
 {
@@ -376,8 +458,21 @@ void bench_table_begin(bench_t *b, bench_mode_t mode, const char *floor_what,
                  bench_iters(b, mode, 1), BENCH_WINDOW, bench_warmup(b, mode, 1));
     printf("\n# ferry-bench %s%s (transport %s)\n", bench_mode_name(mode),
            rdma_alloc(b, mode) ? "-alloc" : "", b->transport);
-    printf("# each value: median of %d repetitions of %s up to %d bytes, scaled down by "
-           "%d/size above\n", b->opts.reps, iters, BENCH_LARGE_FROM, BENCH_LARGE_FROM);
+    if (mode == BENCH_AM_RATE) {
+        printf("# each value: median of %d repetitions of %s up to %d bytes, scaled down by "
+               "%d/size above\n", b->opts.reps, iters, BENCH_LARGE_FROM, BENCH_LARGE_FROM);
+    } else {
+        printf("# paired: per size, %d pairs of blocks of about %g ms, floor then figure, and "
+               "a last floor block; value and floor: medians of their blocks; ratio: median "
+               "of the %d paired ratios, Q1 and Q3 its quartiles (a floor of n/a: median of "
+               "-r repetitions)\n", b->opts.pairs,
+               b->opts.block_ms, b->opts.pairs);
+        printf("# mixed: pairs whose floor moved more than %gx to the next floor block (a "
+               "change of mode); %s\n", b->opts.mode_ratio,
+               b->opts.drop_mixed ? "left out of the ratio (--drop-mixed), Pairs counts the "
+                                    "rest"
+                                  : "kept in the ratio (--drop-mixed leaves them out)");
+    }
     /* >>> tcp floors: the tables' floors are TCP's when tcp carries the run. */
     if (bench_floor_tcp_selected(b) && mode_kind(mode) == KIND_LAT)
         floor_what = "loopback TCP busy-poll ping-pong half round trip (ratio = latency / floor)";
@@ -394,31 +489,51 @@ void bench_table_begin(bench_t *b, bench_mode_t mode, const char *floor_what,
                      "(ratio = bandwidth / floor)";
     /* <<< ofi floors */
     printf("# floor: %s\n", floor_what);
-    printf("# %-8s%18s%14s%10s\n", "Size", value_col, floor_col, "Ratio");
+    if (mode == BENCH_AM_RATE)
+        printf("# %-8s%18s%14s%10s\n", "Size", value_col, floor_col, "Ratio");
+    else
+        printf("# %-8s%18s%14s%10s%9s%9s%7s%7s\n", "Size", value_col, floor_col, "Ratio", "Q1",
+               "Q3", "Pairs", "Mixed");
     fflush(stdout);
 }
+
+/* The columns appended to the original seven, for rows without pairs. */
+#define CSV_NO_PAIRS ",,,,,"
 
 void bench_table_row(bench_t *b, bench_mode_t mode, const bench_row_t *row, const char *unit)
 {
     if (b->rank != 0)
         return;
     int dec = value_decimals(unit);
-    bool have_floor = row->floor > 0;
-    double ratio = have_floor ? row->value / row->floor : 0.0;
-    if (have_floor)
-        printf("%-10zu%18.*f%14.*f%10.2f\n", row->size, dec, row->value, dec, row->floor, ratio);
-    else
+    /* A figure with a floor is always paired; one without (am-rate, or a
+     * floor that is unavailable) has neither ratio nor pairs. */
+    bool paired = row->paired && row->floor > 0;
+    bool have_ratio = paired && row->ratio > 0;
+    if (!paired)
         printf("%-10zu%18.*f%14s%10s\n", row->size, dec, row->value, "n/a", "");
+    else if (have_ratio)
+        printf("%-10zu%18.*f%14.*f%10.2f%9.2f%9.2f%7d%7d\n", row->size, dec, row->value, dec,
+               row->floor, row->ratio, row->ratio_q1, row->ratio_q3, row->pairs, row->mixed);
+    else /* --drop-mixed left no pair */
+        printf("%-10zu%18.*f%14.*f%10s%9s%9s%7d%7d\n", row->size, dec, row->value, dec,
+               row->floor, "n/a", "", "", row->pairs, row->mixed);
     fflush(stdout);
     if (b->csv == NULL)
         return;
     fprintf(b->csv, "%s%s,", bench_mode_name(mode), rdma_alloc(b, mode) ? "-alloc" : "");
     csv_field(b->csv, b->transport);
-    fprintf(b->csv, ",%zu,%.*f,%s,", row->size, dec, row->value, unit);
-    if (have_floor)
-        fprintf(b->csv, "%.*f,%.3f\n", dec, row->floor, ratio);
+    fprintf(b->csv, ",%zu,%.*f,%s,", row->size, csv_decimals(row->value, dec), row->value,
+            unit);
+    if (!paired)
+        fprintf(b->csv, "n/a," CSV_NO_PAIRS "\n");
+    else if (have_ratio)
+        fprintf(b->csv, "%.*f,%.*f,%.*f,%.*f,%d,%d,%d\n", csv_decimals(row->floor, dec),
+                row->floor, csv_decimals(row->ratio, 4), row->ratio,
+                csv_decimals(row->ratio_q1, 4), row->ratio_q1, csv_decimals(row->ratio_q3, 4),
+                row->ratio_q3, row->pairs, row->mixed, b->opts.drop_mixed);
     else
-        fprintf(b->csv, "n/a,\n");
+        fprintf(b->csv, "%.*f,,,,%d,%d,%d\n", csv_decimals(row->floor, dec), row->floor,
+                row->pairs, row->mixed, b->opts.drop_mixed);
 }
 
 void bench_csv_row(bench_t *b, const char *test, size_t size, double value, const char *unit)
@@ -428,9 +543,10 @@ void bench_csv_row(bench_t *b, const char *test, size_t size, double value, cons
     fprintf(b->csv, "%s,", test);
     csv_field(b->csv, b->transport);
     if (value < 0)
-        fprintf(b->csv, ",%zu,n/a,%s,,\n", size, unit);
+        fprintf(b->csv, ",%zu,n/a,%s,," CSV_NO_PAIRS "\n", size, unit);
     else
-        fprintf(b->csv, ",%zu,%.4f,%s,,\n", size, value, unit);
+        fprintf(b->csv, ",%zu,%.*f,%s,," CSV_NO_PAIRS "\n", size, csv_decimals(value, 4), value,
+                unit);
 }
 
 /* ---- setup ---- */
@@ -478,12 +594,21 @@ typedef struct hello {
     int32_t pid;
     int32_t cpu;
     int32_t csv_ok; /* rank 0: its CSV file opened (or none asked for) */
+    int32_t pinned; /* the rank may run on one cpu only */
 } hello_t;
+
+static bool pinned_to_one_cpu(void)
+{
+    cpu_set_t allowed;
+    return sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && CPU_COUNT(&allowed) == 1;
+}
 
 /* Exchanges pids and cpus; rank 0 also says whether it can go on. */
 static int say_hello(bench_t *b, bool ok)
 {
-    hello_t mine = {.pid = (int32_t)getpid(), .cpu = b->cpu, .csv_ok = ok}, theirs;
+    hello_t mine = {.pid = (int32_t)getpid(), .cpu = b->cpu, .csv_ok = ok,
+                    .pinned = pinned_to_one_cpu()},
+            theirs;
     size_t len;
     int rc = bench_ctrl_send(b, BENCH_CTRL_HELLO, &mine, sizeof(mine));
     if (rc == FERRY_OK)
@@ -496,6 +621,8 @@ static int say_hello(bench_t *b, bool ok)
     }
     b->peer_pid = theirs.pid;
     b->peer_cpu = theirs.cpu;
+    /* Both pinned, to different cpus: busy waits need not yield. */
+    b->spin_yield = !(mine.pinned && theirs.pinned && b->cpu >= 0 && b->cpu != b->peer_cpu);
     if (!ok || !theirs.csv_ok)
         return FERRY_ERR;
     return FERRY_OK;
@@ -584,7 +711,17 @@ static int run(bench_t *b)
             bench_error(b, "--csv %s: %s", b->opts.csv_path, strerror(errno));
             ok = false;
         } else {
-            fputs("test,transport,size,value,unit,floor,ratio\n", b->csv);
+            fputs("test,transport,size,value,unit,floor,ratio,ratio_q1,ratio_q3,pairs,"
+                  "mixed_pairs,mixed_dropped\n", b->csv);
+        }
+    }
+    if (b->rank == 0 && ok && b->opts.blocks_path != NULL) {
+        b->blocks = fopen(b->opts.blocks_path, "w");
+        if (b->blocks == NULL) {
+            bench_error(b, "--blocks %s: %s", b->opts.blocks_path, strerror(errno));
+            ok = false;
+        } else {
+            fputs("test,size,pair,floor,figure,next_floor,ratio,mixed\n", b->blocks);
         }
     }
     if ((rc = say_hello(b, ok)) != FERRY_OK)
@@ -611,6 +748,14 @@ static int run(bench_t *b)
         b->csv = NULL;
         if (fclose(f) != 0) {
             bench_error(b, "--csv %s: %s", b->opts.csv_path, strerror(errno));
+            return FERRY_ERR_IO;
+        }
+    }
+    if (b->blocks != NULL) {
+        FILE *f = b->blocks;
+        b->blocks = NULL;
+        if (fclose(f) != 0) {
+            bench_error(b, "--blocks %s: %s", b->opts.blocks_path, strerror(errno));
             return FERRY_ERR_IO;
         }
     }
@@ -667,12 +812,13 @@ int main(int argc, char **argv)
          * instead of after the peer's own timeout. */
         if (b.csv != NULL)
             fclose(b.csv);
+        if (b.blocks != NULL)
+            fclose(b.blocks);
         fflush(stdout);
         exit(1);
     }
     bench_rdma_fini(&b);
-    bench_floor_tcp_fini(&b); /* tcp floors */
-    bench_floor_ofi_fini(&b); /* ofi floors */
+    bench_floor_fini(&b);
     rc = ferry_finalize(&b.ctx);
     free(b.pattern);
     if (!b.opts.alloc)

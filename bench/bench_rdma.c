@@ -9,6 +9,7 @@
  * Each rank registers its buffer for remote reading and writing and sends
  * the address and remote key to the other in an active message.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "bench.h"
@@ -107,9 +108,12 @@ static int flush(bench_t *b, size_t size)
     return rc;
 }
 
-/* Rank 0: n iterations (operations for latency, windows for bandwidth). */
-static int run_iters(bench_t *b, bench_mode_t mode, size_t size, long n, uint64_t *ns_out)
+/* Rank 0: a block of n iterations (operations for latency, windows for
+ * bandwidth); blk->arg is the mode. */
+static int rdma_block(bench_t *b, const bench_block_t *blk, long n, uint64_t *ns_out)
 {
+    bench_mode_t mode = *(const bench_mode_t *)blk->arg;
+    size_t size = blk->size;
     bool put = is_put(mode);
     int per_flush = mode == BENCH_PUT_LAT || mode == BENCH_GET_LAT ? 1 : BENCH_WINDOW;
     uint64_t t0 = bench_now_ns();
@@ -152,38 +156,31 @@ static int check_verify(bench_t *b, bench_mode_t mode, size_t size)
     return FERRY_OK;
 }
 
-static double figure(bench_mode_t mode, size_t size, long n, uint64_t ns)
+/* Measures one size, paired with its floor when there is one. Rank 0
+ * initiates every operation; rank 1 progresses until each block ends. */
+static int one_size(bench_t *b, bench_mode_t mode, size_t size, bench_row_t *row)
 {
-    double us = (double)ns / 1e3;
-    if (mode == BENCH_PUT_LAT || mode == BENCH_GET_LAT)
-        return us / (double)n;
-    return (double)size * BENCH_WINDOW * (double)n / us;
-}
-
-static int one_size(bench_t *b, bench_mode_t mode, size_t size, double *value_out)
-{
-    int rc;
+    bool lat = mode == BENCH_PUT_LAT || mode == BENCH_GET_LAT;
+    bench_block_t fig = {.run = rdma_block, .arg = &mode, .size = size, .rank0_only = true,
+                         .per_time = lat, .unit = lat ? 1.0 : (double)size * BENCH_WINDOW};
+    bench_block_t floor;
+    bool have_floor;
+    int rc = lat ? bench_floor_lat_block(b, &floor, &have_floor)
+                 : bench_floor_bw_block(b, size, b->opts.alloc, &floor, &have_floor);
+    if (rc != FERRY_OK)
+        return rc;
     if (b->opts.check)
         check_prepare(b, is_put(mode), size);
     if ((rc = bench_barrier(b)) != FERRY_OK)
         return rc;
-    if (b->rank == 0) {
-        long iters = bench_iters(b, mode, size);
-        double v[101];
-        uint64_t ns;
-        if ((rc = run_iters(b, mode, size, bench_warmup(b, mode, size), &ns)) != FERRY_OK)
-            return rc;
-        for (int rep = 0; rep < b->opts.reps; rep++) {
-            if ((rc = run_iters(b, mode, size, iters, &ns)) != FERRY_OK)
-                return rc;
-            v[rep] = figure(mode, size, iters, ns);
-        }
-        *value_out = bench_median(v, b->opts.reps);
-        rc = bench_ctrl_send(b, BENCH_CTRL_DONE, NULL, 0);
-    } else {
-        size_t len;
-        rc = bench_ctrl_recv(b, BENCH_CTRL_DONE, NULL, 0, &len);
-    }
+    char test[32];
+    snprintf(test, sizeof(test), "%s%s", bench_mode_name(mode),
+             b->opts.alloc ? "-alloc" : "");
+    if (have_floor)
+        rc = bench_pair_run(b, test, &floor, &fig, bench_warmup(b, mode, size), row);
+    else
+        rc = bench_reps_run(b, &fig, bench_warmup(b, mode, size), bench_iters(b, mode, size),
+                            &row->value);
     if (rc == FERRY_OK && b->opts.check)
         rc = check_verify(b, mode, size);
     return rc;
@@ -195,8 +192,6 @@ int bench_run_rdma(bench_t *b, bench_mode_t mode)
     int n = bench_sizes(b, mode, sizes);
     bool lat = mode == BENCH_PUT_LAT || mode == BENCH_GET_LAT;
     int rc = rdma_setup(b);
-    if (rc == FERRY_OK)
-        rc = lat ? bench_floor_cacheline(b) : bench_floor_pvw(b, sizes, n);
     if (rc != FERRY_OK)
         return rc;
 
@@ -207,23 +202,17 @@ int bench_run_rdma(bench_t *b, bench_mode_t mode)
                           "Latency (us)", "Floor (us)");
     else if (b->opts.alloc)
         bench_table_begin(b, mode,
-                          "memcpy at the same size, one rank, hot cache (ratio = bandwidth / "
-                          "floor); target memory from ferry_mem_alloc",
+                          "memcpy at the same size, one rank, hot cache, windows of 64 (ratio "
+                          "= bandwidth / floor); target memory from ferry_mem_alloc",
                           "Bandwidth (MB/s)", "Floor (MB/s)");
     else
         bench_table_begin(b, mode,
                           "process_vm_writev at the same size (ratio = bandwidth / floor)",
                           "Bandwidth (MB/s)", "Floor (MB/s)");
     for (int i = 0; i < n; i++) {
-        bench_row_t row = {.size = sizes[i]};
-        if ((rc = one_size(b, mode, sizes[i], &row.value)) != FERRY_OK)
+        bench_row_t row = {.size = sizes[i], .floor = -1.0};
+        if ((rc = one_size(b, mode, sizes[i], &row)) != FERRY_OK)
             return rc;
-        if (lat)
-            row.floor = b->floors.cacheline_us;
-        else if (b->opts.alloc)
-            row.floor = b->rank == 0 ? bench_floor_memcpy(b, sizes[i]) : 0;
-        else
-            row.floor = bench_floor_pvw_at(b, sizes[i]);
         bench_table_row(b, mode, &row, lat ? "us" : "MB/s");
     }
     return FERRY_OK;

@@ -17,7 +17,7 @@
 
 #include "bench.h"
 #include "mem/rcache.h"
-#include "rt/ctx.h"
+#include "btl/ctx.h"
 
 static uint64_t now_ns(void)
 {

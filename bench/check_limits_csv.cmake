@@ -1,5 +1,6 @@
 # Runs `ferry-bench limits --csv` under ferryrun and checks the file: the
-# exact header, one cache-line row, and a memcpy and a process_vm_writev row
+# exact header (the seven original columns and the five of the paired
+# measurement, empty on these rows), one cache-line row, and a memcpy and a process_vm_writev row
 # with a positive figure for each size from 1 to 64 KiB.
 # Usage: cmake -DFERRYRUN=... -DBENCH=... -DCSV=... -P check_limits_csv.cmake
 foreach(v FERRYRUN BENCH CSV)
@@ -19,7 +20,9 @@ if(NOT EXISTS "${CSV}")
 endif()
 file(STRINGS "${CSV}" lines)
 list(GET lines 0 header)
-if(NOT header STREQUAL "test,transport,size,value,unit,floor,ratio")
+set(want "test,transport,size,value,unit,floor,ratio")
+string(APPEND want ",ratio_q1,ratio_q3,pairs,mixed_pairs,mixed_dropped")
+if(NOT header STREQUAL want)
   message(FATAL_ERROR "CSV header is '${header}'")
 endif()
 set(n_cacheline 0)
@@ -29,16 +32,16 @@ set(number "[0-9]+(\\.[0-9]+)?")
 set(n_ofi_pp 0) # ofi floors
 set(n_ofi_wr 0) # ofi floors
 foreach(line IN LISTS lines)
-  if(line MATCHES "^cacheline-pingpong,[^,]+,64,(${number}),us,,$")
+  if(line MATCHES "^cacheline-pingpong,[^,]+,64,(${number}),us,,,,,,,$")
     math(EXPR n_cacheline "${n_cacheline} + 1")
-  elseif(line MATCHES "^memcpy,[^,]+,([0-9]+),(${number}),MB/s,,$")
+  elseif(line MATCHES "^memcpy,[^,]+,([0-9]+),(${number}),MB/s,,,,,,,$")
     math(EXPR n_memcpy "${n_memcpy} + 1")
-  elseif(line MATCHES "^process_vm_writev,[^,]+,([0-9]+),(${number}),MB/s,,$")
+  elseif(line MATCHES "^process_vm_writev,[^,]+,([0-9]+),(${number}),MB/s,,,,,,,$")
     math(EXPR n_pvw "${n_pvw} + 1")
   # >>> ofi floors: with -DEXPECT_OFI=1 (FERRY_BTL selects ofi) the libfabric rows.
-  elseif(EXPECT_OFI AND line MATCHES "^ofi-pingpong,[^,]+,8,(${number}),us,,$")
+  elseif(EXPECT_OFI AND line MATCHES "^ofi-pingpong,[^,]+,8,(${number}),us,,,,,,,$")
     math(EXPR n_ofi_pp "${n_ofi_pp} + 1")
-  elseif(EXPECT_OFI AND line MATCHES "^ofi-write-stream,[^,]+,([0-9]+),(${number}),MB/s,,$")
+  elseif(EXPECT_OFI AND line MATCHES "^ofi-write-stream,[^,]+,([0-9]+),(${number}),MB/s,,,,,,,$")
     math(EXPR n_ofi_wr "${n_ofi_wr} + 1")
   # <<< ofi floors
   elseif(NOT line STREQUAL header)

@@ -58,9 +58,10 @@ install(FILES
 # are relative to the prefix unless configured as absolute paths.
 #
 # For `pkg-config --static`: plain libraries in the global property
-# FERRY_LINK_LIBS (what the transports link) go into Libs.private, and a
-# transport that links a library known to pkg-config adds its module name to
-# the global property FERRY_PC_REQUIRES_PRIVATE.
+# FERRY_LINK_LIBS (what the transports link) go into Libs.private, and a part
+# that links a library known to pkg-config (libsodium) puts it in
+# FERRY_PKG_LINK_LIBS instead and adds its module name to the global property
+# FERRY_PC_REQUIRES_PRIVATE.
 set(_ferry_pc_libs "")
 if(CMAKE_THREAD_LIBS_INIT)
   list(APPEND _ferry_pc_libs "${CMAKE_THREAD_LIBS_INIT}")

@@ -332,6 +332,9 @@ typedef struct ferry_btl_component {
     const char *description;
     int (*register_params)(ferry_ctx_t *ctx);
     int (*open)(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *count_out);
+    /* Opened whatever FERRY_BTL names: the path by which a process reaches
+     * itself (self). */
+    bool always_open;
 } ferry_btl_component_t;
 
 #ifdef __cplusplus

@@ -10,13 +10,13 @@
 
 void api_barrier_recv(ferry_ctx_t *ctx, const void *data, size_t len);
 
-rt_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out)
+btl_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out)
 {
     if (!api_ctx_live(ctx) || ctx->api == NULL || dst < 0 || dst >= ctx->size) {
         *status_out = FERRY_ERR_INVALID;
         return NULL;
     }
-    rt_peer_t *peer = &ctx->peers[dst];
+    btl_peer_t *peer = &ctx->peers[dst];
     if (peer->module_idx < 0 || peer->failed) {
         *status_out = FERRY_ERR_UNREACH;
         return NULL;
@@ -41,7 +41,7 @@ int ferry_am_register(ferry_ctx_t *ctx, int tag, ferry_am_cb_t cb, void *arg)
 long ferry_am_max_size(ferry_ctx_t *ctx, int dst)
 {
     int rc;
-    rt_peer_t *peer = api_peer(ctx, dst, &rc);
+    btl_peer_t *peer = api_peer(ctx, dst, &rc);
     if (peer == NULL)
         return rc;
     return (long)ctx->modules[peer->module_idx]->attr.max_send_size;
@@ -52,7 +52,7 @@ int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t l
     int rc;
     if (!api_tag_valid(tag) || (data == NULL && len > 0))
         return FERRY_ERR_INVALID;
-    rt_peer_t *peer = api_peer(ctx, dst, &rc);
+    btl_peer_t *peer = api_peer(ctx, dst, &rc);
     if (peer == NULL)
         return rc;
     ferry_btl_module_t *btl = ctx->modules[peer->module_idx];

@@ -7,7 +7,8 @@
 
 #include <ferry/ferry.h>
 
-#include "rt/ctx.h"
+#include "btl/ctx.h"
+#include "rt/progress.h"
 #include "util/list.h"
 #include "util/pool.h"
 
@@ -57,6 +58,20 @@ struct api_state {
     uint32_t barrier_count[2][API_BARRIER_ROUNDS];
 };
 
+/* api_ctx_create flags. */
+enum {
+    API_CTX_OPEN = 1u << 0,       /* join the job and open the transports */
+    API_CTX_ALL_MODULES = 1u << 1 /* load every module (ferry_info) */
+};
+
+/*
+ * Builds a context: its parameters, the transports chosen and their
+ * parameters; with API_CTX_OPEN also the launcher and the open transports,
+ * their addresses exchanged, but no endpoints (ferry_init adds those). Used
+ * by ferry_init, and by tools that only inspect (ferry_info).
+ */
+int api_ctx_create(const ferry_init_params_t *params, unsigned flags, ferry_ctx_t **ctx_out);
+
 int api_state_init(ferry_ctx_t *ctx);
 /* Cancels what is queued and frees the state; safe when never initialised. */
 void api_state_fini(ferry_ctx_t *ctx);
@@ -77,7 +92,7 @@ bool api_ctx_refuse(const ferry_ctx_t *ctx);
  * ferry.h for what this catches and what it cannot). */
 static inline bool api_ctx_live(const ferry_ctx_t *ctx)
 {
-    if (ctx != NULL && ctx->magic == RT_CTX_MAGIC)
+    if (ctx != NULL && ctx->magic == BTL_CTX_MAGIC)
         return true;
     return api_ctx_refuse(ctx);
 }
@@ -87,6 +102,6 @@ static inline bool api_ctx_live(const ferry_ctx_t *ctx)
 bool api_tag_valid(int tag);
 
 /* Validates dst and returns its peer, or NULL with *status_out set. */
-rt_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out);
+btl_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out);
 
 #endif /* API_API_H */

@@ -27,7 +27,7 @@ int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *co
     int rc;
     if (conv == NULL || !api_tag_valid(tag))
         return FERRY_ERR_INVALID;
-    rt_peer_t *peer = api_peer(ctx, dst, &rc);
+    btl_peer_t *peer = api_peer(ctx, dst, &rc);
     if (peer == NULL)
         return rc;
     ferry_btl_module_t *btl = ctx->modules[peer->module_idx];

@@ -385,7 +385,7 @@ static void piece_done(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_
  * error that ended the operation. */
 static int op_issue(ferry_ctx_t *ctx, api_rdma_op_t *op)
 {
-    rt_peer_t *peer = &ctx->peers[op->peer];
+    btl_peer_t *peer = &ctx->peers[op->peer];
     ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
     size_t piece_max = btl->attr.max_rdma_size;
     if (btl->attr.rdma_pipeline_frag_size > 0 && btl->attr.rdma_pipeline_frag_size < piece_max)
@@ -435,7 +435,7 @@ static int rdma_start(ferry_ctx_t *ctx, bool is_put, int dst, void *buf, size_t 
     int rc;
     if ((buf == NULL && len > 0) || rkey == NULL)
         return FERRY_ERR_INVALID;
-    rt_peer_t *peer = api_peer(ctx, dst, &rc);
+    btl_peer_t *peer = api_peer(ctx, dst, &rc);
     if (peer == NULL)
         return rc;
     int m = peer->module_idx;

@@ -2,6 +2,7 @@
  * Code every transport shares.
  */
 #include "btl/base.h"
+#include "btl/frag.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -58,13 +59,47 @@ int btl_base_module_init(ferry_btl_module_t *btl, const ferry_btl_component_t *c
     return FERRY_OK;
 }
 
-int btl_base_open_single(ferry_btl_module_t *module, ferry_btl_module_t ***modules_out,
-                         int *count_out)
+int btl_base_module_create(ferry_ctx_t *ctx, const btl_base_open_args_t *args,
+                           ferry_btl_module_t **btl_out)
+{
+    if (args->module_size < sizeof(ferry_btl_module_t) ||
+        (args->frag_params != NULL &&
+         args->frags_offset + sizeof(btl_frags_t) > args->module_size)) {
+        rt_log(&ctx->log, RT_LOG_ERROR, "transport %s: module of %zu bytes cannot be built",
+               args->attr->name, args->module_size);
+        return FERRY_ERR_INVALID;
+    }
+    ferry_btl_module_t *btl = calloc(1, args->module_size);
+    if (btl == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    int rc = btl_base_module_init(btl, args->component, ctx, args->attr, args->ops);
+    if (rc != FERRY_OK) {
+        free(btl);
+        return rc;
+    }
+    if ((args->init == NULL || (rc = args->init(btl, args->arg)) == FERRY_OK) &&
+        (args->frag_params == NULL ||
+         (rc = btl_frags_init((btl_frags_t *)((char *)btl + args->frags_offset), btl,
+                              args->frag_params)) == FERRY_OK) &&
+        (args->start == NULL || (rc = args->start(btl, args->arg)) == FERRY_OK)) {
+        *btl_out = btl;
+        return FERRY_OK;
+    }
+    btl->ops->finalize(btl);
+    return rc;
+}
+
+int btl_base_open(ferry_ctx_t *ctx, const btl_base_open_args_t *args,
+                  ferry_btl_module_t ***modules_out, int *count_out)
 {
     ferry_btl_module_t **list = calloc(1, sizeof(*list));
     if (list == NULL)
         return FERRY_ERR_NO_MEMORY;
-    list[0] = module;
+    int rc = btl_base_module_create(ctx, args, &list[0]);
+    if (rc != FERRY_OK) {
+        free(list);
+        return rc;
+    }
     *modules_out = list;
     *count_out = 1;
     return FERRY_OK;

@@ -8,7 +8,8 @@
 
 #include <ferry/btl.h>
 
-#include "rt/ctx.h"
+#include "btl/ctx.h"
+#include "rt/progress.h"
 #include "util/bitmap.h"
 
 /* Fills the common part of a module and checks that the mandatory ops exist
@@ -33,11 +34,40 @@ int btl_base_deliver(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd);
 void btl_base_report_error(ferry_btl_module_t *btl, int status, int peer, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* The end of a component's open for a transport with one module: hands
- * module back as a list of one. FERRY_ERR_NO_MEMORY leaves the outputs
- * untouched and the module to the caller to finalize. */
-int btl_base_open_single(ferry_btl_module_t *module, ferry_btl_module_t ***modules_out,
-                         int *count_out);
+struct btl_frag_params;
+
+/* How a transport's module is built (btl_base_module_create). */
+typedef struct btl_base_open_args {
+    const ferry_btl_component_t *component;
+    size_t module_size; /* the transport's module, a ferry_btl_module_t first */
+    const ferry_btl_attr_t *attr;
+    const ferry_btl_ops_t *ops;
+    /* The shared fragment pools (btl/frag.h): where the module keeps its
+     * btl_frags_t (offsetof) and their parameters; NULL frag_params for a
+     * transport without them. */
+    size_t frags_offset;
+    const struct btl_frag_params *frag_params;
+    /* The transport's own steps, each optional, with arg: init before the
+     * pools exist (plain state: lists, tables), start once they do
+     * (resources, the address published in the modex). What either leaves
+     * half done, ops->finalize undoes. */
+    int (*init)(ferry_btl_module_t *btl, void *arg);
+    int (*start)(ferry_btl_module_t *btl, void *arg);
+    void *arg;
+} btl_base_open_args_t;
+
+/* Builds one module, the skeleton of every open: allocates module_size
+ * zeroed bytes, fills the common part and checks the ops
+ * (btl_base_module_init), runs init, creates the pools, runs start. On a
+ * failure the module is finalized through its ops (safe on a half-built
+ * one) and the error returned; *btl_out is set only on success. */
+int btl_base_module_create(ferry_ctx_t *ctx, const btl_base_open_args_t *args,
+                           ferry_btl_module_t **btl_out);
+
+/* A component's whole open for a transport with one module:
+ * btl_base_module_create, and the module handed back as a list of one. */
+int btl_base_open(ferry_ctx_t *ctx, const btl_base_open_args_t *args,
+                  ferry_btl_module_t ***modules_out, int *count_out);
 
 /* For flush: progresses the module until *inflight (an endpoint's count of
  * puts and gets not yet completed) reaches zero, giving the core away while

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include <ferry/ferry.h>
 
@@ -99,4 +100,62 @@ int rt_log_errno(const rt_log_t *log, const char *what, int err)
 
     rt_log(log, RT_LOG_ERROR, "%s: %s (errno %d)", what, msg, err);
     return rt_status_from_errno(err);
+}
+
+void rt_ratelimit_init(rt_ratelimit_t *rl, unsigned burst, long long interval_ms)
+{
+    rl->burst = burst > 0 ? burst : 1;
+    rl->interval_ms = interval_ms > 0 ? interval_ms : 1;
+    rl->start_ms = 0;
+    rl->used = 0;
+    rl->held = 0;
+}
+
+bool rt_ratelimit_allow(rt_ratelimit_t *rl, long long now_ms, unsigned long *held_out)
+{
+    /* A clock that went back (a caller mixing clocks) starts a new interval
+     * rather than holding everything back until it catches up. */
+    if (rl->used == 0 || now_ms - rl->start_ms >= rl->interval_ms || now_ms < rl->start_ms) {
+        rl->start_ms = now_ms;
+        rl->used = 0;
+    }
+    if (rl->used >= rl->burst) {
+        if (rl->held < (unsigned long)-1) {
+            rl->held++;
+        }
+        return false;
+    }
+    rl->used++;
+    *held_out = rl->held;
+    rl->held = 0;
+    return true;
+}
+
+unsigned long rt_ratelimit_take(rt_ratelimit_t *rl)
+{
+    unsigned long held = rl->held;
+    rl->held = 0;
+    return held;
+}
+
+void rt_log_limited(const rt_log_t *log, rt_ratelimit_t *rl, rt_log_level_t level,
+                    const char *fmt, ...)
+{
+    char msg[LOG_LINE_MAX];
+    struct timespec ts;
+    unsigned long held = 0;
+    va_list ap;
+
+    if (!rt_log_enabled(log, level))
+        return;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    if (!rt_ratelimit_allow(rl, (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, &held))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (held > 0)
+        rt_log(log, level, "%s (%lu similar messages suppressed)", msg, held);
+    else
+        rt_log(log, level, "%s", msg);
 }

@@ -7,6 +7,7 @@
 #define RT_LOG_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef enum {
@@ -37,6 +38,43 @@ void rt_log(const rt_log_t *log, rt_log_level_t level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void rt_vlog(const rt_log_t *log, rt_log_level_t level, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
+
+/* ---- Rate limiting -------------------------------------------------------
+ * Messages caused from outside (a stranger knocking, a peer sending junk)
+ * must not flood the log: 1 MB of junk would otherwise print tens of
+ * thousands of lines. A limiter lets `burst` messages through per
+ * `interval_ms`; the others are counted, and the next message let through
+ * says how many were held back, as does the final count a caller takes
+ * with rt_ratelimit_take when it is done (at close or exit).
+ *
+ * A limiter is not locked: each belongs to one object whose owner
+ * serializes its use (a context's progress, ferryrun's one thread). */
+typedef struct rt_ratelimit {
+    unsigned burst;          /* messages let through per interval */
+    long long interval_ms;
+    long long start_ms;      /* when the current interval began; 0: none yet */
+    unsigned used;           /* messages let through in it */
+    unsigned long held;      /* messages held back since the last one let through */
+} rt_ratelimit_t;
+
+/* The defaults for messages about refused peers and bad input. */
+#define RT_RATELIMIT_BURST 5
+#define RT_RATELIMIT_INTERVAL_MS 10000
+
+void rt_ratelimit_init(rt_ratelimit_t *rl, unsigned burst, long long interval_ms);
+
+/* Whether a message may be printed at now_ms (any monotonic clock in ms).
+ * True sets *held_out to the number held back before it (0 mostly), which
+ * the message should mention; false counts this one as held back. */
+bool rt_ratelimit_allow(rt_ratelimit_t *rl, long long now_ms, unsigned long *held_out);
+
+/* The number of messages held back and not yet mentioned; resets it. */
+unsigned long rt_ratelimit_take(rt_ratelimit_t *rl);
+
+/* rt_log through a limiter, on CLOCK_MONOTONIC. A message let through after
+ * others were held back ends with "(N similar messages suppressed)". */
+void rt_log_limited(const rt_log_t *log, rt_ratelimit_t *rl, rt_log_level_t level,
+                    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* Translates an errno value to a ferry status. */
 int rt_status_from_errno(int err);

@@ -13,9 +13,6 @@
 
 #include "rt/modex.h"
 #include "rt/modex_impl.h"
-#ifdef FERRY_HAVE_PMIX
-#include "rt/modex_pmix.h"
-#endif
 
 static bool modex_char_ok(char c)
 {
@@ -88,34 +85,127 @@ static bool modex_pmix_env(void)
     return false;
 }
 
+static const rt_modex_backend_t modex_pmi1 = {.name = "pmi1", .init = rt_modex_pmi1_init};
+static const rt_modex_backend_t modex_singleton = {.name = "singleton",
+                                                   .init = rt_modex_singleton_init};
+
+/* The modex's parameters, as declared. */
+typedef struct modex_params {
+    const char *forced;      /* FERRY_MODEX */
+    const char *module_path; /* FERRY_MODULE_PATH */
+    const char *pmi_timeout; /* FERRY_PMI_TIMEOUT, as text */
+} modex_params_t;
+
+/* The pmi1 backend's limits for FERRY_PMI_TIMEOUT (modex_pmi1.c). */
+#define MODEX_PMI_TIMEOUT_DEFAULT 300
+#define MODEX_PMI_TIMEOUT_MAX (7LL * 24 * 3600)
+
+static int modex_register_params(rt_params_t *params, modex_params_t *p)
+{
+    long long timeout = 0;
+    int rc = rt_param_register_string(params, "modex", "",
+                                      "Launcher backend: pmi1, pmix or singleton; empty: chosen "
+                                      "from the launcher's variables in the environment",
+                                      &p->forced);
+    if (rc == FERRY_OK) {
+        rc = rt_param_register_int(params, "pmi_timeout", MODEX_PMI_TIMEOUT_DEFAULT, 1,
+                                   MODEX_PMI_TIMEOUT_MAX,
+                                   "Longest wait for any one answer of a PMI-1 launcher, "
+                                   "fences included (seconds)",
+                                   &timeout);
+    }
+    if (rc == FERRY_OK) {
+        rc = rt_module_register_params(params, &p->module_path);
+    }
+    if (rc == FERRY_OK) {
+        p->pmi_timeout = rt_param_find(params, "pmi_timeout")->value_text;
+    }
+    return rc;
+}
+
+/* Leaves the variables of every backend in a module other than loaded
+ * (NULL: none is) to the modules: their parameters are not declared here. */
+static int modex_skip_modules(rt_params_t *params, const rt_module_t *loaded)
+{
+    for (const rt_modex_entry_t *e = rt_modex_backends; e->name != NULL; e++) {
+        if (e->builtin != NULL ||
+            (loaded != NULL && loaded->info != NULL && strcmp(loaded->info->name, e->name) == 0)) {
+            continue;
+        }
+        int rc = rt_params_skip_prefix(params, e->name);
+        if (rc != FERRY_OK) {
+            return rc;
+        }
+    }
+    return FERRY_OK;
+}
+
+int rt_modex_register_params(rt_params_t *params)
+{
+    if (params == NULL) {
+        return FERRY_ERR_INVALID;
+    }
+    modex_params_t p;
+    int rc = modex_register_params(params, &p);
+    return rc == FERRY_OK ? modex_skip_modules(params, NULL) : rc;
+}
+
+/* A backend of the generated table: its code, or its module loaded into
+ * *mod. FERRY_ERR_NOT_FOUND when this build has none of that name; other
+ * errors leave the reason in why. */
+static int modex_optional_backend(const modex_params_t *p, const char *name,
+                                  rt_module_t *mod, const rt_modex_backend_t **backend_out,
+                                  char *why)
+{
+    for (const rt_modex_entry_t *e = rt_modex_backends; e->name != NULL; e++) {
+        if (strcmp(e->name, name) != 0) {
+            continue;
+        }
+        if (e->builtin != NULL) {
+            *backend_out = e->builtin;
+            return FERRY_OK;
+        }
+        int rc = rt_module_load(p->module_path, e->module, "modex", name, mod, why);
+        if (rc == FERRY_OK) {
+            *backend_out = mod->info->entry;
+        }
+        return rc;
+    }
+    snprintf(why, RT_MODULE_WHY_MAX,
+             "this build has no %s backend (libpmix was not found or FERRY_ENABLE_PMIX is OFF)",
+             name);
+    return FERRY_ERR_NOT_FOUND;
+}
+
 /* Which backend the environment asks for: FERRY_MODEX when set; else pmi1
  * when a PMI-1 launcher passed a descriptor (PMI_FD: ferryrun, hydra, Slurm
  * with pmi2), which only the immediate parent can do; else pmix when a PMIx
  * server left its variables (Open MPI's mpirun, Slurm with pmix); else pmi1
  * when PMI_PORT names a server; else singleton. An empty FERRY_MODEX counts
- * as unset, as an empty variable usually does. */
-static int modex_pick_backend(const rt_log_t *log, int (**init_out)(rt_modex_t *))
+ * as unset, as an empty variable usually does. A pmix backend that cannot
+ * be had is an error, except when PMI_PORT offers pmi1 instead. */
+static int modex_pick_backend(const rt_log_t *log, const modex_params_t *p, rt_module_t *mod,
+                              const rt_modex_backend_t **backend_out)
 {
-    const char *forced = getenv("FERRY_MODEX");
+    char why[RT_MODULE_WHY_MAX];
+    const char *forced = p->forced;
     if (forced != NULL && forced[0] != '\0') {
         if (strcmp(forced, "pmi1") == 0) {
-            *init_out = rt_modex_pmi1_init;
+            *backend_out = &modex_pmi1;
             return FERRY_OK;
         }
         if (strcmp(forced, "singleton") == 0) {
-            *init_out = rt_modex_singleton_init;
+            *backend_out = &modex_singleton;
             return FERRY_OK;
         }
         if (strcmp(forced, "pmix") == 0) {
-#ifdef FERRY_HAVE_PMIX
-            *init_out = rt_modex_pmix_init;
+            int rc = modex_optional_backend(p, "pmix", mod, backend_out, why);
+            if (rc != FERRY_OK) {
+                rt_log(log, RT_LOG_ERROR, "modex: FERRY_MODEX=pmix, but the pmix backend "
+                       "cannot be used: %s", why);
+                return rc == FERRY_ERR_NO_MEMORY ? rc : FERRY_ERR_NOT_SUPPORTED;
+            }
             return FERRY_OK;
-#else
-            rt_log(log, RT_LOG_ERROR,
-                   "modex: FERRY_MODEX=pmix, but this build has no pmix backend (libpmix was "
-                   "not found or FERRY_ENABLE_PMIX is OFF)");
-            return FERRY_ERR_NOT_SUPPORTED;
-#endif
         }
         rt_log(log, RT_LOG_ERROR,
                "modex: FERRY_MODEX='%.64s' is not a modex backend (expected 'pmi1', 'pmix' or "
@@ -124,25 +214,100 @@ static int modex_pick_backend(const rt_log_t *log, int (**init_out)(rt_modex_t *
         return FERRY_ERR_INVALID;
     }
     if (getenv("PMI_FD") != NULL) {
-        *init_out = rt_modex_pmi1_init;
+        *backend_out = &modex_pmi1;
     } else if (modex_pmix_env()) {
-#ifdef FERRY_HAVE_PMIX
-        *init_out = rt_modex_pmix_init;
-#else
-        if (getenv("PMI_PORT") == NULL) {
+        int rc = modex_optional_backend(p, "pmix", mod, backend_out, why);
+        if (rc == FERRY_ERR_NO_MEMORY) {
+            return rc;
+        }
+        if (rc != FERRY_OK && getenv("PMI_PORT") == NULL) {
             rt_log(log, RT_LOG_ERROR,
-                   "modex: started by a PMIx server (PMIX_ variables are set), but this build "
-                   "has no pmix backend; rebuild with libpmix-dev installed, or set "
-                   "FERRY_MODEX=singleton to run alone");
+                   "modex: started by a PMIx server (PMIX_ variables are set), but the pmix "
+                   "backend cannot be used: %s; set FERRY_MODEX=singleton to run alone",
+                   why);
             return FERRY_ERR_NOT_SUPPORTED;
         }
-        *init_out = rt_modex_pmi1_init;
-#endif
+        if (rc != FERRY_OK) {
+            rt_log(log, RT_LOG_INFO, "modex: PMIX_ variables are set, but the pmix backend "
+                   "cannot be used (%s): PMI-1 through PMI_PORT instead", why);
+            *backend_out = &modex_pmi1;
+        }
     } else if (getenv("PMI_PORT") != NULL) {
-        *init_out = rt_modex_pmi1_init;
+        *backend_out = &modex_pmi1;
     } else {
-        *init_out = rt_modex_singleton_init;
+        *backend_out = &modex_singleton;
     }
+    return FERRY_OK;
+}
+
+/* Takes the job's secret out of the environment: decodes it into mx and
+ * overwrites the variable's value where it lies before removing it, so
+ * that neither programs this one starts nor /proc/PID/environ (which shows
+ * the original block, whatever unsetenv does) still hold it. A malformed
+ * secret is an error: the launcher and this rank disagree on the format. */
+static int modex_take_secret(rt_modex_t *mx)
+{
+    char *text = getenv(RT_AUTH_SECRET_ENV);
+    if (text == NULL) {
+        return FERRY_OK;
+    }
+    int rc = rt_auth_hex_decode(text, mx->secret, sizeof(mx->secret));
+    rt_auth_wipe(text, strlen(text));
+    unsetenv(RT_AUTH_SECRET_ENV);
+    if (rc != FERRY_OK) {
+        rt_log(mx->log, RT_LOG_ERROR,
+               "modex: %s is not a secret of %d hex digits; the launcher and this rank "
+               "disagree",
+               RT_AUTH_SECRET_ENV, RT_AUTH_HEX_LEN);
+        return FERRY_ERR_LAUNCHER;
+    }
+    mx->have_secret = true;
+    return FERRY_OK;
+}
+
+int rt_modex_open(rt_params_t *params, rt_modex_t **mx_out)
+{
+    if (params == NULL || mx_out == NULL) {
+        return FERRY_ERR_INVALID;
+    }
+    const rt_log_t *log = params->log;
+    modex_params_t p;
+    int rc = modex_register_params(params, &p);
+    if (rc != FERRY_OK) {
+        return rc;
+    }
+    rt_module_t mod = {0};
+    const rt_modex_backend_t *backend = NULL;
+    rc = modex_pick_backend(log, &p, &mod, &backend);
+    if (rc == FERRY_OK) {
+        rc = modex_skip_modules(params, &mod);
+    }
+    if (rc != FERRY_OK) {
+        rt_module_unload(&mod);
+        return rc;
+    }
+    rt_modex_t *mx = calloc(1, sizeof(*mx));
+    if (mx == NULL) {
+        rt_module_unload(&mod);
+        return FERRY_ERR_NO_MEMORY;
+    }
+    mx->log = log;
+    mx->rank = -1;
+    mx->module = mod;
+    mx->pmi_timeout = p.pmi_timeout;
+    rc = modex_take_secret(mx);
+    if (rc == FERRY_OK) {
+        rc = backend->init(mx);
+    }
+    mx->pmi_timeout = NULL;
+    if (rc != FERRY_OK) {
+        rt_modex_fini(mx);
+        return rc;
+    }
+    rt_log(log, RT_LOG_DEBUG, "modex: backend %s, rank %d of %d, job %s%s%s", mx->ops->name,
+           mx->rank, mx->size, mx->job_id, mx->module.path != NULL ? ", from " : "",
+           mx->module.path != NULL ? mx->module.path : "");
+    *mx_out = mx;
     return FERRY_OK;
 }
 
@@ -151,26 +316,11 @@ int rt_modex_init(const rt_log_t *log, rt_modex_t **mx_out)
     if (mx_out == NULL) {
         return FERRY_ERR_INVALID;
     }
-    int (*backend_init)(rt_modex_t *) = NULL;
-    int rc = modex_pick_backend(log, &backend_init);
-    if (rc != FERRY_OK) {
-        return rc;
-    }
-    rt_modex_t *mx = calloc(1, sizeof(*mx));
-    if (mx == NULL) {
-        return FERRY_ERR_NO_MEMORY;
-    }
-    mx->log = log;
-    mx->rank = -1;
-    rc = backend_init(mx);
-    if (rc != FERRY_OK) {
-        rt_modex_fini(mx);
-        return rc;
-    }
-    rt_log(log, RT_LOG_DEBUG, "modex: backend %s, rank %d of %d, job %s", mx->ops->name,
-           mx->rank, mx->size, mx->job_id);
-    *mx_out = mx;
-    return FERRY_OK;
+    rt_params_t params;
+    rt_params_init(&params, log);
+    int rc = rt_modex_open(&params, mx_out);
+    rt_params_fini(&params);
+    return rc;
 }
 
 void rt_modex_fini(rt_modex_t *mx)
@@ -181,6 +331,7 @@ void rt_modex_fini(rt_modex_t *mx)
     if (mx->ops != NULL) {
         mx->ops->fini(mx);
     }
+    rt_module_unload(&mx->module);
     rt_modex_kv_t *kv = mx->local;
     while (kv != NULL) {
         rt_modex_kv_t *next = kv->next;
@@ -188,6 +339,7 @@ void rt_modex_fini(rt_modex_t *mx)
         free(kv);
         kv = next;
     }
+    rt_auth_wipe(mx->secret, sizeof(mx->secret));
     free(mx);
 }
 
@@ -209,6 +361,18 @@ const char *rt_modex_backend(const rt_modex_t *mx)
 const char *rt_modex_job_id(const rt_modex_t *mx)
 {
     return mx != NULL ? mx->job_id : "";
+}
+
+int rt_modex_job_secret(const rt_modex_t *mx, uint8_t *secret_out)
+{
+    if (mx == NULL || secret_out == NULL) {
+        return FERRY_ERR_INVALID;
+    }
+    if (!mx->have_secret) {
+        return FERRY_ERR_NOT_FOUND;
+    }
+    memcpy(secret_out, mx->secret, sizeof(mx->secret));
+    return FERRY_OK;
 }
 
 static rt_modex_kv_t *modex_find_local(const rt_modex_t *mx, const char *key)

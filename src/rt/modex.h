@@ -2,14 +2,17 @@
  * Address exchange (modex): each process puts key/value blobs, commits them,
  * and after a fence (a barrier across the job) reads any process's blobs.
  *
- * Backends, chosen by rt_modex_init from the environment:
+ * Backends, chosen by rt_modex_open from the environment:
  * - pmi1: the PMI-1 wire protocol, over the descriptor in PMI_FD (as set by
  *   ferryrun and MPICH's mpiexec.hydra, with PMI_RANK and PMI_SIZE) or a
  *   TCP address in PMI_PORT ("host:port", with PMI_ID as the rank);
  * - pmix: a PMIx server (Open MPI's mpirun, Slurm's srun --mpi=pmix), when
- *   PMIX_* variables are set; built when libpmix is found;
+ *   PMIX_* variables are set; built when libpmix is found, as a module
+ *   (ferry_modex_pmix.so, rt/module.h) loaded only then, so that no other
+ *   job maps libpmix;
  * - singleton: no launcher; size 1, rank 0, gets read back local puts.
- * FERRY_MODEX=pmi1|pmix|singleton forces one.
+ * FERRY_MODEX=pmi1|pmix|singleton forces one. FERRY_MODEX and
+ * FERRY_PMI_TIMEOUT are declared parameters (ferry_info -a lists them).
  *
  * Values are binary; the pmi1 backend encodes them to fit the server's value
  * length and splits long ones over several keys.
@@ -19,14 +22,29 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "rt/log.h"
+#include "rt/params.h"
 
 typedef struct rt_modex rt_modex_t;
 
-/* Joins the job. FERRY_ERR_LAUNCHER when a launcher is named in the
- * environment but does not answer, closes the connection or refuses a request;
- * FERRY_ERR_PROTO when its answers are malformed (the reason is logged). */
+/* Joins the job, declaring the modex's parameters in params (its log is
+ * the modex's). FERRY_ERR_LAUNCHER when a launcher is named in the
+ * environment but does not answer, closes the connection or refuses a
+ * request; FERRY_ERR_PROTO when its answers are malformed; FERRY_ERR_INVALID
+ * for a bad parameter; FERRY_ERR_NOT_SUPPORTED when the backend the job
+ * needs is not built or its module cannot be loaded (the reason is logged,
+ * in one line). */
+int rt_modex_open(rt_params_t *params, rt_modex_t **mx_out);
+
+/* Declares the modex's parameters in params, as rt_modex_open does, without
+ * joining a job (for a context that only inspects, as ferry_info's). The
+ * variables of the backends in modules (none of which is loaded) are left
+ * unchecked (rt_params_skip_prefix). */
+int rt_modex_register_params(rt_params_t *params);
+
+/* rt_modex_open with a registry of its own, for programs without a context. */
 int rt_modex_init(const rt_log_t *log, rt_modex_t **mx_out);
 
 /* Leaves the job (PMI finalize) and frees everything. mx may be NULL. */
@@ -51,6 +69,12 @@ void rt_modex_label_job_id(rt_modex_t *mx, const char *label);
  * which ends the label in a name). */
 #define RT_MODEX_LABEL_MAX 32
 bool rt_modex_label_valid(const char *label);
+
+/* The job's secret (RT_AUTH_KEY_LEN bytes) into secret_out, when the
+ * launcher gave one: ferryrun does, in FERRY_JOB_SECRET, which rt_modex_init
+ * reads and wipes from the environment. FERRY_ERR_NOT_FOUND under launchers
+ * that give none (hydra, Slurm, mpirun, a singleton). */
+int rt_modex_job_secret(const rt_modex_t *mx, uint8_t *secret_out);
 
 /* Stores a value under key for this rank. key: 1..63 characters of
  * [A-Za-z0-9_.-]; val may be empty. Overwrites an earlier put of the key;

@@ -20,14 +20,21 @@
  * PMI-1 keys are meant to be written once: hydra's proxies cache values, so
  * a key written again after a barrier can still read back its old value. So
  * every commit of a key is a new revision under new names, never an
- * overwrite. Revision V of rank R's key K has a header "h<R>_<V>_<K>"
- * holding "<chunks>.<bytes>.<K>", and chunks "c<i>_<R>_<V>_<K>". A reader
- * takes the highest revision it finds, probing upward from the last one it
- * saw. Names cannot collide: the first letter tells a header from a chunk,
- * and each number is digits ended by the next '_', so a name determines R,
- * V, i and K. When a name could exceed the server's key length, K is
- * replaced by a 64-bit hash in hex and the letters become 'g' and 'd'; the
- * header's copy of K tells a hash collision from a match.
+ * overwrite. Revision V of rank R's key K has a header "R.hV.K" holding
+ * "<chunks>.<bytes>.<K>", and chunks "R.cV.i.K". Every name starts with the
+ * rank that owns it and a '.', the convention by which ferryrun refuses a
+ * put of another rank's key; other servers just store the names. Names
+ * cannot collide: each number is digits ended by a '.', and the letter tells
+ * a header from a chunk, so a name determines R, V, i and K. When a name
+ * could exceed the server's key length, K is replaced by a 64-bit hash in
+ * hex and the letters become 'g' and 'd'; the header's copy of K tells a
+ * hash collision from a match.
+ *
+ * A reader wants the newest revision. Revisions are written in order, so
+ * those that exist are 0..N; the reader finds N by doubling its step from
+ * the last revision it saw until one is missing, then halving between the
+ * two. However many revisions a rank publishes, a read costs at most about
+ * 2 log2(PMI1_REV_MAX) probes, never one per revision.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -45,6 +52,7 @@
 
 #include <ferry/ferry.h>
 
+#include "rt/auth.h"
 #include "rt/modex_impl.h"
 
 /* Longest line accepted from the server, newline included. */
@@ -65,6 +73,10 @@
  * holds two numbers and a key, a hashed chunk name needs about 40. */
 #define PMI1_MIN_CHUNK 100
 #define PMI1_MIN_KEYLEN 48
+/* Attempts at a PMI_PORT handshake the server cut short, and the first
+ * pause between them (doubled each time). */
+#define PMI1_CONNECT_TRIES 5
+#define PMI1_RETRY_FIRST_MS 50
 #define PMI1_TIMEOUT_DEFAULT 300
 #define PMI1_TIMEOUT_MAX (7L * 24 * 3600)
 
@@ -83,6 +95,7 @@ typedef struct pmi1 {
     int fd;         /* the connection to the server; -1 when none */
     bool joined;    /* init was answered, so a finalize is owed */
     bool broken;    /* an exchange failed half way: the stream is out of step */
+    bool busy;      /* the server refused the initack for now (msg=busy) */
     int timeout_s;  /* longest wait for any one answer */
     size_t key_max; /* longest key name, without the NUL */
     size_t chunk_max; /* encoded characters per chunk */
@@ -214,7 +227,7 @@ static int pmi1_read_line(rt_modex_t *mx, const char *what)
             return rc;
         }
         ssize_t n = read(p->fd, p->buf + p->buf_len, sizeof(p->buf) - p->buf_len);
-        if (n == 0) {
+        if (n == 0 || (n < 0 && errno == ECONNRESET)) {
             rt_log(mx->log, RT_LOG_ERROR,
                    "modex: PMI server closed the connection while %s was awaited", what);
             return FERRY_ERR_LAUNCHER;
@@ -406,7 +419,7 @@ static int pmi1_env_long(rt_modex_t *mx, const char *name, long min, long max, l
 static int pmi1_read_timeout(rt_modex_t *mx)
 {
     pmi1_t *p = mx->backend;
-    const char *text = getenv("FERRY_PMI_TIMEOUT");
+    const char *text = mx->pmi_timeout; /* declared in modex.c */
     p->timeout_s = PMI1_TIMEOUT_DEFAULT;
     if (text == NULL || text[0] == '\0') {
         return FERRY_OK;
@@ -483,8 +496,122 @@ static int pmi1_connect_port(rt_modex_t *mx, const char *addr)
     return FERRY_ERR_LAUNCHER;
 }
 
-/* The handshake of a PMI_PORT connection: "initack" with our PMI_ID, then
- * the server tells size, rank and debug in "cmd=set" lines. */
+/* Reads a field holding RT_AUTH_NONCE_LEN (or MAC) bytes in hex. */
+static int pmi1_field_hex(rt_modex_t *mx, const pmi1_msg_t *msg, const char *key,
+                          uint8_t out[RT_AUTH_MAC_LEN])
+{
+    const char *text = pmi1_field(msg, key);
+    if (text == NULL || rt_auth_hex_decode(text, out, RT_AUTH_MAC_LEN) != FERRY_OK) {
+        rt_log(mx->log, RT_LOG_ERROR,
+               "modex: PMI server's cmd=%s answer lacks %s= of %d hex digits", msg->val[0], key,
+               RT_AUTH_HEX_LEN);
+        return FERRY_ERR_PROTO;
+    }
+    return FERRY_OK;
+}
+
+/* Reads an answer during the initack: cmd=expect, or the server's refusal
+ * (cmd=initack rc!=0), which is FERRY_ERR_LAUNCHER, logged, and marks the
+ * connection busy when the server asks to be tried again (msg=busy: it
+ * closed this connection to make room). */
+static int pmi1_recv_initack(rt_modex_t *mx, const char *what, const char *expect,
+                             pmi1_msg_t *msg)
+{
+    pmi1_t *p = mx->backend;
+    int rc = pmi1_read_line(mx, what);
+    if (rc == FERRY_OK) {
+        rc = pmi1_parse(mx, what, msg);
+    }
+    if (rc != FERRY_OK) {
+        p->broken = true;
+        return rc;
+    }
+    if (strcmp(msg->val[0], "initack") == 0 && pmi1_field(msg, "rc") != NULL &&
+        pmi1_check_rc(mx, msg, what, true) != FERRY_OK) {
+        const char *why = pmi1_field(msg, "msg");
+        p->busy = why != NULL && strcmp(why, "busy") == 0;
+        if (why != NULL && strcmp(why, "auth_required") == 0) {
+            rt_log(mx->log, RT_LOG_ERROR,
+                   "modex: the launcher wants proof of the job's secret, but this rank was "
+                   "given none (%s); under ferryrun, a launch agent that drops the "
+                   "environment needs --agent-secret stdin",
+                   RT_AUTH_SECRET_ENV);
+        }
+        p->broken = true;
+        return FERRY_ERR_LAUNCHER;
+    }
+    if (strcmp(msg->val[0], expect) != 0) {
+        char ex[64];
+        pmi1_excerpt(msg->val[0], strlen(msg->val[0]), ex);
+        rt_log(mx->log, RT_LOG_ERROR,
+               "modex: PMI server answered %s with cmd=%s, expected cmd=%s", what, ex, expect);
+        p->broken = true;
+        return FERRY_ERR_PROTO;
+    }
+    return pmi1_check_rc(mx, msg, what, true);
+}
+
+/* The authenticated part of the initack (auth.h): sends our nonce, answers
+ * the server's challenge with our proof, and leaves the server's initack
+ * in msg once its own proof has been checked. A server that cannot prove
+ * the secret is not ferryrun, whatever it answers. */
+static int pmi1_initack_auth(rt_modex_t *mx, long id, pmi1_msg_t *msg)
+{
+    const char *job = getenv("FERRY_JOB_ID");
+    if (job == NULL || job[0] == '\0') {
+        rt_log(mx->log, RT_LOG_ERROR,
+               "modex: the launcher gave a job secret but no FERRY_JOB_ID to prove it with");
+        return FERRY_ERR_LAUNCHER;
+    }
+    uint8_t cnonce[RT_AUTH_NONCE_LEN], snonce[RT_AUTH_NONCE_LEN];
+    uint8_t proof[RT_AUTH_MAC_LEN], expect[RT_AUTH_MAC_LEN];
+    char hex[RT_AUTH_HEX_LEN + 1];
+    int rc = rt_auth_random(cnonce, sizeof(cnonce));
+    if (rc == FERRY_OK) {
+        rc = rt_auth_hex_encode(cnonce, sizeof(cnonce), hex, sizeof(hex));
+    }
+    if (rc == FERRY_OK) {
+        rc = pmi1_send(mx, "initack", "cmd=initack pmiid=%ld auth=%s nonce=%s\n", id,
+                       RT_AUTH_PMI_METHOD, hex);
+    }
+    if (rc == FERRY_OK) {
+        rc = pmi1_recv_initack(mx, "initack", "auth_challenge", msg);
+    }
+    if (rc == FERRY_OK) {
+        rc = pmi1_field_hex(mx, msg, "nonce", snonce);
+    }
+    if (rc == FERRY_OK) {
+        rc = rt_auth_pmi_proof(mx->secret, RT_AUTH_PMI_CLIENT, job, id, cnonce, snonce, proof);
+    }
+    if (rc == FERRY_OK) {
+        rc = rt_auth_hex_encode(proof, sizeof(proof), hex, sizeof(hex));
+    }
+    if (rc == FERRY_OK) {
+        rc = pmi1_send(mx, "auth_response", "cmd=auth_response proof=%s\n", hex);
+    }
+    if (rc == FERRY_OK) {
+        rc = pmi1_recv_initack(mx, "auth_response", "initack", msg);
+    }
+    if (rc == FERRY_OK) {
+        rc = pmi1_field_hex(mx, msg, "proof", proof);
+    }
+    if (rc == FERRY_OK) {
+        rc = rt_auth_pmi_proof(mx->secret, RT_AUTH_PMI_SERVER, job, id, cnonce, snonce, expect);
+    }
+    if (rc == FERRY_OK && !rt_auth_equal(proof, expect, sizeof(proof))) {
+        rt_log(mx->log, RT_LOG_ERROR,
+               "modex: the PMI server at PMI_PORT did not prove the job's secret: it is not "
+               "this job's launcher");
+        rc = FERRY_ERR_LAUNCHER;
+    }
+    rt_auth_wipe(proof, sizeof(proof));
+    rt_auth_wipe(expect, sizeof(expect));
+    return rc;
+}
+
+/* The handshake of a PMI_PORT connection: "initack" with our PMI_ID (and,
+ * when the launcher gave a secret, the proof of it), then the server tells
+ * size, rank and debug in "cmd=set" lines. */
 static int pmi1_initack(rt_modex_t *mx)
 {
     long id = 0;
@@ -493,12 +620,13 @@ static int pmi1_initack(rt_modex_t *mx)
         return rc;
     }
     pmi1_msg_t msg;
-    rc = pmi1_send(mx, "initack", "cmd=initack pmiid=%ld\n", id);
-    if (rc == FERRY_OK) {
-        rc = pmi1_recv(mx, "initack", "initack", &msg);
-    }
-    if (rc == FERRY_OK) {
-        rc = pmi1_check_rc(mx, &msg, "initack", true);
+    if (mx->have_secret) {
+        rc = pmi1_initack_auth(mx, id, &msg);
+    } else {
+        rc = pmi1_send(mx, "initack", "cmd=initack pmiid=%ld\n", id);
+        if (rc == FERRY_OK) {
+            rc = pmi1_recv_initack(mx, "initack", "initack", &msg);
+        }
     }
     long size = -1, rank = -1;
     for (int i = 0; i < 3 && rc == FERRY_OK; i++) {
@@ -528,6 +656,41 @@ static int pmi1_initack(rt_modex_t *mx)
     mx->rank = (int)rank;
     mx->size = (int)size;
     return FERRY_OK;
+}
+
+/* Connects to PMI_PORT and shakes hands. A server with too many strangers
+ * waiting may let ours go to make room (ferryrun closes the oldest
+ * connection that has not proved itself, with msg=busy): that is tried
+ * again a few times, with growing pauses. Any other refusal, a closed
+ * connection, or a wrong answer is final. */
+static int pmi1_open_port(rt_modex_t *mx, const char *port)
+{
+    pmi1_t *p = mx->backend;
+    int rc = FERRY_ERR_LAUNCHER;
+    long pause_ms = PMI1_RETRY_FIRST_MS;
+    for (int attempt = 1; attempt <= PMI1_CONNECT_TRIES; attempt++) {
+        p->busy = false;
+        p->broken = false;
+        p->buf_len = 0;
+        rc = pmi1_connect_port(mx, port);
+        if (rc != FERRY_OK) {
+            return rc;
+        }
+        rc = pmi1_initack(mx);
+        if (rc == FERRY_OK || !p->busy || attempt == PMI1_CONNECT_TRIES) {
+            return rc;
+        }
+        close(p->fd);
+        p->fd = -1;
+        rt_log(mx->log, RT_LOG_WARN,
+               "modex: the PMI server is busy (attempt %d of %d); trying again in %ld ms",
+               attempt, PMI1_CONNECT_TRIES, pause_ms);
+        struct timespec ts = {.tv_sec = pause_ms / 1000, .tv_nsec = pause_ms % 1000 * 1000000};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+        pause_ms *= 2;
+    }
+    return rc;
 }
 
 /* Opens the connection the environment names and learns rank and size. */
@@ -562,11 +725,7 @@ static int pmi1_open(rt_modex_t *mx)
         return FERRY_OK;
     }
     if (port != NULL) {
-        int rc = pmi1_connect_port(mx, port);
-        if (rc != FERRY_OK) {
-            return rc;
-        }
-        return pmi1_initack(mx);
+        return pmi1_open_port(mx, port);
     }
     rt_log(mx->log, RT_LOG_ERROR,
            "modex: FERRY_MODEX=pmi1 but neither PMI_FD nor PMI_PORT is set: no launcher");
@@ -763,7 +922,7 @@ static void pmi1_key_name(const pmi1_t *p, int rank, const char *key, long rev, 
 {
     char rank_text[16];
     snprintf(rank_text, sizeof(rank_text), "%d", rank);
-    size_t longest = 1 + PMI1_CHUNK_DIGITS + 1 + strlen(rank_text) + 1 + PMI1_REV_DIGITS + 1 +
+    size_t longest = strlen(rank_text) + 2 + PMI1_REV_DIGITS + 1 + PMI1_CHUNK_DIGITS + 1 +
                      strlen(key);
     char tail[RT_MODEX_KEY_MAX + 1];
     bool hashed = longest > p->key_max;
@@ -773,11 +932,11 @@ static void pmi1_key_name(const pmi1_t *p, int rank, const char *key, long rev, 
         snprintf(tail, sizeof(tail), "%s", key);
     }
     if (chunk < 0) {
-        snprintf(name, RT_MODEX_KEY_MAX + 64, "%c%s_%ld_%s", hashed ? 'g' : 'h', rank_text, rev,
+        snprintf(name, RT_MODEX_KEY_MAX + 64, "%s.%c%ld.%s", rank_text, hashed ? 'g' : 'h', rev,
                  tail);
     } else {
-        snprintf(name, RT_MODEX_KEY_MAX + 64, "%c%ld_%s_%ld_%s", hashed ? 'd' : 'c', chunk,
-                 rank_text, rev, tail);
+        snprintf(name, RT_MODEX_KEY_MAX + 64, "%s.%c%ld.%ld.%s", rank_text, hashed ? 'd' : 'c',
+                 rev, chunk, tail);
     }
 }
 
@@ -962,22 +1121,34 @@ static int pmi1_parse_header(rt_modex_t *mx, const char *header, const char *key
     return FERRY_OK;
 }
 
-/* Finds the newest revision of rank's key: the one remembered (or else
- * revision 0), then higher ones for as long as they exist. */
-static int pmi1_find_rev(rt_modex_t *mx, int rank, const char *key, long *rev_out,
-                         char header[PMI1_RECV_MAX])
+/* Whether revision rev of rank's key exists; its header into header when
+ * it does. FERRY_OK, FERRY_ERR_NOT_FOUND, or another error. */
+static int pmi1_probe_rev(rt_modex_t *mx, int rank, const char *key, long rev,
+                          char header[PMI1_RECV_MAX])
 {
     pmi1_t *p = mx->backend;
     char name[RT_MODEX_KEY_MAX + 64];
     size_t header_len = 0;
-    long rev = 0;
+    pmi1_key_name(p, rank, key, rev, -1, name);
+    return pmi1_get_raw(mx, name, header, PMI1_RECV_MAX, &header_len);
+}
+
+/* Finds the newest revision of rank's key, starting from the one
+ * remembered (or else revision 0, which must exist): steps of 1, 2, 4, ...
+ * up until a revision is missing, then bisection between the last found
+ * and the first missing. Every probe that finds a revision is newer than
+ * every one found before it, so header always holds the newest found. */
+static int pmi1_find_rev(rt_modex_t *mx, int rank, const char *key, long *rev_out,
+                         char header[PMI1_RECV_MAX])
+{
+    pmi1_t *p = mx->backend;
+    long found = 0;
     const pmi1_rev_t *seen = pmi1_rev_find(p, rank, key);
     if (seen != NULL) {
-        rev = seen->rev;
+        found = seen->rev;
         snprintf(header, PMI1_RECV_MAX, "%s", seen->header);
     } else {
-        pmi1_key_name(p, rank, key, 0, -1, name);
-        int rc = pmi1_get_raw(mx, name, header, PMI1_RECV_MAX, &header_len);
+        int rc = pmi1_probe_rev(mx, rank, key, 0, header);
         if (rc != FERRY_OK) {
             return rc;
         }
@@ -987,14 +1158,30 @@ static int pmi1_find_rev(rt_modex_t *mx, int rank, const char *key, long *rev_ou
         return FERRY_ERR_NO_MEMORY;
     }
     int rc = FERRY_OK;
-    while (rev < PMI1_REV_MAX) {
-        pmi1_key_name(p, rank, key, rev + 1, -1, name);
-        rc = pmi1_get_raw(mx, name, next, PMI1_RECV_MAX, &header_len);
+    long missing = PMI1_REV_MAX + 1; /* the lowest revision known not to exist */
+    for (long step = 1; found < PMI1_REV_MAX; step *= 2) {
+        long probe = step <= PMI1_REV_MAX - found ? found + step : PMI1_REV_MAX;
+        rc = pmi1_probe_rev(mx, rank, key, probe, next);
+        if (rc == FERRY_ERR_NOT_FOUND) {
+            missing = probe;
+            break;
+        }
         if (rc != FERRY_OK) {
             break;
         }
-        rev++;
-        memcpy(header, next, header_len + 1);
+        found = probe;
+        snprintf(header, PMI1_RECV_MAX, "%s", next);
+    }
+    while (rc == FERRY_ERR_NOT_FOUND && missing - found > 1) {
+        long probe = found + (missing - found) / 2;
+        rc = pmi1_probe_rev(mx, rank, key, probe, next);
+        if (rc == FERRY_OK) {
+            found = probe;
+            snprintf(header, PMI1_RECV_MAX, "%s", next);
+            rc = FERRY_ERR_NOT_FOUND;
+        } else if (rc == FERRY_ERR_NOT_FOUND) {
+            missing = probe;
+        }
     }
     free(next);
     if (rc != FERRY_OK && rc != FERRY_ERR_NOT_FOUND) {
@@ -1003,9 +1190,9 @@ static int pmi1_find_rev(rt_modex_t *mx, int rank, const char *key, long *rev_ou
     /* A header too long to be one of ours is caught by the parser; it is
      * not worth remembering. */
     if (strlen(header) < RT_MODEX_KEY_MAX + 64) {
-        pmi1_rev_store(p, rank, key, rev, header);
+        pmi1_rev_store(p, rank, key, found, header);
     }
-    *rev_out = rev;
+    *rev_out = found;
     return FERRY_OK;
 }
 

@@ -3,7 +3,9 @@
  * mpirun (through its runtime, PRRTE or ORTE) and Slurm's `srun --mpi=pmix`
  * provide to the processes they start. It is chosen when the environment
  * carries the variables such a server sets (PMIX_RANK, PMIX_NAMESPACE,
- * PMIX_SERVER_URI*), or by FERRY_MODEX=pmix.
+ * PMIX_SERVER_URI*), or by FERRY_MODEX=pmix. It is built into the module
+ * ferry_modex_pmix.so, which links libpmix, so that only the jobs that use
+ * it load that library (and into the static library itself).
  *
  * The mapping is direct: rank and namespace from PMIx_Init, the job size
  * from PMIX_JOB_SIZE, the job id from the namespace; a commit is one
@@ -30,7 +32,6 @@
 #include <ferry/ferry.h>
 
 #include "rt/modex_impl.h"
-#include "rt/modex_pmix.h"
 
 #define PMIX_KEY_PREFIX "ferry:"
 /* How long an acknowledged abort waits for the server to end this process. */
@@ -220,7 +221,7 @@ static int pmix_job_size(rt_modex_t *mx, uint32_t *size_out)
     return rc;
 }
 
-int rt_modex_pmix_init(rt_modex_t *mx)
+static int pmix_init(rt_modex_t *mx)
 {
     mx->ops = &pmix_ops;
     mx_pmix_t *p = calloc(1, sizeof(*p));
@@ -255,3 +256,7 @@ int rt_modex_pmix_init(rt_modex_t *mx)
     rt_modex_set_job_id(mx, nspace);
     return FERRY_OK;
 }
+
+/* Listed in the backend table of a static library, or exported through the
+ * module's ferry_module (cmake/module.c.in). */
+const rt_modex_backend_t rt_modex_pmix_backend = {.name = "pmix", .init = pmix_init};

@@ -164,6 +164,7 @@ void rt_params_init(rt_params_t *params, const rt_log_t *log)
 {
     params->head = NULL;
     params->tail = NULL;
+    params->unchecked = NULL;
     params->log = log;
 }
 
@@ -188,6 +189,14 @@ void rt_params_fini(rt_params_t *params)
     }
     params->head = NULL;
     params->tail = NULL;
+    rt_params_prefix_t *u = params->unchecked;
+    while (u != NULL) {
+        rt_params_prefix_t *next = u->next;
+        free(u->prefix);
+        free(u);
+        u = next;
+    }
+    params->unchecked = NULL;
 }
 
 const rt_param_t *rt_param_find(const rt_params_t *params, const char *name)
@@ -538,13 +547,10 @@ int rt_param_register_string(rt_params_t *params, const char *name, const char *
  * neither a parameter nor listed here. */
 static const rt_env_var_t other_vars[] = {
     {"FERRY_JOB_ID", "set by ferryrun for each rank: the job's id (also its PMI kvs name)"},
+    {"FERRY_JOB_SECRET", "set by ferryrun for each rank: the job's secret, which a remote rank "
+                         "proves to the PMI port; read and wiped by the launcher interface"},
     {"FERRY_BENCH_BIND", "read by ferry-bench: 0 leaves its ranks unpinned, 1 (the default) "
                          "pins each to a CPU (see ferry-bench(1))"},
-    /* Read by the modex before the context's parameters exist; they become
-     * declared parameters with the modex's own registration (#13). */
-    {"FERRY_MODEX", "read by the launcher interface: the modex backend (pmi1, pmix or "
-                    "singleton), chosen from the environment when unset"},
-    {"FERRY_PMI_TIMEOUT", "read by the pmi1 backend: seconds to wait for the PMI server"},
     {NULL, NULL},
 };
 
@@ -655,6 +661,46 @@ static const char *env_nearest(const rt_params_t *params, const char *name, size
     return best;
 }
 
+int rt_params_skip_prefix(rt_params_t *params, const char *part)
+{
+    if (!name_valid(part))
+        return FERRY_ERR_INVALID;
+    size_t n = strlen("FERRY_") + strlen(part) + 1;
+    char *prefix = malloc(n + 1);
+    if (prefix == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    strcpy(prefix, "FERRY_");
+    for (size_t i = 0; part[i] != '\0'; i++)
+        prefix[strlen("FERRY_") + i] = (char)toupper((unsigned char)part[i]);
+    strcpy(prefix + n - 1, "_");
+    for (const rt_params_prefix_t *u = params->unchecked; u != NULL; u = u->next) {
+        if (strcmp(u->prefix, prefix) == 0) {
+            free(prefix);
+            return FERRY_OK;
+        }
+    }
+    rt_params_prefix_t *u = malloc(sizeof(*u));
+    if (u == NULL) {
+        free(prefix);
+        return FERRY_ERR_NO_MEMORY;
+    }
+    u->prefix = prefix;
+    u->next = params->unchecked;
+    params->unchecked = u;
+    return FERRY_OK;
+}
+
+/* Is the variable one of a part whose parameters are not declared here? */
+static bool env_unchecked(const rt_params_t *params, const char *name, size_t len)
+{
+    for (const rt_params_prefix_t *u = params->unchecked; u != NULL; u = u->next) {
+        size_t n = strlen(u->prefix);
+        if (len > n && memcmp(name, u->prefix, n) == 0)
+            return true;
+    }
+    return false;
+}
+
 int rt_params_check_env(const rt_params_t *params, char *const *env, rt_log_level_t level)
 {
     int unknown = 0;
@@ -664,7 +710,7 @@ int rt_params_check_env(const rt_params_t *params, char *const *env, rt_log_leve
         const char *entry = env[i];
         size_t len = env_name_len(entry);
         if (len <= strlen("FERRY_") || strncmp(entry, "FERRY_", strlen("FERRY_")) != 0 ||
-            env_known_n(params, entry, len))
+            env_known_n(params, entry, len) || env_unchecked(params, entry, len))
             continue;
         /* Once per variable, however many times the environment holds it. */
         bool seen = false;

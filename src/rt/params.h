@@ -40,9 +40,16 @@ typedef struct rt_param {
     struct rt_param *next;
 } rt_param_t;
 
+/* A prefix of variables whose parameters this registry does not hold. */
+typedef struct rt_params_prefix {
+    char *prefix; /* "FERRY_OFI_" */
+    struct rt_params_prefix *next;
+} rt_params_prefix_t;
+
 typedef struct rt_params {
     rt_param_t *head; /* in registration order */
     rt_param_t *tail;
+    rt_params_prefix_t *unchecked; /* see rt_params_skip_prefix */
     const rt_log_t *log;
 } rt_params_t;
 
@@ -80,11 +87,18 @@ const rt_env_var_t *rt_params_other_vars(void);
  * parameter's variable or one of rt_params_other_vars. */
 bool rt_params_env_known(const rt_params_t *params, const char *name);
 
+/* Says that the parameters of part (a transport or launcher backend, as
+ * "ofi"), are not declared here: its module is not loaded, so its variables
+ * FERRY_<PART>_* cannot be told from misspellings and rt_params_check_env
+ * leaves them alone. part follows the rules of parameter names. */
+int rt_params_skip_prefix(rt_params_t *params, const char *part);
+
 /*
  * Looks at every FERRY_* variable in env (an environ-style array, NULL
  * terminated) and warns, at level (RT_LOG_WARN for the rank that speaks for
  * the job), about each one that is neither a registered parameter nor one
- * of rt_params_other_vars, naming the nearest known name by edit distance
+ * of rt_params_other_vars, nor of a part whose parameters are not declared
+ * (rt_params_skip_prefix), naming the nearest known name by edit distance
  * when one is close ("FERRY_SM_RINGSIZE ... did you mean
  * FERRY_SM_RING_SIZE?"). A variable set twice is warned about once. Call it
  * after every parameter is registered. Returns how many were unknown.

@@ -59,8 +59,8 @@ static bool valid_name(const char *name)
 
 static bool transport_built(const char *name)
 {
-    for (size_t i = 0; btl_components[i] != NULL; i++) {
-        if (strcmp(btl_components[i]->name, name) == 0)
+    for (const btl_component_entry_t *e = btl_component_table; e->name != NULL; e++) {
+        if (strcmp(e->name, name) == 0)
             return true;
     }
     return false;
@@ -279,6 +279,13 @@ int main(int argc, char **argv)
     s.transport = argv[1];
     s.module_idx = -1;
     rc = ferry_init(&params, &s.ctx);
+    if (rc == FERRY_ERR_NOT_SUPPORTED) {
+        /* The transport's module or the library it needs is missing here:
+         * the log line above says which. */
+        printf("SKIPPED: transport %s not available: ferry_init(transports \"%s\") says %s\n",
+               argv[1], transports, ferry_strerror(rc));
+        return CT_EXIT_SKIP;
+    }
     if (rc != FERRY_OK) {
         printf("FAIL setup: ferry_init(transports \"%s\") returned %d (%s)\n", transports, rc,
                ferry_strerror(rc));
@@ -286,7 +293,7 @@ int main(int argc, char **argv)
     }
     s.rank = ferry_rank(s.ctx);
     s.size = ferry_size(s.ctx);
-    s.btl = rt_ctx_find_module(s.ctx, argv[1]);
+    s.btl = btl_ctx_find_module(s.ctx, argv[1]);
     if (s.btl == NULL) {
         printf("SKIPPED: transport %s not available: its component opened no module here "
                "(the log says why)\n",

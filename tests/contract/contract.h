@@ -29,7 +29,7 @@
 #include <ferry/dt.h>
 #include <ferry/ferry.h>
 
-#include "rt/ctx.h"
+#include "btl/ctx.h"
 #include "util/bitmap.h"
 
 #define CT_DATA_TAG 0

@@ -15,12 +15,22 @@
  *   fr_helper pmi             puts, gets, bad requests, barrier, finalize
  *   fr_helper longline        rank 0 sends an endless request line
  *   fr_helper bind            prints the CPUs the rank may run on
+ *   fr_helper steal           rank 1 tries to overwrite and to take rank 0's
+ *                             keys; both check rank 0's values are intact
+ *   fr_helper quota           ranks use up their key-value quotas (bytes,
+ *                             keys, revisions) and check each is refused in
+ *                             time, without starving the other rank
+ *   fr_helper junk            rank 0 sends 1 MiB of junk requests, reading
+ *                             the error answers, then finishes normally
+ *   fr_helper secret S        prints "rank R secret HEX" (FERRY_JOB_SECRET),
+ *                             then sleeps S seconds
  *
  * Every rank prints "pid R PID" first on stdout (unless printing nothing else
  * is the point), so the driver can check that no rank outlives the job.
  */
 #include <errno.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -175,6 +185,183 @@ static int mode_pmi(void)
     return 0;
 }
 
+/* A put; returns the answer's msg= (or "success") in why. */
+static bool pmi_put(const char *key, const char *val, char *why, size_t why_size)
+{
+    char req[4096];
+    char ans[2048];
+    snprintf(req, sizeof(req), "cmd=put kvsname=%s key=%s value=%s\n", kvsname, key, val);
+    pmi_call(req, "cmd=put_result", ans, sizeof(ans));
+    const char *m = strstr(ans, "msg=");
+    snprintf(why, why_size, "%.*s", m != NULL ? (int)strcspn(m + 4, " ") : 0,
+             m != NULL ? m + 4 : "");
+    return strstr(ans, "rc=0") != NULL;
+}
+
+/* A get; true with the value in val when found. */
+static bool pmi_get(const char *key, char *val, size_t val_size)
+{
+    char req[512];
+    char ans[2048];
+    snprintf(req, sizeof(req), "cmd=get kvsname=%s key=%s\n", kvsname, key);
+    pmi_call(req, "cmd=get_result", ans, sizeof(ans));
+    const char *v = strstr(ans, "value=");
+    if (strstr(ans, "rc=0") == NULL || v == NULL) {
+        return false;
+    }
+    snprintf(val, val_size, "%s", v + 6);
+    return true;
+}
+
+static void expect_value(const char *key, const char *want)
+{
+    char val[2048];
+    if (!pmi_get(key, val, sizeof(val)) || strcmp(val, want) != 0) {
+        die("%s should still be '%s'", key, want);
+    }
+}
+
+/* Rank 1 attacks rank 0's keys: one rank 0 stored under its own prefix,
+ * one it stored first without a prefix, and one of its names it has not
+ * used yet. Every attempt must be refused; rank 0 may still replace its
+ * own values. */
+static int mode_steal(void)
+{
+    char why[256];
+    if (rank == 0) {
+        if (!pmi_put("0.addr", "genuine", why, sizeof(why)) ||
+            !pmi_put("shared", "first", why, sizeof(why))) {
+            die("rank 0's own puts were refused: %s", why);
+        }
+    }
+    pmi_barrier();
+    if (rank == 1) {
+        static const char *const targets[] = {"0.addr", "shared", "0.future"};
+        for (size_t i = 0; i < 3; i++) {
+            if (pmi_put(targets[i], "evil", why, sizeof(why))) {
+                die("rank 1 overwrote or took rank 0's key %s", targets[i]);
+            }
+            printf("rank 1: put of %s refused: %s\n", targets[i], why);
+        }
+        if (!pmi_put("1.mine", "ok", why, sizeof(why))) {
+            die("rank 1's put of its own key was refused: %s", why);
+        }
+    }
+    pmi_barrier();
+    expect_value("0.addr", "genuine");
+    expect_value("shared", "first");
+    char val[64];
+    if (pmi_get("0.future", val, sizeof(val))) {
+        die("0.future exists: '%s'", val);
+    }
+    expect_value("1.mine", "ok");
+    /* Both have read; now rank 0 replaces its own value. */
+    pmi_barrier();
+    if (rank == 0 && !pmi_put("0.addr", "renewed", why, sizeof(why))) {
+        die("rank 0 could not replace its own value: %s", why);
+    }
+    pmi_barrier();
+    expect_value("0.addr", "renewed");
+    pmi_barrier();
+    pmi_finalize();
+    printf("rank %d steal ok\n", rank);
+    return 0;
+}
+
+/* Puts distinct keys until one is refused; returns how many were stored,
+ * dying when more than limit are. */
+static long put_until_refused(const char *name, const char *val, long limit, char *why,
+                              size_t why_size)
+{
+    for (long i = 0; i <= limit; i++) {
+        char key[64];
+        snprintf(key, sizeof(key), "%d.%s%ld", rank, name, i);
+        if (!pmi_put(key, val, why, why_size)) {
+            return i;
+        }
+    }
+    die("%ld puts of '%s' keys and no quota refused one", limit + 1, name);
+}
+
+static int mode_quota(void)
+{
+    char why[256];
+    char big[1001];
+    memset(big, 'b', 1000);
+    big[1000] = '\0';
+    /* Rank 1 fills its byte quota first; rank 0 must still store its keys
+     * in full afterwards: one rank's use is not the other's loss. */
+    if (rank == 1) {
+        long n = put_until_refused("big", big, 40000, why, sizeof(why));
+        printf("rank 1 stored %ld values of 1000 bytes, then: %s\n", n, why);
+        if (strcmp(why, "quota_bytes") != 0 || n < 1000) {
+            die("expected quota_bytes after many puts");
+        }
+    }
+    pmi_barrier();
+    if (rank == 0) {
+        long n = put_until_refused("k", "v", 40000, why, sizeof(why));
+        printf("rank 0 stored %ld keys, then: %s\n", n, why);
+        if (strcmp(why, "quota_keys") != 0 || n < 30000) {
+            die("expected quota_keys after many keys");
+        }
+        long r = 0;
+        for (; r <= 10000; r++) {
+            char val[32];
+            snprintf(val, sizeof(val), "r%ld", r);
+            if (!pmi_put("0.k0", val, why, sizeof(why))) {
+                break;
+            }
+        }
+        printf("rank 0 replaced a value %ld times, then: %s\n", r, why);
+        if (strcmp(why, "quota_revisions") != 0 || r > 10000) {
+            die("expected quota_revisions after many replacements");
+        }
+    }
+    pmi_barrier();
+    /* What was stored is intact and readable by the other rank. */
+    expect_value("1.big0", big);
+    expect_value("0.k1", "v");
+    pmi_barrier();
+    pmi_finalize();
+    printf("rank %d quota ok\n", rank);
+    return 0;
+}
+
+/* 1 MiB of junk requests, in batches, each answer read before the next
+ * batch so that the answers never pile up unread. */
+static int mode_junk(void)
+{
+    if (rank == 0) {
+        static const char *const lines[] = {
+            "junk\n", "cmd=bogus a=b\n", "no_equals_sign here\n", "cmd=put kvsname=x\n",
+            "=value\n", "cmd=get\n",
+        };
+        size_t sent = 0;
+        long n = 0;
+        char ans[2048];
+        while (sent < ((size_t)1 << 20)) {
+            int batch = 0;
+            for (; batch < 100; batch++) {
+                const char *l = lines[(n + batch) % 6];
+                pmi_send(l);
+                sent += strlen(l);
+            }
+            for (int i = 0; i < batch; i++) {
+                if (!pmi_recv(ans, sizeof(ans)) || strstr(ans, "rc=-1") == NULL) {
+                    die("junk request %ld got '%s'", n + i, ans);
+                }
+            }
+            n += batch;
+        }
+        printf("rank 0 sent %ld junk requests (%zu bytes), each refused\n", n, sent);
+    }
+    pmi_barrier();
+    pmi_finalize();
+    printf("rank %d junk ok\n", rank);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -215,6 +402,14 @@ int main(int argc, char **argv)
         for (long i = 0; i < n; i++) {
             printf("out %d %ld ................................................\n", rank, i);
         }
+        return 0;
+    }
+    if (strcmp(mode, "secret") == 0) {
+        rank = getenv("PMI_RANK") != NULL ? atoi(getenv("PMI_RANK")) : -1;
+        const char *sec = getenv("FERRY_JOB_SECRET");
+        printf("rank %d secret %s\n", rank, sec != NULL ? sec : "(unset)");
+        fflush(stdout);
+        sleep(argc > 2 ? (unsigned)atoi(argv[2]) : 0);
         return 0;
     }
     if (strcmp(mode, "bind") == 0) {
@@ -265,6 +460,15 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "pmi") == 0) {
         return mode_pmi();
+    }
+    if (strcmp(mode, "steal") == 0) {
+        return mode_steal();
+    }
+    if (strcmp(mode, "quota") == 0) {
+        return mode_quota();
+    }
+    if (strcmp(mode, "junk") == 0) {
+        return mode_junk();
     }
     if (strcmp(mode, "longline") == 0) {
         if (rank == 0) {

@@ -7,7 +7,13 @@
  *
  * With argv[2] "abort", rank 1 instead aborts the job with code 9 while the
  * others wait at a fence; the launcher must end the job with that code.
+ *
+ * Under a launcher that gives a job secret (ferryrun: FERRY_JOB_SECRET),
+ * every rank checks that rt_modex_init took it (rt_modex_job_secret) and
+ * wiped it from the environment, /proc/self/environ included.
  */
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +22,7 @@
 #include <ferry/ferry.h>
 
 #include "../unit/check.h"
+#include "rt/auth.h"
 #include "rt/log.h"
 #include "rt/modex.h"
 
@@ -92,16 +99,55 @@ static void check_all(rt_modex_t *mx, int round)
     CHECK(rt_modex_get(mx, -1, "small", &val, &len) == FERRY_ERR_INVALID);
 }
 
+/* Whether this process's original environment block still holds text. */
+static bool environ_block_holds(const char *text)
+{
+    FILE *f = fopen("/proc/self/environ", "r");
+    CHECK(f != NULL);
+    static char block[1 << 20];
+    size_t n = fread(block, 1, sizeof(block) - 1, f);
+    fclose(f);
+    for (size_t i = 0; i < n; i++) {
+        if (block[i] == '\0') {
+            block[i] = '\n';
+        }
+    }
+    block[n] = '\0';
+    return strstr(block, text) != NULL;
+}
+
+/* The secret, as the launcher gave it, must be taken and wiped. */
+static void check_secret_taken(const rt_modex_t *mx, const char *given)
+{
+    uint8_t want[RT_AUTH_KEY_LEN], got[RT_AUTH_KEY_LEN];
+    if (given[0] == '\0') {
+        CHECK(rt_modex_job_secret(mx, got) == FERRY_ERR_NOT_FOUND);
+        return;
+    }
+    CHECK(rt_auth_hex_decode(given, want, sizeof(want)) == FERRY_OK);
+    CHECK(rt_modex_job_secret(mx, got) == FERRY_OK);
+    CHECK(memcmp(want, got, sizeof(want)) == 0);
+    CHECK(getenv(RT_AUTH_SECRET_ENV) == NULL);
+    CHECK(!environ_block_holds(given));
+}
+
 int main(int argc, char **argv)
 {
     rt_log_t log;
     rt_log_init(&log);
     rt_modex_t *mx = NULL;
+    const char *secret_env = getenv(RT_AUTH_SECRET_ENV);
+    char given[RT_AUTH_HEX_LEN + 1] = "";
+    if (secret_env != NULL) {
+        snprintf(given, sizeof(given), "%s", secret_env);
+        CHECK(environ_block_holds(given));
+    }
     int rc = rt_modex_init(&log, &mx);
     if (rc != FERRY_OK) {
         fprintf(stderr, "rt_modex_init: %s\n", ferry_strerror(rc));
     }
     CHECK(rc == FERRY_OK);
+    check_secret_taken(mx, given);
     int me = rt_modex_rank(mx);
     log.rank = me;
     if (argc > 1) {

@@ -2,7 +2,8 @@
  * rt_params: defaults, environment overrides of every type, strict parsing,
  * bad and out-of-range values refused with a message naming the variable,
  * name validation, duplicate registration and the textual forms; FERRY_*
- * variables that are no parameter warned about with the nearest name.
+ * variables that are no parameter warned about with the nearest name, except
+ * those of a part whose module is not loaded.
  */
 #include <limits.h>
 #include <stdbool.h>
@@ -513,6 +514,45 @@ static void test_unknown_env(void)
     rt_params_fini(&params);
 }
 
+/* A part whose parameters are not declared (its module is not loaded):
+ * exactly its FERRY_<PART>_* variables are left alone. */
+static void test_unchecked_prefix(void)
+{
+    rt_params_t params;
+    rt_log_t log;
+    capture_t cap;
+    size_t sz;
+
+    rt_log_init(&log);
+    rt_params_init(&params, &log);
+    CHECK(rt_param_register_size(&params, "sm_ring_size", 4096, 0, 0, "h", &sz) == FERRY_OK);
+    char *env[] = {"FERRY_OFI_PROVIDER=shm", "FERRY_OFI_TX_SLOTS=8", NULL};
+    check_env(&params, env, 2, &cap);
+
+    CHECK(rt_params_skip_prefix(&params, "ofi") == FERRY_OK);
+    CHECK(rt_params_skip_prefix(&params, "ofi") == FERRY_OK); /* twice: once */
+    CHECK(params.unchecked != NULL && params.unchecked->next == NULL);
+    CHECK(strcmp(check_env(&params, env, 0, &cap), "") == 0);
+
+    /* Only that prefix: a longer part's name, the prefix alone, the bare
+     * part name and another part's variables are still looked at. */
+    char *others[] = {"FERRY_OFIX_A=1", "FERRY_OFI_=1", "FERRY_OFI=1", "FERRY_SM_RINGSIZE=1",
+                      "FERRY_PMIX_X=1", NULL};
+    const char *text = check_env(&params, others, 5, &cap);
+    CHECK(strstr(text, "did you mean FERRY_SM_RING_SIZE?") != NULL);
+
+    /* Names that are no part's are refused, as for parameters. */
+    CHECK(rt_params_skip_prefix(&params, "") == FERRY_ERR_INVALID);
+    CHECK(rt_params_skip_prefix(&params, NULL) == FERRY_ERR_INVALID);
+    CHECK(rt_params_skip_prefix(&params, "OFI") == FERRY_ERR_INVALID);
+    CHECK(rt_params_skip_prefix(&params, "o-fi") == FERRY_ERR_INVALID);
+    CHECK(rt_params_skip_prefix(&params, "pmix") == FERRY_OK);
+    char *pmix[] = {"FERRY_PMIX_X=1", NULL};
+    check_env(&params, pmix, 0, &cap);
+    rt_params_fini(&params);
+    CHECK(params.unchecked == NULL);
+}
+
 int main(void)
 {
     rt_params_t zero;
@@ -531,5 +571,6 @@ int main(void)
     test_bad_declarations();
     test_edit_distance();
     test_unknown_env();
+    test_unchecked_prefix();
     return 0;
 }

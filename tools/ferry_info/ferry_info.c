@@ -6,6 +6,8 @@
  * It builds a context the way ferry_init does, up to opening the transports,
  * but never joins a job: it forces the singleton launcher backend, so running
  * it inside a ferryrun job or a hydra allocation inspects this process alone.
+ * It loads every module (rt/module.h) it finds, to list them and their
+ * transports' parameters, and says why a module could not be loaded.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -15,8 +17,11 @@
 #include <ferry/btl.h>
 #include <ferry/ferry.h>
 
-#include "rt/ctx.h"
+#include "api/api.h"
+#include "btl/ctx.h"
 #include "rt/modex.h"
+#include "rt/modex_impl.h"
+#include "rt/module.h"
 #include "rt/params.h"
 
 typedef struct info_opts {
@@ -156,31 +161,50 @@ static void print_attr(const ferry_btl_attr_t *attr)
     print_flags(attr->flags);
 }
 
-/* ctx is NULL when the transports could not be opened: the components are
- * then listed without modules. */
-static void print_transports(const ferry_ctx_t *ctx)
+/* The transport's place in the context, or NULL. */
+static const btl_slot_t *find_slot(const ferry_ctx_t *ctx, const btl_component_entry_t *e)
 {
-    int n_components = 0;
-
-    printf("transports built:");
-    for (const ferry_btl_component_t *const *c = btl_components; *c != NULL; c++) {
-        printf(" %s", (*c)->name);
-        n_components++;
+    for (int i = 0; ctx != NULL && i < ctx->n_slots; i++) {
+        if (ctx->slots[i].entry == e) {
+            return &ctx->slots[i];
+        }
     }
-    printf("%s\n", n_components == 0 ? " none" : "");
+    return NULL;
+}
 
-    for (const ferry_btl_component_t *const *c = btl_components; *c != NULL; c++) {
+/* ctx is NULL when not even the parameters could be read; opened says
+ * whether its transports were opened. */
+static void print_transports(const ferry_ctx_t *ctx, bool opened)
+{
+    printf("transports built:");
+    for (const btl_component_entry_t *e = btl_component_table; e->name != NULL; e++) {
+        printf(" %s%s", e->name, e->builtin == NULL ? " (module)" : "");
+    }
+    printf("%s\n", btl_component_table[0].name == NULL ? " none" : "");
+
+    for (const btl_component_entry_t *e = btl_component_table; e->name != NULL; e++) {
+        const btl_slot_t *slot = find_slot(ctx, e);
+        const ferry_btl_component_t *comp = slot != NULL ? slot->comp : e->builtin;
         int found = 0;
 
-        printf("\n%s: %s\n", (*c)->name, (*c)->description != NULL ? (*c)->description : "");
-        if (ctx == NULL) {
+        printf("\n%s: %s\n", e->name,
+               comp != NULL && comp->description != NULL ? comp->description : "");
+        if (slot != NULL && slot->module.path != NULL) {
+            printf("  from %s\n", slot->module.path);
+        }
+        if (comp == NULL) {
+            printf("  module %s.so not loaded: %s\n", e->module,
+                   slot != NULL && slot->why_not != NULL ? slot->why_not : "(not tried)");
+            continue;
+        }
+        if (!opened) {
             printf("  (not opened)\n");
             continue;
         }
         for (int i = 0; i < ctx->n_modules; i++) {
             const ferry_btl_module_t *m = ctx->modules[i];
 
-            if (m == NULL || m->component != *c) {
+            if (m == NULL || m->component != comp) {
                 continue;
             }
             printf("  module %d (%s)\n", found, m->attr.name != NULL ? m->attr.name : "?");
@@ -191,6 +215,56 @@ static void print_transports(const ferry_ctx_t *ctx)
             /* The component logs why at info level when it opens nothing. */
             printf("  not available on this host (FERRY_LOG_LEVEL=info says why)\n");
         }
+    }
+}
+
+/* The modules of this build: the transports' (loaded by the context) and
+ * the modex backends' (loaded here, to tell whether they would load). */
+static void print_modules(const ferry_ctx_t *ctx)
+{
+    char dir[1024];
+    int n = 0;
+
+    printf("\nmodules, loaded when needed from FERRY_MODULE_PATH");
+    if (ctx != NULL && ctx->param_module_path != NULL && ctx->param_module_path[0] != '\0') {
+        printf(" (%s)", ctx->param_module_path);
+    }
+    if (rt_module_default_dir(dir, sizeof dir)) {
+        printf(", then %s", dir);
+    }
+    printf(":\n");
+    for (const btl_component_entry_t *e = btl_component_table; e->name != NULL; e++) {
+        const btl_slot_t *slot = find_slot(ctx, e);
+
+        if (e->builtin != NULL) {
+            continue;
+        }
+        n++;
+        if (slot != NULL && slot->module.path != NULL) {
+            printf("  %-6s transport      %s\n", e->name, slot->module.path);
+        } else {
+            printf("  %-6s transport      not loaded: %s\n", e->name,
+                   slot != NULL && slot->why_not != NULL ? slot->why_not : "(not tried)");
+        }
+    }
+    for (const rt_modex_entry_t *e = rt_modex_backends; e->name != NULL; e++) {
+        char why[RT_MODULE_WHY_MAX];
+        rt_module_t mod = {0};
+
+        if (e->builtin != NULL) {
+            continue;
+        }
+        n++;
+        if (rt_module_load(ctx != NULL ? ctx->param_module_path : NULL, e->module, "modex",
+                           e->name, &mod, why) == FERRY_OK) {
+            printf("  %-6s modex backend  %s\n", e->name, mod.path);
+            rt_module_unload(&mod);
+        } else {
+            printf("  %-6s modex backend  not loaded: %s\n", e->name, why);
+        }
+    }
+    if (n == 0) {
+        printf("  none: every part of this build is in the library itself\n");
     }
 }
 
@@ -247,7 +321,7 @@ int main(int argc, char **argv)
 
     printf("ferry %d.%d\n", FERRY_VERSION_MAJOR, FERRY_VERSION_MINOR);
 
-    rc = rt_ctx_create(NULL, true, &ctx);
+    rc = api_ctx_create(NULL, API_CTX_OPEN | API_CTX_ALL_MODULES, &ctx);
     if (rc != FERRY_OK) {
         exit_code = 1;
         ctx = NULL;
@@ -260,17 +334,18 @@ int main(int argc, char **argv)
              * why a transport would not open. */
             fprintf(stderr, "ferry_info: could not open the transports: %s\n",
                     ferry_strerror(rc));
-            rc = rt_ctx_create(NULL, false, &ctx);
+            rc = api_ctx_create(NULL, API_CTX_ALL_MODULES, &ctx);
             if (rc != FERRY_OK) {
                 fprintf(stderr, "ferry_info: could not read the parameters: %s\n",
                         ferry_strerror(rc));
                 ctx = NULL;
             }
         }
-        print_transports(NULL);
+        print_transports(ctx, false);
     } else {
-        print_transports(ctx);
+        print_transports(ctx, true);
     }
+    print_modules(ctx);
 
     if (ctx != NULL) {
         if (opts.all_params) {

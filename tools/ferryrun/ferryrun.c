@@ -8,10 +8,13 @@
  *            [--launch-agent CMD] [--pmi-addr ADDR] [--bind-to core|none]
  *            [-x VAR[=VALUE]]... [--timeout S] [--tag-output] prog [args]
  *
- * Each local rank gets a socket for PMI (PMI_FD, PMI_RANK, PMI_SIZE) and the
- * job's id (FERRY_JOB_ID, also the PMI kvs name); a remote rank is started as
- * `CMD host env VAR=VALUE... prog args` and reaches the PMI server over TCP
- * (PMI_PORT, PMI_ID). A rank's stdout and stderr (a remote rank's through
+ * Each local rank gets a socket for PMI (PMI_FD, PMI_RANK, PMI_SIZE), the
+ * job's id (FERRY_JOB_ID, also the PMI kvs name) and the job's secret
+ * (FERRY_JOB_SECRET, 32 random bytes in hex, drawn per job); a remote rank
+ * is started as `CMD host env VAR=VALUE... prog args`, gets the secret in
+ * the agent's environment or on its standard input (never on a command
+ * line), and reaches the PMI server over TCP (PMI_PORT, PMI_ID), proving
+ * the secret before it is served. A rank's stdout and stderr (a remote rank's through
  * its agent's) come back through pipes and go to ferryrun's own, line by
  * line; a remote rank's exit status is its agent's. The first rank to fail (a non-zero
  * exit, a signal, a PMI abort) ends the job: the others get SIGTERM and, two
@@ -24,7 +27,8 @@
  *
  * When the job is over, shared-memory files under /dev/shm whose names
  * contain the job id are removed: the leftovers of local ranks that were
- * killed. Remote hosts' /dev/shm is out of reach.
+ * killed. So are, as each local rank ends, the region files libfabric's
+ * shm provider names after its pid. Remote hosts' /dev/shm is out of reach.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -60,25 +64,24 @@
  * process the ranks started keeps their pipes open. */
 #define FR_DRAIN_MS 2000
 
+/* Which descriptor a pollfd is, besides the ranks' (3 * rank + stream),
+ * the signals (-1), the listener (-2) and pending connections (-3 - k). */
+#define FR_WHO_STDIN (-100)
+#define FR_WHO_STDIN_OUT (-101)
+
 /* Exit codes of ferryrun's own. */
 #define FR_EXIT_ERROR 1
 #define FR_EXIT_USAGE 2
 #define FR_EXIT_TIMEOUT 124
 #define FR_EXIT_NOEXEC 127
 
-long long fr_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void fr_usage(FILE *out)
 {
     fprintf(out,
             "usage: ferryrun [-n N] [--host H[:SLOTS],... | --hostfile FILE]\n"
             "                [--launch-agent CMD] [--pmi-addr ADDR] [--bind-to core|none]\n"
-            "                [-x VAR[=VALUE]]... [--timeout S] [--tag-output] prog [args]\n"
+            "                [--agent-secret env|stdin] [-x VAR[=VALUE]]... [--timeout S]\n"
+            "                [--tag-output] prog [args]\n"
             "\n"
             "Starts N ranks of prog, on this host or on the hosts given, and serves them\n"
             "PMI-1.\n"
@@ -92,6 +95,9 @@ static void fr_usage(FILE *out)
             "  --pmi-addr ADDR   the address of this host remote ranks reach ferryrun at\n"
             "                    (default: FERRYRUN_PMI_ADDR, else the route to the\n"
             "                    first remote host)\n"
+            "  --agent-secret env|stdin  how remote ranks get the job's secret: in the\n"
+            "                    agent's environment, or on its standard input (the\n"
+            "                    default for ssh and rsh, which pass no environment)\n"
             "  --bind-to core    bind rank i to the i-th CPU (mod the CPUs allowed)\n"
             "  --bind-to none    do not bind (the default)\n"
             "  -x VAR=VALUE      set VAR in the ranks' environment\n"
@@ -143,6 +149,7 @@ enum {
     FR_OPT_HOSTFILE,
     FR_OPT_AGENT,
     FR_OPT_PMI_ADDR,
+    FR_OPT_AGENT_SECRET,
 };
 
 /* Fills opt from the command line. Returns -1 to go on, or the status to
@@ -158,6 +165,7 @@ static int fr_parse_args(int argc, char **argv, fr_opts_t *opt)
         {"hostfile", required_argument, NULL, FR_OPT_HOSTFILE},
         {"launch-agent", required_argument, NULL, FR_OPT_AGENT},
         {"pmi-addr", required_argument, NULL, FR_OPT_PMI_ADDR},
+        {"agent-secret", required_argument, NULL, FR_OPT_AGENT_SECRET},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -184,6 +192,11 @@ static int fr_parse_args(int argc, char **argv, fr_opts_t *opt)
             if (!fr_env_name_ok(optarg, len)) {
                 return fr_usage_error("-x needs VAR or VAR=VALUE with a valid name, not '%s'",
                                       optarg);
+            }
+            if (len == strlen(RT_AUTH_SECRET_ENV) &&
+                strncmp(optarg, RT_AUTH_SECRET_ENV, len) == 0) {
+                return fr_usage_error("-x %s: ferryrun draws the job's secret itself",
+                                      RT_AUTH_SECRET_ENV);
             }
             opt->xvars[opt->n_xvars++] = optarg;
             break;
@@ -231,6 +244,15 @@ static int fr_parse_args(int argc, char **argv, fr_opts_t *opt)
                 return fr_usage_error("--launch-agent needs a command");
             }
             opt->launch_agent = optarg;
+            break;
+        case FR_OPT_AGENT_SECRET:
+            if (strcmp(optarg, "env") == 0) {
+                opt->agent_secret = FR_SECRET_ENV;
+            } else if (strcmp(optarg, "stdin") == 0) {
+                opt->agent_secret = FR_SECRET_STDIN;
+            } else {
+                return fr_usage_error("--agent-secret takes 'env' or 'stdin', not '%s'", optarg);
+            }
             break;
         case FR_OPT_PMI_ADDR:
             if (optarg[0] == '\0') {
@@ -283,6 +305,20 @@ static void fr_make_job_id(fr_job_t *job)
               (unsigned long long)ts.tv_sec;
     }
     snprintf(job->job_id, sizeof(job->job_id), "ferry-%ld-%016llx", (long)getpid(), rnd);
+}
+
+/* Draws the job's secret. Without a source of randomness there is no
+ * secret worth the name, and no job. */
+static int fr_make_secret(fr_job_t *job)
+{
+    if (rt_auth_random(job->secret, sizeof(job->secret)) != 0 ||
+        rt_auth_hex_encode(job->secret, sizeof(job->secret), job->secret_hex,
+                           sizeof(job->secret_hex)) != 0) {
+        fprintf(stderr, "ferryrun: cannot draw the job's secret: libsodium has no source of "
+                        "randomness\n");
+        return -1;
+    }
+    return 0;
 }
 
 /* The value PATH will have in the ranks' environment. */
@@ -364,7 +400,8 @@ static int fr_assign_cpus(fr_job_t *job)
  * a child about to exec. */
 static void fr_unset_launcher_env(void)
 {
-    static const char *const names[] = {"PMI_FD", "PMI_RANK", "PMI_SIZE", "PMI_PORT", "PMI_ID"};
+    static const char *const names[] = {"PMI_FD",  "PMI_RANK", "PMI_SIZE",
+                                        "PMI_PORT", "PMI_ID",   RT_AUTH_SECRET_ENV};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         unsetenv(names[i]);
     }
@@ -387,17 +424,22 @@ static void fr_unset_launcher_env(void)
 }
 
 /* In the child of a remote rank: runs the launch agent, which starts the
- * rank on its host with the PMI address and the rank in its environment.
- * Never returns. */
-static void fr_child_remote(const fr_job_t *job, const fr_rank_t *r, int out_fd, int err_fd,
-                            const sigset_t *orig_mask)
+ * rank on its host with the PMI address and the rank in its environment,
+ * and the secret in the agent's environment or, when in_fd >= 0, on the
+ * standard input in_fd is the read end of. Never returns. */
+static void fr_child_remote(const fr_job_t *job, const fr_rank_t *r, int in_fd, int out_fd,
+                            int err_fd, const sigset_t *orig_mask)
 {
     signal(SIGPIPE, SIG_DFL);
     sigprocmask(SIG_SETMASK, orig_mask, NULL);
     if (dup2(out_fd, STDOUT_FILENO) < 0 || dup2(err_fd, STDERR_FILENO) < 0) {
         _exit(FR_EXIT_ERROR);
     }
-    if (r->rank != 0) {
+    if (in_fd >= 0) {
+        if (dup2(in_fd, STDIN_FILENO) < 0) {
+            _exit(FR_EXIT_ERROR);
+        }
+    } else if (r->rank != 0) {
         int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (null_fd >= 0) {
             dup2(null_fd, STDIN_FILENO);
@@ -406,6 +448,9 @@ static void fr_child_remote(const fr_job_t *job, const fr_rank_t *r, int out_fd,
     /* Agents that keep the environment (ip netns exec) would otherwise pass
      * an outer launcher's variables on; the rank's own come through env. */
     fr_unset_launcher_env();
+    if (in_fd < 0) {
+        setenv(RT_AUTH_SECRET_ENV, job->secret_hex, 1);
+    }
     char **argv = fr_agent_argv(job, r);
     if (argv == NULL) {
         fprintf(stderr, "ferryrun: rank %d: out of memory\n", r->rank);
@@ -467,6 +512,8 @@ static void fr_child(const fr_job_t *job, const fr_rank_t *r, int pmi_fd, int ou
         }
         /* A bare VAR is inherited already; main warned when it is unset. */
     }
+    /* After the -x variables, which cannot name it anyway. */
+    setenv(RT_AUTH_SECRET_ENV, job->secret_hex, 1);
 
     if (r->cpu >= 0) {
         cpu_set_t set;
@@ -496,17 +543,46 @@ static void fr_close_fd(int fd)
     }
 }
 
+/* Writes the secret line to the agent's standard input. The pipe is new
+ * and empty, and the line far shorter than PIPE_BUF, so it goes at once and
+ * whole; the rest is ferryrun's own input for rank 0, nothing for others. */
+static int fr_give_secret(fr_job_t *job, const fr_rank_t *r, int fd)
+{
+    char line[RT_AUTH_HEX_LEN + 2];
+    int n = snprintf(line, sizeof(line), "%s\n", job->secret_hex);
+    ssize_t w = write(fd, line, (size_t)n);
+    rt_auth_wipe(line, sizeof(line));
+    if (w != (ssize_t)n) {
+        fprintf(stderr, "ferryrun: rank %d: cannot give the launch agent the job's secret: %s\n",
+                r->rank, w < 0 ? strerror(errno) : "short write");
+        close(fd);
+        return -1;
+    }
+    if (r->rank != 0) {
+        close(fd);
+        return 0;
+    }
+    (void)fr_set_nonblock(fd);
+    job->stdin_fwd.out_fd = fd;
+    return 0;
+}
+
 static int fr_spawn(fr_job_t *job, fr_rank_t *r, const sigset_t *orig_mask)
 {
     int sv[2] = {-1, -1};
+    int in[2] = {-1, -1};
     int out[2] = {-1, -1};
     int err[2] = {-1, -1};
-    /* A remote rank connects to the listener instead. */
+    /* A remote rank connects to the listener instead; it may get the
+     * secret on its agent's standard input. */
     if (!r->remote && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
         goto err_report;
     }
-    if (pipe2(out, O_CLOEXEC) != 0) {
+    if (r->remote && fr_agent_secret_stdin(job) && pipe2(in, O_CLOEXEC) != 0) {
         goto err_close_socket;
+    }
+    if (pipe2(out, O_CLOEXEC) != 0) {
+        goto err_close_in;
     }
     if (pipe2(err, O_CLOEXEC) != 0) {
         goto err_close_out;
@@ -517,11 +593,12 @@ static int fr_spawn(fr_job_t *job, fr_rank_t *r, const sigset_t *orig_mask)
     }
     if (pid == 0) {
         if (r->remote) {
-            fr_child_remote(job, r, out[1], err[1], orig_mask);
+            fr_child_remote(job, r, in[0], out[1], err[1], orig_mask);
         }
         fr_child(job, r, sv[1], out[1], err[1], orig_mask);
     }
     fr_close_fd(sv[1]);
+    fr_close_fd(in[0]);
     close(out[1]);
     close(err[1]);
     r->pid = pid;
@@ -533,6 +610,11 @@ static int fr_spawn(fr_job_t *job, fr_rank_t *r, const sigset_t *orig_mask)
     }
     (void)fr_set_nonblock(out[0]);
     (void)fr_set_nonblock(err[0]);
+    /* A rank whose agent cannot have the secret cannot connect: it fails,
+     * with this message, and ends the job as any failed rank does. */
+    if (in[1] >= 0) {
+        (void)fr_give_secret(job, r, in[1]);
+    }
     return 0;
 
 err_close_err:
@@ -541,6 +623,9 @@ err_close_err:
 err_close_out:
     close(out[0]);
     close(out[1]);
+err_close_in:
+    fr_close_fd(in[0]);
+    fr_close_fd(in[1]);
 err_close_socket:
     fr_close_fd(sv[0]);
     fr_close_fd(sv[1]);
@@ -550,27 +635,6 @@ err_report:
 }
 
 /* ---- Ending the job --------------------------------------------------------- */
-
-static void fr_signal_ranks(fr_job_t *job, int sig)
-{
-    for (int i = 0; i < job->opt.np; i++) {
-        fr_rank_t *r = &job->ranks[i];
-        if (r->pid > 0 && !r->reaped) {
-            (void)kill(r->pid, sig);
-        }
-    }
-}
-
-void fr_job_fail(fr_job_t *job, int exit_code)
-{
-    if (job->ending) {
-        return;
-    }
-    job->ending = true;
-    job->exit_code = exit_code;
-    job->term_ms = fr_now_ms();
-    fr_signal_ranks(job, SIGTERM);
-}
 
 static const char *fr_signal_name(int sig, char buf[32])
 {
@@ -625,6 +689,48 @@ static void fr_rank_ended(fr_job_t *job, fr_rank_t *r)
         job->first_failure = code;
 }
 
+/* Removes the region files libfabric's shm provider made for a local rank
+ * that has ended. The provider (checked against libfabric 1.17) names each
+ * endpoint's region "PID:UID:N" in /dev/shm, N counting the process's
+ * endpoints, and removes it when the endpoint closes or a catchable signal
+ * ends the process; after SIGKILL nothing does, and each is 16 MiB. The
+ * rank has just been reaped, so its pid names no live process; only files
+ * that are ours and have exactly that form are touched. A rank that exited
+ * normally and left some leaked them, which is worth a line. */
+static void fr_remove_provider_shm(const fr_rank_t *r)
+{
+    DIR *dir = opendir("/dev/shm");
+    if (dir == NULL) {
+        return;
+    }
+    char prefix[48];
+    int plen = snprintf(prefix, sizeof(prefix), "%ld:%ld:", (long)r->pid, (long)getuid());
+    int dfd = dirfd(dir);
+    int removed = 0;
+    struct dirent *ent;
+    while ((ent = readdir(dir)) != NULL) {
+        const char *name = ent->d_name;
+        if (strncmp(name, prefix, (size_t)plen) != 0) {
+            continue;
+        }
+        const char *n = name + plen;
+        if (n[0] == '\0' || strspn(n, "0123456789") != strlen(n)) {
+            continue;
+        }
+        struct stat st;
+        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+            st.st_uid == geteuid() && unlinkat(dfd, name, 0) == 0) {
+            removed++;
+        }
+    }
+    closedir(dir);
+    if (removed > 0 && WIFEXITED(r->wstatus) && WEXITSTATUS(r->wstatus) == 0) {
+        fprintf(stderr,
+                "ferryrun: removed %d libfabric shm file(s) rank %d (pid %ld) left behind\n",
+                removed, r->rank, (long)r->pid);
+    }
+}
+
 static void fr_reap(fr_job_t *job)
 {
     for (;;) {
@@ -638,6 +744,9 @@ static void fr_reap(fr_job_t *job)
             if (r->pid == pid && !r->reaped) {
                 r->reaped = true;
                 r->wstatus = st;
+                if (!r->remote) {
+                    fr_remove_provider_shm(r);
+                }
                 fr_rank_ended(job, r);
                 break;
             }
@@ -753,7 +862,7 @@ static void fr_wake_at(long long *wake, long long when)
 
 static int fr_run(fr_job_t *job, int sig_fd)
 {
-    size_t max_fds = 2 + 3 * (size_t)job->opt.np + FR_PENDING_MAX;
+    size_t max_fds = 3 + 3 * (size_t)job->opt.np + FR_PENDING_MAX;
     struct pollfd *pfds = calloc(max_fds, sizeof(*pfds));
     /* For each pollfd, the rank and which of its descriptors it is. */
     int *who = calloc(max_fds, sizeof(*who));
@@ -822,6 +931,16 @@ static int fr_run(fr_job_t *job, int sig_fd)
                 }
             }
         }
+        /* ferryrun's input on its way to a remote rank 0 (fr_output.c):
+         * read when there is room, written when there is something. */
+        fr_stdin_t *in = &job->stdin_fwd;
+        if (in->out_fd >= 0 && in->off < in->len) {
+            pfds[n] = (struct pollfd){.fd = in->out_fd, .events = POLLOUT};
+            who[n++] = FR_WHO_STDIN_OUT;
+        } else if (in->out_fd >= 0) {
+            pfds[n] = (struct pollfd){.fd = STDIN_FILENO, .events = POLLIN};
+            who[n++] = FR_WHO_STDIN;
+        }
         for (int i = 0; i < job->opt.np; i++) {
             fr_rank_t *r = &job->ranks[i];
             if (r->out.fd >= 0) {
@@ -869,6 +988,14 @@ static int fr_run(fr_job_t *job, int sig_fd)
                 fr_pmi_accept(job);
                 continue;
             }
+            if (who[k] == FR_WHO_STDIN) {
+                fr_stdin_readable(&job->stdin_fwd);
+                continue;
+            }
+            if (who[k] == FR_WHO_STDIN_OUT) {
+                fr_stdin_writable(&job->stdin_fwd);
+                continue;
+            }
             if (who[k] < -2) {
                 fr_pending_t *pc = &job->pending[-3 - who[k]];
                 if (pc->fd >= 0) {
@@ -900,6 +1027,7 @@ static int fr_run(fr_job_t *job, int sig_fd)
     }
     free(pfds);
     free(who);
+    fr_complain_flush(&job->refusals, "messages about refused PMI connections");
     return job->ending ? job->exit_code : job->first_failure;
 }
 
@@ -927,6 +1055,8 @@ int main(int argc, char **argv)
         return FR_EXIT_ERROR;
     }
     job.listen_fd = -1;
+    job.stdin_fwd.out_fd = -1;
+    rt_ratelimit_init(&job.refusals, RT_RATELIMIT_BURST, RT_RATELIMIT_INTERVAL_MS);
     for (int k = 0; k < FR_PENDING_MAX; k++) {
         job.pending[k].fd = -1;
     }
@@ -970,10 +1100,13 @@ int main(int argc, char **argv)
     }
     fr_make_job_id(&job);
     status = FR_EXIT_ERROR;
-    job.ranks = calloc((size_t)job.opt.np, sizeof(*job.ranks));
-    if (job.ranks == NULL) {
-        fprintf(stderr, "ferryrun: out of memory\n");
+    if (fr_make_secret(&job) != 0) {
         goto err_free_opts;
+    }
+    job.ranks = calloc((size_t)job.opt.np, sizeof(*job.ranks));
+    if (job.ranks == NULL || fr_kvs_init(&job.kvs, job.opt.np) != 0) {
+        fprintf(stderr, "ferryrun: out of memory\n");
+        goto err_free_ranks;
     }
     for (int i = 0, h = 0, used = 0; i < job.opt.np; i++) {
         fr_rank_t *r = &job.ranks[i];
@@ -983,6 +1116,7 @@ int main(int argc, char **argv)
         r->pmi_fd = -1;
         r->out.fd = -1;
         r->err.fd = -1;
+        rt_ratelimit_init(&r->complaints, RT_RATELIMIT_BURST, RT_RATELIMIT_INTERVAL_MS);
         if (job.hosts != NULL) {
             /* Slots fill in order (fr_hosts_place checked that all fit). */
             while (used == job.hosts[h].slots) {
@@ -1050,11 +1184,11 @@ int main(int argc, char **argv)
     for (int k = 0; k < FR_PENDING_MAX; k++) {
         fr_pmi_pending_close(&job.pending[k]);
     }
+    fr_stdin_close(&job.stdin_fwd);
     /* Only this host's /dev/shm is within reach. */
     if (job.n_remote < job.opt.np) {
         fr_remove_shm(&job, status);
     }
-    fr_kvs_fini(&job.kvs);
     close(sig_fd);
 err_restore_mask:
     signal(SIGPIPE, SIG_DFL);
@@ -1063,8 +1197,11 @@ err_free_ranks:
     if (job.listen_fd >= 0) {
         close(job.listen_fd);
     }
+    fr_kvs_fini(&job.kvs);
     free(job.ranks);
 err_free_opts:
+    rt_auth_wipe(job.secret, sizeof(job.secret));
+    rt_auth_wipe(job.secret_hex, sizeof(job.secret_hex));
     free(job.hosts);
     free(job.opt.xvars);
     return status;

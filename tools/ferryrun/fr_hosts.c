@@ -11,6 +11,14 @@
  * network namespace the "host" names. ssh hands its command to a shell, so
  * for an agent named ssh or rsh every word that a shell would change is
  * quoted; other agents get the words as they are.
+ *
+ * The job's secret never goes on a command line, where any user of either
+ * host could read it. Agents that keep the environment get it there; ssh
+ * and rsh, which pass none, get it as the first line of their standard
+ * input, which a small sh wrapper on the remote side reads into the rank's
+ * environment before it execs the program:
+ *   AGENT host env VAR=VALUE... sh -c 'IFS= read -r FERRY_JOB_SECRET ...;
+ *       export FERRY_JOB_SECRET; exec "$@"' ferryrun-rank prog args
  */
 #include <errno.h>
 #include <arpa/inet.h>
@@ -303,8 +311,27 @@ static char *fr_put_word(char *dst, const char *word, bool quote)
     return dst;
 }
 
+bool fr_agent_secret_stdin(const fr_job_t *job)
+{
+    if (job->opt.agent_secret != FR_SECRET_AUTO) {
+        return job->opt.agent_secret == FR_SECRET_STDIN;
+    }
+    return fr_agent_uses_shell(job->opt.launch_agent);
+}
+
 /* The VAR=VALUE words every remote rank gets before the -x ones. */
 #define FR_ENV_FIXED 5
+/* The words before the program when the secret comes on standard input: the
+ * script reads one line, and only a whole one, so that a rank 0 reading its
+ * input finds it unchanged after the secret. */
+static const char *const fr_stdin_wrapper[] = {
+    "sh",
+    "-c",
+    "IFS= read -r " RT_AUTH_SECRET_ENV " || { echo \"ferryrun: no job secret on standard "
+    "input\" >&2; exit 127; }; export " RT_AUTH_SECRET_ENV "; exec \"$@\"",
+    "ferryrun-rank",
+};
+#define FR_WRAPPER_WORDS (sizeof(fr_stdin_wrapper) / sizeof(fr_stdin_wrapper[0]))
 
 char **fr_agent_argv(const fr_job_t *job, const fr_rank_t *r)
 {
@@ -355,7 +382,14 @@ char **fr_agent_argv(const fr_job_t *job, const fr_rank_t *r)
         }
         a += len;
     }
+    bool wrap = fr_agent_secret_stdin(job);
     n_words += 2 + FR_ENV_FIXED + nx_used; /* host, "env" */
+    if (wrap) {
+        for (size_t i = 0; i < FR_WRAPPER_WORDS; i++) {
+            n_words++;
+            bytes += fr_quoted_len(fr_stdin_wrapper[i]) + 1;
+        }
+    }
     bytes += strlen(job->hosts[r->host].name) + 1 + 4;
     for (int i = 0; i < FR_ENV_FIXED; i++) {
         bytes += fr_quoted_len(fixed[i]) + 1;
@@ -394,6 +428,10 @@ char **fr_agent_argv(const fr_job_t *job, const fr_rank_t *r)
         for (size_t i = 0; i < nx_used; i++) {
             argv[k++] = dst;
             dst = fr_put_word(dst, xwords[i], quote);
+        }
+        for (size_t i = 0; wrap && i < FR_WRAPPER_WORDS; i++) {
+            argv[k++] = dst;
+            dst = fr_put_word(dst, fr_stdin_wrapper[i], quote);
         }
         for (char **w = job->opt.argv; *w != NULL; w++) {
             argv[k++] = dst;

@@ -7,6 +7,11 @@
  * (a prompt must show up even without a newline). The bytes are passed on
  * unchanged, except that a tagged line cut short gets a newline so that the
  * next one starts with its prefix.
+ *
+ * Input goes the other way only for a remote rank 0 whose agent's standard
+ * input first carried the job's secret (fr_hosts.c): ferryrun's own
+ * standard input follows the secret there, as it would reach the agent
+ * directly otherwise.
  */
 #include <errno.h>
 #include <poll.h>
@@ -172,4 +177,55 @@ long long fr_stream_flush_stale(fr_job_t *job, fr_rank_t *r, fr_stream_t *s, lon
         return 0;
     }
     return s->partial_ms + FR_STALE_MS;
+}
+
+void fr_stdin_close(fr_stdin_t *in)
+{
+    if (in->out_fd >= 0) {
+        close(in->out_fd);
+    }
+    in->out_fd = -1;
+    in->len = 0;
+    in->off = 0;
+}
+
+void fr_stdin_readable(fr_stdin_t *in)
+{
+    if (in->out_fd < 0 || in->len > in->off) {
+        return;
+    }
+    ssize_t n = read(STDIN_FILENO, in->buf, sizeof(in->buf));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return;
+    }
+    if (n <= 0) {
+        /* The end of the input is the end of the agent's, too. */
+        in->in_eof = true;
+        fr_stdin_close(in);
+        return;
+    }
+    in->len = (size_t)n;
+    in->off = 0;
+    fr_stdin_writable(in);
+}
+
+void fr_stdin_writable(fr_stdin_t *in)
+{
+    while (in->out_fd >= 0 && in->off < in->len) {
+        ssize_t n = write(in->out_fd, in->buf + in->off, in->len - in->off);
+        if (n > 0) {
+            in->off += (size_t)n;
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return;
+        } else {
+            /* The agent stopped reading (it ended): the input has nowhere
+             * to go. */
+            fr_stdin_close(in);
+            return;
+        }
+    }
+    in->len = 0;
+    in->off = 0;
 }

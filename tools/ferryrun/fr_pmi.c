@@ -1,21 +1,20 @@
 /*
  * The PMI-1 server: each rank sends one-line requests "cmd=NAME key=value
- * ..." over its socket and gets one-line answers. Supported: init,
+ * ..." over its connection and gets one-line answers. Supported: init,
  * get_maxes, get_appnum, get_universe_size, get_my_kvsname, put, get,
  * barrier_in (answered with barrier_out to every rank once all have entered),
  * finalize and abort.
  *
- * Local ranks are connected from the start (a socket pair, PMI_FD); remote
- * ranks connect to a TCP listener (PMI_PORT) and first say which rank they
- * are with "cmd=initack pmiid=N" (PMI_ID), which is answered, as hydra
- * does, with initack and three "cmd=set" lines: size, rank and debug. Each
- * remote rank may connect once; a connection that names a local rank, a rank
- * already connected, or nothing within FR_PENDING_MS is closed.
+ * Local ranks are connected from the start (a socket pair, PMI_FD), which
+ * only ferryrun and the rank hold; remote ranks connect to a TCP listener
+ * (PMI_PORT) and must first prove the job's secret (fr_accept.c).
  *
  * A rank's bytes are untrusted. A request that is not key=value text, or
  * names an unknown command, gets an error answer (cmd=error rc=-1) and a
- * message here; a line too long, or a rank that never reads its answers, has
- * its connection closed. ferryrun itself carries on either way.
+ * message here, rate-limited per rank (a few lines, then a count); a line
+ * too long, or a rank that never reads its answers, has its connection
+ * closed. A put of another rank's key, or past the rank's quota, is refused
+ * (fr_kvs.c). ferryrun itself carries on either way.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -29,97 +28,6 @@
 
 #include "ferryrun.h"
 
-#define FR_TOKENS_MAX 16
-
-typedef struct fr_req {
-    int n;
-    const char *key[FR_TOKENS_MAX];
-    const char *val[FR_TOKENS_MAX];
-} fr_req_t;
-
-/* ---- Key-value store ------------------------------------------------------ */
-
-static size_t fr_kvs_bucket(const char *key)
-{
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (; *key != '\0'; key++) {
-        h ^= (unsigned char)*key;
-        h *= 0x100000001b3ull;
-    }
-    return (size_t)(h % FR_KVS_BUCKETS);
-}
-
-static const char *fr_kvs_get(const fr_kvs_t *kvs, const char *key)
-{
-    for (const fr_kv_t *kv = kvs->buckets[fr_kvs_bucket(key)]; kv != NULL; kv = kv->next) {
-        if (strcmp(kv->key, key) == 0) {
-            return kv->val;
-        }
-    }
-    return NULL;
-}
-
-/* Stores or replaces a value. Returns a short reason on failure, for the
- * msg= of the answer, or NULL. */
-static const char *fr_kvs_put(fr_kvs_t *kvs, const char *key, const char *val)
-{
-    size_t b = fr_kvs_bucket(key);
-    size_t vlen = strlen(val);
-    for (fr_kv_t *kv = kvs->buckets[b]; kv != NULL; kv = kv->next) {
-        if (strcmp(kv->key, key) == 0) {
-            size_t old = strlen(kv->val);
-            if (kvs->bytes - old + vlen > FR_KVS_BYTES_MAX) {
-                return "kvs_full";
-            }
-            char *copy = strdup(val);
-            if (copy == NULL) {
-                return "out_of_memory";
-            }
-            free(kv->val);
-            kv->val = copy;
-            kvs->bytes = kvs->bytes - old + vlen;
-            return NULL;
-        }
-    }
-    size_t klen = strlen(key);
-    if (kvs->bytes + klen + vlen > FR_KVS_BYTES_MAX) {
-        return "kvs_full";
-    }
-    fr_kv_t *kv = calloc(1, sizeof(*kv));
-    if (kv != NULL) {
-        kv->key = strdup(key);
-        kv->val = strdup(val);
-    }
-    if (kv == NULL || kv->key == NULL || kv->val == NULL) {
-        if (kv != NULL) {
-            free(kv->key);
-            free(kv->val);
-        }
-        free(kv);
-        return "out_of_memory";
-    }
-    kv->next = kvs->buckets[b];
-    kvs->buckets[b] = kv;
-    kvs->bytes += klen + vlen;
-    return NULL;
-}
-
-void fr_kvs_fini(fr_kvs_t *kvs)
-{
-    for (size_t b = 0; b < FR_KVS_BUCKETS; b++) {
-        fr_kv_t *kv = kvs->buckets[b];
-        while (kv != NULL) {
-            fr_kv_t *next = kv->next;
-            free(kv->key);
-            free(kv->val);
-            free(kv);
-            kv = next;
-        }
-        kvs->buckets[b] = NULL;
-    }
-    kvs->bytes = 0;
-}
-
 /* ---- Connection ----------------------------------------------------------- */
 
 void fr_pmi_close(fr_job_t *job, fr_rank_t *r)
@@ -127,6 +35,9 @@ void fr_pmi_close(fr_job_t *job, fr_rank_t *r)
     if (r->pmi_fd < 0) {
         return;
     }
+    char what[96];
+    snprintf(what, sizeof(what), "messages about rank %d's PMI requests", r->rank);
+    fr_complain_flush(&r->complaints, what);
     close(r->pmi_fd);
     r->pmi_fd = -1;
     free(r->outq);
@@ -158,11 +69,7 @@ void fr_pmi_writable(fr_job_t *job, fr_rank_t *r)
     }
 }
 
-/* Queues one answer line and tries to send it at once. */
-static void fr_pmi_answer(fr_job_t *job, fr_rank_t *r, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void fr_pmi_answer(fr_job_t *job, fr_rank_t *r, const char *fmt, ...)
+void fr_pmi_answer(fr_job_t *job, fr_rank_t *r, const char *fmt, ...)
 {
     if (r->pmi_fd < 0) {
         return;
@@ -206,8 +113,7 @@ static void fr_pmi_answer(fr_job_t *job, fr_rank_t *r, const char *fmt, ...)
 
 /* ---- Requests ------------------------------------------------------------- */
 
-/* Copies at most 60 characters of a rank's text for a message. */
-static void fr_excerpt(const char *text, char out[64])
+void fr_excerpt(const char *text, char out[64])
 {
     size_t n = strlen(text);
     size_t m = n < 60 ? n : 60;
@@ -218,7 +124,7 @@ static void fr_excerpt(const char *text, char out[64])
     strcpy(out + m, n > 60 ? "..." : "");
 }
 
-static const char *fr_req_field(const fr_req_t *req, const char *key)
+const char *fr_req_field(const fr_req_t *req, const char *key)
 {
     for (int i = 1; i < req->n; i++) {
         if (strcmp(req->key[i], key) == 0) {
@@ -228,8 +134,7 @@ static const char *fr_req_field(const fr_req_t *req, const char *key)
     return NULL;
 }
 
-/* Splits a request into key=value tokens, in place; NULL or a reason. */
-static const char *fr_req_parse(char *line, fr_req_t *req)
+const char *fr_req_parse(char *line, fr_req_t *req)
 {
     for (const char *c = line; *c != '\0'; c++) {
         if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f) {
@@ -262,7 +167,7 @@ static void fr_pmi_refuse(fr_job_t *job, fr_rank_t *r, const char *what, const c
 {
     char ex[64];
     fr_excerpt(what, ex);
-    fprintf(stderr, "ferryrun: rank %d sent a bad PMI request (%s): '%s'\n", r->rank, reason, ex);
+    fr_complain(&r->complaints, "rank %d sent a bad PMI request (%s): '%s'", r->rank, reason, ex);
     fr_pmi_answer(job, r, "cmd=error rc=-1 msg=%s\n", reason);
 }
 
@@ -296,9 +201,12 @@ static void fr_pmi_put(fr_job_t *job, fr_rank_t *r, const fr_req_t *req)
         fr_pmi_answer(job, r, "cmd=put_result rc=-1 msg=value_too_long\n");
         return;
     }
-    const char *why = fr_kvs_put(&job->kvs, key, val);
+    const char *why = fr_kvs_put(&job->kvs, r->rank, key, val);
     if (why != NULL) {
-        fprintf(stderr, "ferryrun: cannot store rank %d's PMI key: %s\n", r->rank, why);
+        char ex[64];
+        fr_excerpt(key, ex);
+        fr_complain(&r->complaints, "refused rank %d's put of PMI key '%s': %s", r->rank, ex,
+                    why);
         fr_pmi_answer(job, r, "cmd=put_result rc=-1 msg=%s\n", why);
         return;
     }
@@ -410,8 +318,7 @@ static void fr_pmi_request(fr_job_t *job, fr_rank_t *r, char *line)
     }
 }
 
-/* Serves the complete request lines in r->in. */
-static void fr_pmi_consume(fr_job_t *job, fr_rank_t *r)
+void fr_pmi_consume(fr_job_t *job, fr_rank_t *r)
 {
     char *start = r->in;
     char *nl;
@@ -431,11 +338,23 @@ static void fr_pmi_consume(fr_job_t *job, fr_rank_t *r)
     r->in_len -= (size_t)(start - r->in);
     memmove(r->in, start, r->in_len);
     if (r->in_len == sizeof(r->in)) {
-        fprintf(stderr,
-                "ferryrun: rank %d sent a PMI request longer than %d bytes; closing its PMI "
-                "connection\n",
-                r->rank, FR_PMI_LINE_MAX);
+        fr_complain(&r->complaints,
+                    "rank %d sent a PMI request longer than %d bytes; closing its PMI connection",
+                    r->rank, FR_PMI_LINE_MAX);
         fr_pmi_close(job, r);
+    }
+}
+
+void fr_pmi_input(fr_job_t *job, fr_rank_t *r, const char *data, size_t len)
+{
+    while (len > 0 && r->pmi_fd >= 0) {
+        size_t room = sizeof(r->in) - r->in_len;
+        size_t n = len < room ? len : room;
+        memcpy(r->in + r->in_len, data, n);
+        r->in_len += n;
+        data += n;
+        len -= n;
+        fr_pmi_consume(job, r);
     }
 }
 
@@ -456,151 +375,6 @@ void fr_pmi_readable(fr_job_t *job, fr_rank_t *r)
             return;
         }
         r->in_len += (size_t)n;
-        fr_pmi_consume(job, r);
-    }
-}
-
-/* ---- TCP connections of remote ranks ----------------------------------------- */
-
-void fr_pmi_pending_close(fr_pending_t *pc)
-{
-    if (pc->fd >= 0) {
-        close(pc->fd);
-    }
-    pc->fd = -1;
-    pc->in_len = 0;
-}
-
-void fr_pmi_accept(fr_job_t *job)
-{
-    for (;;) {
-        int fd = accept4(job->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED) {
-                continue;
-            }
-            if (errno != EAGAIN && errno != EWOULDBLOCK) {
-                fprintf(stderr, "ferryrun: accepting a PMI connection: %s\n", strerror(errno));
-            }
-            return;
-        }
-        fr_pending_t *slot = NULL;
-        for (int i = 0; i < FR_PENDING_MAX && slot == NULL; i++) {
-            if (job->pending[i].fd < 0) {
-                slot = &job->pending[i];
-            }
-        }
-        if (slot == NULL) {
-            /* Ranks connect once each and identify themselves at once: this
-             * many silent connections are not theirs. */
-            fprintf(stderr, "ferryrun: %d PMI connections wait to identify themselves; "
-                            "refusing another\n",
-                    FR_PENDING_MAX);
-            close(fd);
-            continue;
-        }
-        slot->fd = fd;
-        slot->in_len = 0;
-        slot->since_ms = fr_now_ms();
-    }
-}
-
-long long fr_pmi_pending_expire(fr_job_t *job, long long now)
-{
-    long long again = 0;
-    for (int i = 0; i < FR_PENDING_MAX; i++) {
-        fr_pending_t *pc = &job->pending[i];
-        if (pc->fd < 0) {
-            continue;
-        }
-        long long end = pc->since_ms + FR_PENDING_MS;
-        if (now >= end) {
-            fprintf(stderr, "ferryrun: a PMI connection did not say which rank it is within "
-                            "%d s; closing it\n",
-                    FR_PENDING_MS / 1000);
-            fr_pmi_pending_close(pc);
-        } else if (again == 0 || end < again) {
-            again = end;
-        }
-    }
-    return again;
-}
-
-/* Refuses a pending connection, saying why here and to the peer. */
-static void fr_pending_refuse(fr_pending_t *pc, const char *text, const char *reason)
-{
-    char ex[64];
-    fr_excerpt(text, ex);
-    fprintf(stderr, "ferryrun: refused a PMI connection (%s): '%s'\n", reason, ex);
-    char line[128];
-    int n = snprintf(line, sizeof(line), "cmd=initack rc=-1 msg=%s\n", reason);
-    (void)send(pc->fd, line, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
-    fr_pmi_pending_close(pc);
-}
-
-void fr_pmi_pending_readable(fr_job_t *job, fr_pending_t *pc)
-{
-    ssize_t n = read(pc->fd, pc->in + pc->in_len, sizeof(pc->in) - pc->in_len);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
-        return;
-    }
-    if (n <= 0) {
-        fr_pmi_pending_close(pc);
-        return;
-    }
-    pc->in_len += (size_t)n;
-    char *nl = memchr(pc->in, '\n', pc->in_len);
-    if (nl == NULL) {
-        if (pc->in_len == sizeof(pc->in)) {
-            fr_pending_refuse(pc, "", "line_too_long");
-        }
-        return;
-    }
-    *nl = '\0';
-    char copy[FR_PMI_LINE_MAX];
-    snprintf(copy, sizeof(copy), "%s", pc->in);
-    fr_req_t req;
-    const char *why = memchr(pc->in, '\0', (size_t)(nl - pc->in)) != NULL
-                          ? "nul_byte"
-                          : fr_req_parse(pc->in, &req);
-    if (why == NULL && strcmp(req.val[0], "initack") != 0) {
-        why = "expected_initack";
-    }
-    const char *text = why == NULL ? fr_req_field(&req, "pmiid") : NULL;
-    long id = -1;
-    if (why == NULL) {
-        char *end = NULL;
-        errno = 0;
-        id = text != NULL ? strtol(text, &end, 10) : -1;
-        if (text == NULL || errno != 0 || end == text || *end != '\0' || id < 0 ||
-            id >= job->opt.np) {
-            why = "bad_pmiid";
-        }
-    }
-    fr_rank_t *r = why == NULL ? &job->ranks[id] : NULL;
-    if (r != NULL && !r->remote) {
-        why = "pmiid_of_local_rank";
-    } else if (r != NULL && (r->pmi_fd >= 0 || r->pmi_closed_ms > 0 || r->finalized)) {
-        why = "pmiid_already_connected";
-    } else if (r != NULL && (r->reaped || job->ending)) {
-        why = "rank_ended";
-    }
-    if (why != NULL) {
-        fr_pending_refuse(pc, copy, why);
-        return;
-    }
-    /* The connection is the rank's now; bytes after the initack (a client
-     * that did not wait for the answer) are its first requests. */
-    r->pmi_fd = pc->fd;
-    size_t rest = pc->in_len - (size_t)(nl + 1 - pc->in);
-    memcpy(r->in, nl + 1, rest);
-    r->in_len = rest;
-    pc->fd = -1;
-    pc->in_len = 0;
-    fr_pmi_answer(job, r, "cmd=initack rc=0\ncmd=set size=%d\ncmd=set rank=%d\ncmd=set debug=0\n",
-                  job->opt.np, r->rank);
-    if (rest > 0 && memchr(r->in, '\n', rest) != NULL) {
-        /* Serve what is already here; the next read may never come. */
         fr_pmi_consume(job, r);
     }
 }

@@ -292,7 +292,7 @@ static const ferry_btl_ops_t ofi_ops = {
 /* ---- opening ---- */
 
 /* Does the provider refuse an access through a released registration's key
- * with an error completion, and nothing worse? The rule (docs/ofi.md,
+ * with an error completion, and nothing worse? The rule (README.md,
  * Limits): software providers do not. shm (1.17) checks no key on its
  * cross-memory-attach path and writes into the released memory; tcp (and
  * ofi_rxm over it) checks the key but answers a bad one by closing the
@@ -369,12 +369,91 @@ static int open_fabric(ofi_module_t *mod)
 
 extern const ferry_btl_component_t btl_ofi_component;
 
+/* What ofi_module_open hands to the skeleton's steps. */
+typedef struct ofi_open_arg {
+    const ofi_params_t *p;
+    struct fi_info *info;
+    int index;
+    const char *key_gap;
+} ofi_open_arg_t;
+
+static int ofi_init(ferry_btl_module_t *btl, void *argp)
+{
+    ofi_module_t *mod = ofi_of(btl);
+    const ofi_open_arg_t *arg = argp;
+    const ofi_params_t *p = arg->p;
+    ferry_ctx_t *ctx = btl->ctx;
+    const char *prov = arg->info->fabric_attr->prov_name;
+    mod->p = *p;
+    mod->index = arg->index;
+    mod->nranks = ctx->size;
+    mod->next_req_key = 1;
+    util_list_init(&mod->sending);
+    util_list_init(&mod->completed);
+    util_list_init(&mod->rma_posted);
+    if (arg->index == 0)
+        snprintf(mod->modex_key, sizeof(mod->modex_key), "btl.ofi");
+    else
+        snprintf(mod->modex_key, sizeof(mod->modex_key), "btl.ofi.%d", arg->index);
+    mod->info = fi_dupinfo(arg->info);
+    mod->eps = calloc((size_t)ctx->size, sizeof(*mod->eps));
+    if (mod->info == NULL || mod->eps == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    mod->mr_mode = (uint64_t)mod->info->domain_attr->mr_mode;
+    /* FI_MR_LOCAL named in FERRY_OFI_MR_MODE is honoured even where the
+     * provider does not demand it, so that path can be tested anywhere. */
+    const rt_param_t *mrp = rt_param_find(&ctx->params, "ofi_mr_mode");
+    if (mrp != NULL && mrp->from_env && strstr(p->mr_mode, "local") != NULL)
+        mod->mr_mode |= FI_MR_LOCAL;
+    mod->inject_size = mod->info->tx_attr->inject_size;
+    /* ofi_rxm (1.17) hands a multi-receive buffer back before a large
+     * (rendezvous) message placed in it has completed, so a reposted
+     * buffer could be overwritten under it: one buffer per message there. */
+    mod->use_multi_recv = p->multi_recv && (mod->info->caps & FI_MULTI_RECV) != 0 &&
+                          strstr(prov, "ofi_rxm") == NULL;
+    mod->my_addr.version = OFI_ADDR_VERSION;
+    snprintf(mod->my_addr.prov, sizeof(mod->my_addr.prov), "%s", prov);
+    return FERRY_OK;
+}
+
+static int ofi_start(ferry_btl_module_t *btl, void *argp)
+{
+    ofi_module_t *mod = ofi_of(btl);
+    const ofi_open_arg_t *arg = argp;
+    ferry_ctx_t *ctx = btl->ctx;
+    const char *prov = arg->info->fabric_attr->prov_name;
+    const util_pool_params_t cp = {
+        .name = "ofi rma contexts",
+        .elem_size = sizeof(ofi_opctx_t),
+        .align = 64,
+        .initial = 16,
+        .max = 0,
+        .increment = 64,
+    };
+    int rc = util_pool_init(&mod->rma_ctxs, &cp);
+    if (rc != FERRY_OK)
+        return rc;
+    mod->rma_ctxs_ready = true;
+    if ((rc = open_fabric(mod)) != FERRY_OK || (rc = ofi_tx_init(mod)) != FERRY_OK ||
+        (rc = ofi_rx_init(mod)) != FERRY_OK || (rc = ofi_rx_post_all(mod)) != FERRY_OK)
+        return rc;
+    rc = rt_modex_put(ctx->modex, mod->modex_key, &mod->my_addr, sizeof(mod->my_addr));
+    if (rc != FERRY_OK)
+        return rc;
+    rt_log(&ctx->log, RT_LOG_DEBUG,
+           "ofi: module %d: provider %s, domain %s, mr_mode 0x%llx, inject %zu, %s receives",
+           arg->index, prov, mod->info->domain_attr->name, (unsigned long long)mod->mr_mode,
+           mod->inject_size, mod->use_multi_recv ? "multi" : "single");
+    if (arg->key_gap != NULL)
+        rt_log(&ctx->log, RT_LOG_INFO,
+               "ofi: provider %s does not enforce revoked memory keys (%s); "
+               "FERRY_BTL_FLAG_NO_KEY_REVOKE set", prov, arg->key_gap);
+    return FERRY_OK;
+}
+
 int ofi_module_open(ferry_ctx_t *ctx, const ofi_params_t *p, struct fi_info *info, int index,
                     ferry_btl_module_t **btl_out)
 {
-    ofi_module_t *mod = calloc(1, sizeof(*mod));
-    if (mod == NULL)
-        return FERRY_ERR_NO_MEMORY;
     const char *prov = info->fabric_attr->prov_name;
     size_t max_msg = info->ep_attr->max_msg_size;
     size_t max_rdma = max_msg < ((size_t)1 << 30) ? max_msg : ((size_t)1 << 30);
@@ -397,43 +476,6 @@ int ofi_module_open(ferry_ctx_t *ctx, const ofi_params_t *p, struct fi_info *inf
         .reg_handle_size = sizeof(ofi_key_t),
         .mem_per_peer = 64, /* an address vector entry and an endpoint */
     };
-    int rc = btl_base_module_init(&mod->super, &btl_ofi_component, ctx, &attr, &ofi_ops);
-    if (rc != FERRY_OK) {
-        free(mod);
-        return rc;
-    }
-    mod->p = *p;
-    mod->index = index;
-    mod->nranks = ctx->size;
-    mod->next_req_key = 1;
-    util_list_init(&mod->sending);
-    util_list_init(&mod->completed);
-    util_list_init(&mod->rma_posted);
-    if (index == 0)
-        snprintf(mod->modex_key, sizeof(mod->modex_key), "btl.ofi");
-    else
-        snprintf(mod->modex_key, sizeof(mod->modex_key), "btl.ofi.%d", index);
-    mod->info = fi_dupinfo(info);
-    mod->eps = calloc((size_t)ctx->size, sizeof(*mod->eps));
-    if (mod->info == NULL || mod->eps == NULL) {
-        rc = FERRY_ERR_NO_MEMORY;
-        goto err_finalize;
-    }
-    mod->mr_mode = (uint64_t)mod->info->domain_attr->mr_mode;
-    /* FI_MR_LOCAL named in FERRY_OFI_MR_MODE is honoured even where the
-     * provider does not demand it, so that path can be tested anywhere. */
-    const rt_param_t *mrp = rt_param_find(&ctx->params, "ofi_mr_mode");
-    if (mrp != NULL && mrp->from_env && strstr(p->mr_mode, "local") != NULL)
-        mod->mr_mode |= FI_MR_LOCAL;
-    mod->inject_size = mod->info->tx_attr->inject_size;
-    /* ofi_rxm (1.17) hands a multi-receive buffer back before a large
-     * (rendezvous) message placed in it has completed, so a reposted
-     * buffer could be overwritten under it: one buffer per message there. */
-    mod->use_multi_recv = p->multi_recv && (mod->info->caps & FI_MULTI_RECV) != 0 &&
-                          strstr(prov, "ofi_rxm") == NULL;
-    mod->my_addr.version = OFI_ADDR_VERSION;
-    snprintf(mod->my_addr.prov, sizeof(mod->my_addr.prov), "%s", prov);
-
     const btl_frag_params_t fp = {
         .eager_size = p->eager_limit,
         .max_size = p->max_send_size,
@@ -442,36 +484,17 @@ int ofi_module_open(ferry_ctx_t *ctx, const ofi_params_t *p, struct fi_info *inf
         .inc = p->free_list_inc,
         .max_frags = p->free_list_max < 256 ? p->free_list_max : 256,
     };
-    const util_pool_params_t cp = {
-        .name = "ofi rma contexts",
-        .elem_size = sizeof(ofi_opctx_t),
-        .align = 64,
-        .initial = 16,
-        .max = 0,
-        .increment = 64,
+    ofi_open_arg_t arg = {.p = p, .info = info, .index = index, .key_gap = key_gap};
+    const btl_base_open_args_t args = {
+        .component = &btl_ofi_component,
+        .module_size = sizeof(ofi_module_t),
+        .attr = &attr,
+        .ops = &ofi_ops,
+        .frags_offset = offsetof(ofi_module_t, frags),
+        .frag_params = &fp,
+        .init = ofi_init,
+        .start = ofi_start,
+        .arg = &arg,
     };
-    if ((rc = btl_frags_init(&mod->frags, &mod->super, &fp)) != FERRY_OK ||
-        (rc = util_pool_init(&mod->rma_ctxs, &cp)) != FERRY_OK)
-        goto err_finalize;
-    mod->rma_ctxs_ready = true;
-    if ((rc = open_fabric(mod)) != FERRY_OK || (rc = ofi_tx_init(mod)) != FERRY_OK ||
-        (rc = ofi_rx_init(mod)) != FERRY_OK || (rc = ofi_rx_post_all(mod)) != FERRY_OK)
-        goto err_finalize;
-    rc = rt_modex_put(ctx->modex, mod->modex_key, &mod->my_addr, sizeof(mod->my_addr));
-    if (rc != FERRY_OK)
-        goto err_finalize;
-    rt_log(&ctx->log, RT_LOG_DEBUG,
-           "ofi: module %d: provider %s, domain %s, mr_mode 0x%llx, inject %zu, %s receives",
-           index, prov, mod->info->domain_attr->name, (unsigned long long)mod->mr_mode,
-           mod->inject_size, mod->use_multi_recv ? "multi" : "single");
-    if (key_gap != NULL)
-        rt_log(&ctx->log, RT_LOG_INFO,
-               "ofi: provider %s does not enforce revoked memory keys (%s); "
-               "FERRY_BTL_FLAG_NO_KEY_REVOKE set", prov, key_gap);
-    *btl_out = &mod->super;
-    return FERRY_OK;
-
-err_finalize:
-    ofi_finalize(&mod->super);
-    return rc;
+    return btl_base_module_create(ctx, &args, btl_out);
 }

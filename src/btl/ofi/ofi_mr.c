@@ -11,7 +11,7 @@
  *   ofi_key_t; otherwise ferry requests keys from a counter that never
  *   repeats within a module, so a released key never names new memory.
  * - FI_MR_ALLOCATED: ferry's own buffers are allocated and touched before
- *   registration; user memory must be too (docs/ofi.md).
+ *   registration; user memory must be too (README.md).
  * - FI_MR_ENDPOINT: each registration is bound to the module's endpoint
  *   and enabled.
  *

@@ -443,15 +443,18 @@ static int self_register_params(ferry_ctx_t *ctx)
 
 extern const ferry_btl_component_t btl_self_component;
 
+static int self_init(ferry_btl_module_t *btl, void *arg)
+{
+    util_list_init(&self_of(btl)->pending);
+    return FERRY_OK;
+}
+
 static int self_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *count_out)
 {
     self_params_t p;
     int rc = self_read_params(ctx, &p);
     if (rc != FERRY_OK)
         return rc;
-    self_module_t *mod = calloc(1, sizeof(*mod));
-    if (mod == NULL)
-        return FERRY_ERR_NO_MEMORY;
     const ferry_btl_attr_t attr = {
         .name = "self",
         .eager_limit = p.eager_limit,
@@ -466,10 +469,6 @@ static int self_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *c
                  FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI,
         .reg_handle_size = sizeof(self_key_t),
     };
-    rc = btl_base_module_init(&mod->super, &btl_self_component, ctx, &attr, &self_ops);
-    if (rc != FERRY_OK)
-        goto err_free_mod;
-    util_list_init(&mod->pending);
     const btl_frag_params_t fp = {
         .eager_size = p.eager_limit,
         .max_size = p.max_send_size,
@@ -478,17 +477,16 @@ static int self_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *c
         .inc = p.inc,
         .max_frags = p.max < 64 ? p.max : 64, /* max fragments are large */
     };
-    if ((rc = btl_frags_init(&mod->frags, &mod->super, &fp)) != FERRY_OK ||
-        (rc = btl_base_open_single(&mod->super, modules_out, count_out)) != FERRY_OK)
-        goto err_finalize;
-    return FERRY_OK;
-
-err_finalize:
-    self_finalize(&mod->super);
-    return rc;
-err_free_mod:
-    free(mod);
-    return rc;
+    const btl_base_open_args_t args = {
+        .component = &btl_self_component,
+        .module_size = sizeof(self_module_t),
+        .attr = &attr,
+        .ops = &self_ops,
+        .frags_offset = offsetof(self_module_t, frags),
+        .frag_params = &fp,
+        .init = self_init,
+    };
+    return btl_base_open(ctx, &args, modules_out, count_out);
 }
 
 const ferry_btl_component_t btl_self_component = {
@@ -496,4 +494,5 @@ const ferry_btl_component_t btl_self_component = {
     .description = "loopback within one process",
     .register_params = self_register_params,
     .open = self_open,
+    .always_open = true,
 };

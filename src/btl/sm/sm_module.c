@@ -446,15 +446,34 @@ static int segment_create(sm_module_t *mod)
 
 extern const ferry_btl_component_t btl_sm_component;
 
+static int sm_init(ferry_btl_module_t *btl, void *arg)
+{
+    sm_module_t *mod = sm_of(btl);
+    const sm_params_t *p = arg;
+    mod->p = *p;
+    mod->cma_ok = p->cma;
+    mod->nranks = btl->ctx->size;
+    util_list_init(&mod->sending);
+    util_list_init(&mod->completed);
+    mod->eps = calloc((size_t)mod->nranks, sizeof(*mod->eps));
+    mod->poll = calloc((size_t)mod->nranks, sizeof(*mod->poll));
+    mod->regs = calloc(p->reg_slots, sizeof(*mod->regs));
+    if (mod->eps == NULL || mod->poll == NULL || mod->regs == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    return FERRY_OK;
+}
+
+static int sm_start(ferry_btl_module_t *btl, void *arg)
+{
+    return segment_create(sm_of(btl));
+}
+
 static int sm_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *count_out)
 {
     sm_params_t p;
     int rc = sm_read_params(ctx, &p);
     if (rc != FERRY_OK)
         return rc;
-    sm_module_t *mod = calloc(1, sizeof(*mod));
-    if (mod == NULL)
-        return FERRY_ERR_NO_MEMORY;
     const ferry_btl_attr_t attr = {
         .name = "sm",
         .eager_limit = p.eager_limit,
@@ -470,23 +489,6 @@ static int sm_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *cou
         .reg_handle_size = sizeof(sm_key_t),
         .mem_per_peer = 2 * p.ring_size, /* a ring each way */
     };
-    rc = btl_base_module_init(&mod->super, &btl_sm_component, ctx, &attr, &sm_ops);
-    if (rc != FERRY_OK) {
-        free(mod);
-        return rc;
-    }
-    mod->p = p;
-    mod->cma_ok = p.cma;
-    mod->nranks = ctx->size;
-    util_list_init(&mod->sending);
-    util_list_init(&mod->completed);
-    mod->eps = calloc((size_t)ctx->size, sizeof(*mod->eps));
-    mod->poll = calloc((size_t)ctx->size, sizeof(*mod->poll));
-    mod->regs = calloc(p.reg_slots, sizeof(*mod->regs));
-    if (mod->eps == NULL || mod->poll == NULL || mod->regs == NULL) {
-        rc = FERRY_ERR_NO_MEMORY;
-        goto err_finalize;
-    }
     const btl_frag_params_t fp = {
         .eager_size = p.eager_limit,
         .max_size = p.max_send_size,
@@ -496,16 +498,18 @@ static int sm_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *cou
         .max_frags = p.free_list_max < 256 ? p.free_list_max : 256,
         .reg_limit_hint = "FERRY_SM_REG_SLOTS",
     };
-    if ((rc = btl_frags_init(&mod->frags, &mod->super, &fp)) != FERRY_OK ||
-        (rc = segment_create(mod)) != FERRY_OK)
-        goto err_finalize;
-    if ((rc = btl_base_open_single(&mod->super, modules_out, count_out)) != FERRY_OK)
-        goto err_finalize;
-    return FERRY_OK;
-
-err_finalize:
-    sm_finalize(&mod->super);
-    return rc;
+    const btl_base_open_args_t args = {
+        .component = &btl_sm_component,
+        .module_size = sizeof(sm_module_t),
+        .attr = &attr,
+        .ops = &sm_ops,
+        .frags_offset = offsetof(sm_module_t, frags),
+        .frag_params = &fp,
+        .init = sm_init,
+        .start = sm_start,
+        .arg = &p,
+    };
+    return btl_base_open(ctx, &args, modules_out, count_out);
 }
 
 const ferry_btl_component_t btl_sm_component = {

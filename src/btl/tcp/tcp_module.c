@@ -831,16 +831,47 @@ static size_t max_frags(const tcp_params_t *p)
     return n < by_bytes ? n : by_bytes;
 }
 
+static int tcp_init(ferry_btl_module_t *btl, void *arg)
+{
+    tcp_module_t *mod = tcp_of(btl);
+    const tcp_params_t *p = arg;
+    mod->p = *p;
+    mod->epfd = -1;
+    mod->nranks = btl->ctx->size;
+    util_list_init(&mod->conns);
+    util_list_init(&mod->connecting);
+    util_list_init(&mod->sending);
+    util_list_init(&mod->completed);
+    util_list_init(&mod->reports);
+    util_list_init(&mod->resume);
+    util_list_init(&mod->evicted_conns);
+    mod->eps = calloc((size_t)mod->nranks, sizeof(*mod->eps));
+    mod->hot = calloc((size_t)mod->nranks, sizeof(*mod->hot));
+    mod->same_host = calloc((size_t)mod->nranks, sizeof(*mod->same_host));
+    mod->regs = calloc(p->reg_slots, sizeof(*mod->regs));
+    mod->reg_gen = calloc(p->reg_slots, sizeof(*mod->reg_gen));
+    if (mod->eps == NULL || mod->hot == NULL || mod->same_host == NULL || mod->regs == NULL ||
+        mod->reg_gen == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    mod->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (mod->epfd < 0)
+        return rt_log_errno(&btl->ctx->log, "tcp: epoll_create1", errno);
+    return FERRY_OK;
+}
+
+static int tcp_start(ferry_btl_module_t *btl, void *arg)
+{
+    tcp_module_t *mod = tcp_of(btl);
+    int rc = open_listeners(mod);
+    return rc == FERRY_OK ? publish(mod) : rc;
+}
+
 static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *count_out)
 {
     tcp_params_t p;
     int rc = tcp_read_params(ctx, &p);
     if (rc != FERRY_OK)
         return rc;
-    *count_out = 0;
-    tcp_module_t *mod = calloc(1, sizeof(*mod));
-    if (mod == NULL)
-        return FERRY_ERR_NO_MEMORY;
     const ferry_btl_attr_t attr = {
         .name = "tcp",
         .eager_limit = p.eager_limit,
@@ -856,36 +887,6 @@ static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *co
         .reg_handle_size = sizeof(tcp_key_t),
         .mem_per_peer = p.rx_buffer,
     };
-    rc = btl_base_module_init(&mod->super, &btl_tcp_component, ctx, &attr, &tcp_ops);
-    if (rc != FERRY_OK) {
-        free(mod);
-        return rc;
-    }
-    mod->p = p;
-    mod->epfd = -1;
-    mod->nranks = ctx->size;
-    util_list_init(&mod->conns);
-    util_list_init(&mod->connecting);
-    util_list_init(&mod->sending);
-    util_list_init(&mod->completed);
-    util_list_init(&mod->reports);
-    util_list_init(&mod->resume);
-    util_list_init(&mod->evicted_conns);
-    mod->eps = calloc((size_t)ctx->size, sizeof(*mod->eps));
-    mod->hot = calloc((size_t)ctx->size, sizeof(*mod->hot));
-    mod->same_host = calloc((size_t)ctx->size, sizeof(*mod->same_host));
-    mod->regs = calloc(p.reg_slots, sizeof(*mod->regs));
-    mod->reg_gen = calloc(p.reg_slots, sizeof(*mod->reg_gen));
-    if (mod->eps == NULL || mod->hot == NULL || mod->same_host == NULL || mod->regs == NULL ||
-        mod->reg_gen == NULL) {
-        rc = FERRY_ERR_NO_MEMORY;
-        goto err_finalize;
-    }
-    mod->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (mod->epfd < 0) {
-        rc = rt_log_errno(&ctx->log, "tcp: epoll_create1", errno);
-        goto err_finalize;
-    }
     const btl_frag_params_t fp = {
         .eager_size = p.eager_limit,
         .max_size = p.max_send_size,
@@ -894,16 +895,18 @@ static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *co
         .inc = p.free_list_inc,
         .max_frags = max_frags(&p),
     };
-    if ((rc = btl_frags_init(&mod->frags, &mod->super, &fp)) != FERRY_OK ||
-        (rc = open_listeners(mod)) != FERRY_OK || (rc = publish(mod)) != FERRY_OK)
-        goto err_finalize;
-    if ((rc = btl_base_open_single(&mod->super, modules_out, count_out)) != FERRY_OK)
-        goto err_finalize;
-    return FERRY_OK;
-
-err_finalize:
-    tcp_finalize(&mod->super);
-    return rc;
+    const btl_base_open_args_t args = {
+        .component = &btl_tcp_component,
+        .module_size = sizeof(tcp_module_t),
+        .attr = &attr,
+        .ops = &tcp_ops,
+        .frags_offset = offsetof(tcp_module_t, frags),
+        .frag_params = &fp,
+        .init = tcp_init,
+        .start = tcp_start,
+        .arg = &p,
+    };
+    return btl_base_open(ctx, &args, modules_out, count_out);
 }
 
 const ferry_btl_component_t btl_tcp_component = {

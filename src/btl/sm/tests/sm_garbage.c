@@ -1,0 +1,123 @@
+/*
+ * A peer's bytes are untrusted: rank 1 writes malformed headers straight
+ * into its ring in rank 0's segment (a length past the ring's end, an
+ * unknown type, a reserved tag, a corrupt credit word). Rank 0 must report
+ * rank 1 as failed, naming it, drop what it sent, survive, and go on
+ * exchanging messages with rank 2.
+ *
+ * usage (under ferryrun -n 3 --keep-going): sm_garbage CASE
+ *   CASE: length | type | tag
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ferry/ferry.h>
+
+#include "unit/check.h"
+#include "btl/sm/sm.h"
+
+#define TAG 40
+
+typedef struct state {
+    int got[3];
+    int failed_peer;
+    int failures;
+    char msg[256];
+} state_t;
+
+static void on_msg(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
+                   void *arg)
+{
+    state_t *st = arg;
+    CHECK(src >= 0 && src < 3);
+    st->got[src]++;
+}
+
+static void on_error(ferry_ctx_t *ctx, int peer, int status, const char *msg, void *arg)
+{
+    state_t *st = arg;
+    st->failures++;
+    st->failed_peer = peer;
+    snprintf(st->msg, sizeof(st->msg), "%s", msg);
+    printf("rank %d: peer %d failed: %s\n", ferry_rank(ctx), peer, msg);
+}
+
+static void send_retry(ferry_ctx_t *ctx, int dst, const void *data, size_t len)
+{
+    int rc;
+    while ((rc = ferry_am_send(ctx, dst, TAG, data, len)) == FERRY_ERR_NO_RESOURCE)
+        ferry_progress(ctx);
+    CHECK(rc == FERRY_OK);
+}
+
+/* Publishes a header the receiver must refuse at rank 1's next ring slot. */
+static void write_garbage(ferry_ctx_t *ctx, const char *what)
+{
+    ferry_btl_module_t *btl = btl_ctx_find_module(ctx, "sm");
+    CHECK(btl != NULL);
+    ferry_btl_endpoint_t *ep = ctx->peers[0].ep;
+    CHECK(ep != NULL && ep->state == SM_EP_CONNECTED);
+    uint64_t ring = ep->mod->p.ring_size;
+    uint64_t off = ep->head & (ring - 1);
+    uint64_t h;
+    if (strcmp(what, "length") == 0)
+        h = sm_hdr_pack(0x7fffffff, TAG, SM_T_DATA, sm_lap(ep->head, ring));
+    else if (strcmp(what, "type") == 0)
+        h = sm_hdr_pack(8, TAG, 0x77, sm_lap(ep->head, ring));
+    else
+        h = sm_hdr_pack(8, 250, SM_T_DATA, sm_lap(ep->head, ring));
+    atomic_store_explicit((_Atomic uint64_t *)(void *)(ep->out->ring + off), h,
+                          memory_order_release);
+}
+
+int main(int argc, char **argv)
+{
+    CHECK(argc == 2);
+    ferry_ctx_t *ctx;
+    state_t st = {.failed_peer = -1};
+    CHECK(ferry_init(NULL, &ctx) == FERRY_OK);
+    int me = ferry_rank(ctx);
+    CHECK(ferry_size(ctx) == 3);
+    if (btl_ctx_find_module(ctx, "sm") == NULL) {
+        if (me == 0)
+            printf("SKIPPED: the sm transport is not available\n");
+        return 77;
+    }
+    CHECK(ferry_set_error_cb(ctx, on_error, &st) == FERRY_OK);
+    CHECK(ferry_am_register(ctx, TAG, on_msg, &st) == FERRY_OK);
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+
+    char buf[64] = "hello";
+    /* Rank 0 says when it has left the barrier (ranks leave it at different
+     * times), so the garbage cannot break the barrier itself. */
+    if (me == 0)
+        send_retry(ctx, 1, buf, 8);
+    if (me == 1) {
+        while (st.got[0] == 0)
+            CHECK(ferry_progress(ctx) >= 0);
+        /* One good message connects the channel; then the garbage. */
+        send_retry(ctx, 0, buf, 8);
+        write_garbage(ctx, argv[1]);
+        /* Rank 0 will stop listening to us; we leave without finalize. */
+        printf("rank 1: garbage written\n");
+        return 0;
+    }
+    if (me == 0) {
+        while (st.failures == 0)
+            CHECK(ferry_progress(ctx) >= 0);
+        CHECK(st.failed_peer == 1);
+        CHECK(st.got[1] == 1); /* the good message, and nothing after it */
+        CHECK(strstr(st.msg, "rank 1") != NULL);
+        CHECK(ferry_am_send(ctx, 1, TAG, buf, 8) == FERRY_ERR_UNREACH);
+    }
+    /* Ranks 0 and 2 carry on with each other. */
+    int other = me == 0 ? 2 : 0;
+    for (int i = 0; i < 1000; i++)
+        send_retry(ctx, other, buf, (size_t)(i % 64));
+    while (st.got[other] < 1000)
+        CHECK(ferry_progress(ctx) >= 0);
+    printf("rank %d: 1000 messages from rank %d after the garbage\n", me, other);
+    ferry_finalize(&ctx);
+    return 0;
+}

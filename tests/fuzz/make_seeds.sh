@@ -1,0 +1,95 @@
+#!/bin/sh
+# Writes the seed corpora of the launcher's fuzz harnesses (tests/fuzz/<name>/seed/),
+# each a few well-formed sessions and a few broken ones for the fuzzer to
+# start from. The seeds are committed; run this again after changing the
+# formats (fuzz_*.c describe them). \036 ends a record (FUZZ_RECORD_END).
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+seed() { # seed HARNESS NAME PRINTF-FORMAT
+    mkdir -p "$here/$1/seed"
+    # shellcheck disable=SC2059
+    printf "$3" >"$here/$1/seed/$2"
+}
+
+# ---- params: the first byte picks the parser (and the range), the rest is
+# the value.
+seed params int_plain '\000042'
+seed params int_hex_min '\000-0x8000000000000000'
+seed params int_overflow '\00099999999999999999999'
+seed params int_sign '\000+12'
+seed params size_k '\00164k'
+seed params size_mib '\00116MiB'
+seed params size_max '\00118446744073709551615'
+seed params size_bad_suffix '\0014kx'
+seed params bool_yes '\002yes'
+seed params bool_bad '\0022'
+seed params level_name '\003debug'
+seed params level_digit '\0034'
+seed params reg_int '\00417'
+seed params reg_int_range '\014-6'
+seed params reg_size '\0051k'
+seed params reg_size_range '\0158192'
+seed params reg_bool '\006on'
+seed params reg_string '\007any text at all'
+
+# ---- pmi_server: records "<target><bytes>\036"; targets 0-3 ranks, 4-7
+# pending connections, 8-11 a valid handshake step on pending t-8.
+J=@K
+init='cmd=init pmi_version=1 pmi_subversion=1\n'
+seed pmi_server job \
+"\000${init}\036\001${init}\036\
+\010\002\036\010\002${init}\036\011\003\036\011\003${init}\036\
+\000cmd=get_maxes\n\036\000cmd=get_my_kvsname\n\036\001cmd=get_appnum\n\036\
+\000cmd=put kvsname=$J key=0.h0.k value=1.3.k\n\036\
+\001cmd=put kvsname=$J key=1.c0.0.k value=eHl6\n\036\
+\002cmd=put kvsname=$J key=shared value=first\n\036\
+\000cmd=barrier_in\n\036\001cmd=barrier_in\n\036\002cmd=barrier_in\n\036\003cmd=barrier_in\n\036\
+\003cmd=get kvsname=$J key=0.h0.k\n\036\001cmd=get kvsname=$J key=nothing\n\036\
+\000cmd=finalize\n\036\001cmd=finalize\n\036\002cmd=finalize\n\036\003cmd=finalize\n\036"
+seed pmi_server steal \
+"\000cmd=put kvsname=$J key=0.a value=x\n\036\001cmd=put kvsname=$J key=0.a value=y\n\036\
+\001cmd=put kvsname=$J key=0.b value=y\n\036\000cmd=put kvsname=$J key=0.a value=z\n\036\
+\001cmd=put kvsname=$J key=9.x value=y\n\036\001cmd=put kvsname=wrong key=1.x value=y\n\036"
+seed pmi_server junk \
+"\000junk\n=value\ncmd=bogus\nno equals\ncmd=put\ncmd=get kvsname=$J\n\036\
+\001cmd=abort exitcode=300 msg=bye\n\036\000cmd=barrier_in\ncmd=barrier_in\n\036"
+seed pmi_server handshakes \
+"\004cmd=initack pmiid=2\n\036\
+\005cmd=initack pmiid=3 auth=md5 nonce=00\n\036\
+\006cmd=initack pmiid=1 auth=hmac-sha256 nonce=0000000000000000000000000000000000000000000000000000000000000000\n\036\
+\006cmd=auth_response proof=0000000000000000000000000000000000000000000000000000000000000000\n\036\
+\007cmd=get kvsname=x key=y\n\036"
+seed pmi_server handshake_local \
+"\010\001\036\010\001\036\011\007\036\011\007\036\012\002\036\013\002\036\012\002\036\013\002\036"
+seed pmi_server partial_lines \
+"\000cmd=in\036\000it pmi_version=1\n\036\004cmd=init\036\004ack pmiid=2 auth=hmac-sha256\n\036"
+
+# ---- pmi_client: a mode byte (0 PMI_FD, 1 PMI_PORT with the secret, 2
+# PMI_PORT without), then one answer per request, each ended by ; @N and
+# @S become the server's nonce and proof.
+hello='cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\ncmd=maxes kvsname_max=256 keylen_max=64 vallen_max=1024\ncmd=my_kvsname kvsname=kvs_1\n'
+ok='cmd=put_result rc=0\n'
+puts="$ok$ok$ok$ok$ok$ok$ok"
+fence='cmd=barrier_out\n'
+none='cmd=get_result rc=-1 msg=not_found\n'
+# get a (header, newer revision?, chunk), get big.value (in two chunks),
+# get a again (newer revision?, chunk).
+gets="cmd=get_result rc=0 value=1.3.a\n${none}cmd=get_result rc=0 value=eHl6\n\
+cmd=get_result rc=0 value=2.4.big.value\n${none}\
+cmd=get_result rc=0 value=AAAA\ncmd=get_result rc=0 value=AA\n\
+${none}cmd=get_result rc=0 value=eHl6\n"
+bye='cmd=finalize_ack\n'
+sets='cmd=set size=2\ncmd=set rank=1\ncmd=set debug=0\n'
+seed pmi_client fd_session "\000$hello$puts$fence$gets$bye"
+seed pmi_client port_auth_session \
+"\001cmd=auth_challenge rc=0 nonce=@N\ncmd=initack rc=0 proof=@S\n$sets$hello$puts$fence$gets$bye"
+seed pmi_client port_plain_session "\002cmd=initack rc=0\n$sets$hello$puts$fence$gets$bye"
+# No seed answers "busy": each retry pauses (50 ms and more), which would slow
+# the fuzzer to a crawl; test_modex_badpmi covers the retry.
+seed pmi_client port_bad_proof \
+"\001cmd=auth_challenge rc=0 nonce=@N\ncmd=initack rc=0 proof=0000000000000000000000000000000000000000000000000000000000000000\n$sets"
+seed pmi_client port_refused "\002cmd=initack rc=-1 msg=auth_required\n"
+seed pmi_client fd_bad_answers \
+"\000cmd=response_to_init pmi_version=2 rc=0\n"
+seed pmi_client fd_bad_header \
+"\000$hello$puts${fence}cmd=get_result rc=0 value=99.7.a\n$none"
