@@ -4,14 +4,15 @@
  * Each process listens on every selected interface (FERRY_TCP_IF_INCLUDE /
  * FERRY_TCP_IF_EXCLUDE) and publishes the addresses under "btl.tcp". A peer
  * is connected on first use, with a non-blocking connect whose deadline
- * (FERRY_TCP_CONNECT_TIMEOUT) progress checks. Both sides then exchange a
- * hello carrying a magic, the protocol version, the rank and the job's
- * secret key; rank 0 draws that key from getrandom and publishes it in the
- * modex ("btl.tcp.jobkey"), so only processes of the job that learned it
- * through the launcher can talk to us. The acceptor answers only after the
- * initiator has shown the key, so the key never goes to a stranger. When two
- * ranks connect to each other at once, the connection the lower rank
- * initiated is kept.
+ * (FERRY_TCP_CONNECT_TIMEOUT) progress checks. The two sides then prove to
+ * each other that they hold the job's key, which never travels
+ * (tcp_hello.c): each sends a fresh nonce, the listener proves itself first
+ * with a MAC over both nonces, both ranks, the job and the address dialed,
+ * then the connector, then the listener says whether it keeps the
+ * connection. The key comes from the job secret ferryrun gives every rank,
+ * or, under other launchers, from rank 0 through the modex
+ * ("btl.tcp.jobkey"). When two ranks connect to each other at once, the
+ * connection the lower rank initiated is kept.
  *
  * After the hello, a connection carries frames: a 16-byte header
  * (tcp_hdr_t) and len bytes. Every field is checked before use; a bad frame
@@ -54,11 +55,15 @@
 
 #include "btl/base.h"
 #include "btl/frag.h"
+#include "rt/auth.h"
+#include "rt/log.h"
 #include "util/list.h"
 
 #define TCP_MAGIC 0x317063747972726full /* "ferrytc1" */
-#define TCP_VERSION 1
-#define TCP_KEY_LEN 32
+#define TCP_VERSION 2
+#define TCP_KEY_LEN RT_AUTH_KEY_LEN
+#define TCP_NONCE_LEN RT_AUTH_NONCE_LEN
+#define TCP_MAC_LEN RT_AUTH_MAC_LEN
 #define TCP_KEY_SECRET 16
 #define TCP_MAX_ADDRS 16
 #define TCP_MAX_RDMA ((size_t)1 << 30)
@@ -116,18 +121,6 @@ typedef struct tcp_status_body {
     uint32_t zero;
 } tcp_status_body_t;
 
-/* The hello both sides send; a reply carries status, and the key only when
- * it accepts. */
-enum { TCP_HELLO_OK = 0, TCP_HELLO_DUP = 1 };
-typedef struct tcp_hello {
-    uint64_t magic;
-    uint32_t version;
-    int32_t rank;
-    int32_t size;
-    int32_t status;
-    uint8_t key[TCP_KEY_LEN];
-} tcp_hello_t;
-
 /* One published address. */
 typedef struct tcp_addr_entry {
     uint8_t family; /* 4 or 6 */
@@ -143,6 +136,45 @@ typedef struct tcp_addr_blob {
     tcp_addr_entry_t entry[TCP_MAX_ADDRS];
 } tcp_addr_blob_t;
 
+/* The hello: four messages of one shape, in this order. */
+enum {
+    TCP_HELLO_OPEN = 1,   /* connector: its rank, the rank it wants, its nonce */
+    TCP_HELLO_PROVE = 2,  /* listener: its nonce and its MAC (it proves itself first) */
+    TCP_HELLO_ANSWER = 3, /* connector: its MAC */
+    TCP_HELLO_VERDICT = 4 /* listener: whether it keeps the connection, and a MAC of that */
+};
+/* VERDICT status: kept; the listener keeps its own connection to us (the
+ * lower rank's wins); refused for good (it saw us fail or close before). */
+enum { TCP_HELLO_OK = 0, TCP_HELLO_DUP = 1, TCP_HELLO_REFUSED = 2 };
+typedef struct tcp_hello {
+    uint64_t magic;
+    uint32_t version;
+    uint8_t step;   /* TCP_HELLO_* */
+    uint8_t status; /* VERDICT only, else 0 */
+    uint16_t zero;
+    int32_t from;   /* the sender's rank */
+    int32_t to;     /* the rank it talks to */
+    int32_t size;   /* ranks in the job */
+    uint32_t zero2;
+    uint64_t job;   /* FNV-1a of the job's id, to name a hello from another job */
+    uint8_t nonce[TCP_NONCE_LEN]; /* OPEN and PROVE, else zero */
+    uint8_t mac[TCP_MAC_LEN];     /* PROVE, ANSWER and VERDICT, else zero */
+} tcp_hello_t;
+
+/* What both ends of one hello agree on; every MAC covers all of it. */
+typedef struct tcp_session {
+    int32_t rank_c, rank_l; /* connector, listener */
+    uint8_t nonce_c[TCP_NONCE_LEN], nonce_l[TCP_NONCE_LEN];
+    tcp_addr_entry_t at;    /* the listener's address, as the connector dialed it */
+} tcp_session_t;
+
+/* What an incoming hello must be. from < 0: any rank of the job but me. */
+typedef struct tcp_hello_want {
+    uint8_t step;
+    int32_t from, me, size;
+    uint64_t job;
+} tcp_hello_want_t;
+
 /* What an epoll event points to. */
 typedef enum { TCP_POLL_LISTENER, TCP_POLL_CONN, TCP_POLL_EP } tcp_poll_kind_t;
 typedef struct tcp_pollable {
@@ -152,19 +184,22 @@ typedef struct tcp_pollable {
 
 typedef struct tcp_module tcp_module_t;
 
-/* An accepted socket before its hello has arrived. */
+/* An accepted socket before its hello has completed. */
 typedef struct tcp_conn {
     tcp_pollable_t poll;
     util_list_item_t link; /* in mod->conns, oldest first */
     uint64_t deadline_ns;
     tcp_addr_entry_t peer; /* family and address (no port): for the per-address limit */
-    tcp_hello_t hello;
+    tcp_addr_entry_t at;   /* the listener's address, which the connector dialed */
+    uint8_t want;          /* the step expected next: OPEN, then ANSWER */
+    tcp_session_t session;
+    tcp_hello_t hello;     /* being read */
     size_t got;
     char from[64]; /* the peer's address, for the log */
 } tcp_conn_t;
 
-/* NEW: no socket. CONNECTING: connect in flight. HELLO: ours sent, waiting
- * for the answer. WAIT: the peer keeps its own connection to us (it has the
+/* NEW: no socket. CONNECTING: connect in flight. HELLO: the hello under
+ * way (hello_want says which message is expected). WAIT: the peer keeps its own connection to us (it has the
  * lower rank); waiting for it. RETRY: the peer closed our connection before
  * the hello completed (it had no room for one more, or evicted it); we
  * connect again at retry_at_ns. CLOSED: the peer finalized. */
@@ -204,6 +239,8 @@ struct ferry_btl_endpoint {
     uint64_t retry_at_ns;
     util_list_item_t connecting_link; /* in mod->connecting while a deadline runs */
     bool connecting_listed;
+    tcp_session_t session;
+    uint8_t hello_want;   /* PROVE, then VERDICT */
     tcp_hello_t hello_rx;
     size_t hello_got;
     tcp_hello_t hello_tx;
@@ -316,6 +353,9 @@ struct tcp_module {
     int nlocal;
     uint8_t jobkey[TCP_KEY_LEN];
     bool have_jobkey;
+    const char *job_id;    /* rt_modex_job_id, which the MACs cover */
+    uint64_t job_hash;     /* tcp_job_hash(job_id), in every hello */
+    rt_ratelimit_t refuse_rl; /* log lines about refused and evicted connections */
     int nranks;
     ferry_btl_endpoint_t **eps; /* by rank, made on first use */
     bool *same_host;            /* by rank, from add_procs */
@@ -343,6 +383,26 @@ struct tcp_module {
 
 uint64_t tcp_now_ns(void);
 
+/* tcp_hello.c */
+uint64_t tcp_job_hash(const char *job_id);
+/* The transport's key from the job secret the launcher gave. */
+int tcp_jobkey_derive(const uint8_t secret[TCP_KEY_LEN], uint8_t key_out[TCP_KEY_LEN]);
+/* A hello message of that step with every other field zero. */
+void tcp_hello_fill(tcp_hello_t *h, uint8_t step, int32_t from, int32_t to, int32_t size,
+                    uint64_t job);
+/* Checks every field of an incoming hello but its MAC: NULL when it is as
+ * w says, else what is wrong with it. */
+const char *tcp_hello_check(const tcp_hello_t *h, const tcp_hello_want_t *w);
+/* The MAC a message of step (PROVE, ANSWER or VERDICT with status) of the
+ * session carries. */
+int tcp_hello_mac(const uint8_t key[TCP_KEY_LEN], const char *job_id, int32_t size,
+                  const tcp_session_t *s, uint8_t step, uint8_t status,
+                  uint8_t mac_out[TCP_MAC_LEN]);
+/* Whether h carries the MAC its step and status call for (compared in
+ * constant time); an OPEN never does. */
+bool tcp_hello_proves(const uint8_t key[TCP_KEY_LEN], const char *job_id, int32_t size,
+                      const tcp_session_t *s, const tcp_hello_t *h);
+
 /* tcp_endpoint.c */
 /* Sets FERRY_TCP_SNDBUF and FERRY_TCP_RCVBUF on a socket (when not 0). */
 void tcp_set_bufs(tcp_module_t *mod, int fd);
@@ -360,7 +420,11 @@ int tcp_conn_progress(tcp_module_t *mod, tcp_conn_t *conn);
 void tcp_conn_close(tcp_module_t *mod, tcp_conn_t *conn);
 /* Frees the connections evicted while an epoll batch was handled. */
 void tcp_conn_reap(tcp_module_t *mod);
+/* The job's key: from the launcher's secret, else rank 0's in the modex. */
 int tcp_load_jobkey(tcp_module_t *mod);
+/* At open: rank 0 draws and publishes a key when the launcher gave no
+ * secret (hydra, Slurm, mpirun: their channel is trusted as it is). */
+int tcp_jobkey_publish(tcp_module_t *mod);
 /* Queues FIN to a connected peer and starts writing it. */
 void tcp_ep_goodbye(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
 

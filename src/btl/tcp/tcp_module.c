@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -802,20 +801,9 @@ static int publish(tcp_module_t *mod)
     int rc = rt_modex_put(ctx->modex, "btl.tcp", &blob,
                           offsetof(tcp_addr_blob_t, entry) +
                               (size_t)blob.count * sizeof(tcp_addr_entry_t));
-    if (rc != FERRY_OK || ctx->rank != 0)
+    if (rc != FERRY_OK)
         return rc;
-    /* Rank 0 makes the job's secret; the others read it through the
-     * launcher when they first connect or accept. */
-    size_t got = 0;
-    while (got < TCP_KEY_LEN) {
-        ssize_t n = getrandom(mod->jobkey + got, TCP_KEY_LEN - got, 0);
-        if (n < 0 && errno != EINTR)
-            return rt_log_errno(&ctx->log, "tcp: getrandom for the job key", errno);
-        if (n > 0)
-            got += (size_t)n;
-    }
-    mod->have_jobkey = true;
-    return rt_modex_put(ctx->modex, "btl.tcp.jobkey", mod->jobkey, TCP_KEY_LEN);
+    return tcp_jobkey_publish(mod);
 }
 
 extern const ferry_btl_component_t btl_tcp_component;

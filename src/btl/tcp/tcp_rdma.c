@@ -8,26 +8,22 @@
  * table (btl_base_check_access) before a byte moves, and a get answer's
  * data is read from the registration only while it is written (tcp_io.c).
  */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "btl/tcp/tcp.h"
 
 #define TCP_REG_MAGIC 0x54524547u
 
-/* Fills secret with random bytes, drawing getrandom a pool at a time. */
+/* Fills secret with random bytes, drawn from the system's source
+ * (rt_auth_random) a pool at a time. */
 static int draw_secret(tcp_module_t *mod, uint8_t *secret)
 {
     if (mod->key_pool_left < TCP_KEY_SECRET) {
-        size_t got = 0;
-        while (got < sizeof(mod->key_pool)) {
-            ssize_t n = getrandom(mod->key_pool + got, sizeof(mod->key_pool) - got, 0);
-            if (n < 0 && errno != EINTR)
-                return rt_log_errno(&mod->super.ctx->log, "tcp: getrandom for a key", errno);
-            if (n > 0)
-                got += (size_t)n;
+        int rc = rt_auth_random(mod->key_pool, sizeof(mod->key_pool));
+        if (rc != FERRY_OK) {
+            rt_log(&mod->super.ctx->log, RT_LOG_ERROR, "tcp: no random bytes for a key");
+            return rc;
         }
         mod->key_pool_left = sizeof(mod->key_pool);
     }
@@ -35,7 +31,7 @@ static int draw_secret(tcp_module_t *mod, uint8_t *secret)
     uint8_t *src = mod->key_pool + mod->key_pool_left;
     memcpy(secret, src, TCP_KEY_SECRET);
     /* No byte of a key stays behind once handed out. */
-    memset(src, 0, TCP_KEY_SECRET);
+    rt_auth_wipe(src, TCP_KEY_SECRET);
     return FERRY_OK;
 }
 
@@ -103,19 +99,9 @@ int tcp_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *breg)
     detach_slot(mod, reg->key.slot);
     mod->reg_gen[reg->key.slot]++; /* even: matches no key */
     mod->regs[reg->key.slot] = NULL;
-    memset(reg, 0, sizeof(*reg));
+    rt_auth_wipe(reg, sizeof(*reg));
     free(reg);
     return FERRY_OK;
-}
-
-/* Compares without an early exit, so the time taken does not tell how much
- * of a guessed secret was right. */
-static bool secret_equal(const uint8_t *a, const uint8_t *b)
-{
-    uint8_t diff = 0;
-    for (int i = 0; i < TCP_KEY_SECRET; i++)
-        diff |= (uint8_t)(a[i] ^ b[i]);
-    return diff == 0;
 }
 
 int tcp_reg_lookup(tcp_module_t *mod, const tcp_key_t *key, uint64_t addr, size_t len,
@@ -124,7 +110,9 @@ int tcp_reg_lookup(tcp_module_t *mod, const tcp_key_t *key, uint64_t addr, size_
     if ((key->gen & 1) == 0 || !tcp_reg_alive(mod, key->slot, key->gen))
         return FERRY_ERR_ACCESS;
     tcp_reg_t *reg = mod->regs[key->slot];
-    if (!secret_equal(reg->key.secret, key->secret))
+    /* In constant time: how long it takes does not tell how much of a
+     * guessed secret was right. */
+    if (!rt_auth_equal(reg->key.secret, key->secret, TCP_KEY_SECRET))
         return FERRY_ERR_ACCESS;
     int rc = btl_base_check_access(&reg->base, addr, len, need);
     if (rc == FERRY_OK)
