@@ -388,6 +388,12 @@ static int tcp_finalize(ferry_btl_module_t *btl)
         return FERRY_OK;
     mod->finalizing = true;
     say_goodbye(mod);
+    /* The count of what the rate limiter held back, once. */
+    unsigned long held = rt_ratelimit_take(&mod->refuse_rl);
+    if (held > 0)
+        rt_log(&btl->ctx->log, RT_LOG_WARN,
+               "tcp: %lu more messages about refused or evicted connections were not printed",
+               held);
     if (mod->eps != NULL) {
         for (int r = 0; r < mod->nranks; r++) {
             ferry_btl_endpoint_t *ep = mod->eps[r];
