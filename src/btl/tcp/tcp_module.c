@@ -288,6 +288,7 @@ static int tcp_progress(ferry_btl_module_t *btl)
         n += run_completions(mod);
     if (!util_list_empty(&mod->reports))
         n += run_reports(mod);
+    n += btl_base_progress_reports(&mod->super);
     return n;
 }
 
@@ -432,6 +433,7 @@ static int tcp_finalize(ferry_btl_module_t *btl)
     free(mod->eps);
     free(mod->hot);
     free(mod->same_host);
+    btl_base_reports_fini(&mod->super);
     free(mod);
     return rc;
 }
