@@ -283,11 +283,9 @@ struct ferry_btl_endpoint {
     uint64_t rx_seen, tx_seen, answers_seen; /* the counts at the last check */
     uint64_t rx_since_ns;  /* since when no byte of a partial frame came */
     uint64_t req_since_ns; /* since when no request of ours moved */
-    /* A failure to report from progress (never from the failing call). */
-    bool report_pending;
-    int report_status;
-    char report_msg[160];
-    util_list_item_t report_link;
+    /* The failure's report, numbered (mod->report_seq); delivered once the
+     * module's reports_done reaches it. */
+    uint64_t report_seq;
 };
 
 /* A frame of our own (an RDMA answer, FIN, or the rest of a sendi that did
@@ -365,7 +363,9 @@ struct tcp_module {
     util_list_t connecting; /* endpoints with a deadline */
     util_list_t sending;    /* endpoints with queued bytes */
     util_list_t completed;  /* fragments whose completion is due */
-    util_list_t reports;    /* endpoints with a failure to report */
+    /* Failures reported (btl_base_report_error queues them for progress)
+     * and those delivered; ep->report_seq names an endpoint's. */
+    uint64_t report_seq, reports_done;
     util_list_t resume;     /* endpoints no longer paused, to parse again */
     ferry_btl_endpoint_t **hot; /* connected endpoints, polled directly */
     int nhot;
@@ -427,6 +427,14 @@ int tcp_load_jobkey(tcp_module_t *mod);
 int tcp_jobkey_publish(tcp_module_t *mod);
 /* Queues FIN to a connected peer and starts writing it. */
 void tcp_ep_goodbye(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
+
+/* Whether the endpoint's failure is not yet in the error callback's hands:
+ * until it is, new work is taken and fails after it, so that no caller
+ * learns of a failure before its error callback does. */
+static inline bool tcp_ep_report_pending(const tcp_module_t *mod, const ferry_btl_endpoint_t *ep)
+{
+    return ep->report_seq > mod->reports_done;
+}
 
 /* tcp_io.c */
 void tcp_complete(tcp_module_t *mod, btl_frag_t *frag, int status);

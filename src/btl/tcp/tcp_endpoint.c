@@ -66,8 +66,6 @@ void tcp_ep_free(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     ep_close_socket(mod, ep);
     connecting_remove(mod, ep);
-    if (ep->report_pending)
-        util_list_remove(&mod->reports, &ep->report_link);
     free(ep->rx);
     free(ep);
 }
@@ -93,16 +91,19 @@ void tcp_ep_fail(tcp_module_t *mod, ferry_btl_endpoint_t *ep, int status, const 
     tcp_hot_remove(mod, ep);
     ep->state = TCP_EP_FAILED;
     tcp_fail_pending(mod, ep, FERRY_ERR_UNREACH);
-    if (mod->finalizing || ep->report_pending)
+    if (mod->finalizing)
         return;
+    char msg[192];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ep->report_msg, sizeof(ep->report_msg), fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    /* Reported from progress: never from inside the call that saw it. */
-    ep->report_status = status;
-    ep->report_pending = true;
-    util_list_append(&mod->reports, &ep->report_link);
+    rt_log(logger(mod), RT_LOG_DEBUG, "tcp: rank %d failed: %s", ep->rank, msg);
+    /* The report waits in the module (btl/base.c) for the next progress:
+     * never from inside the call that saw the failure. Until then the
+     * endpoint takes work, which fails with it (tcp_ep_report_pending). */
+    btl_base_report_error(&mod->super, status, ep->rank, "rank %d: %s", ep->rank, msg);
+    ep->report_seq = ++mod->report_seq;
 }
 
 void tcp_ep_peer_closed(tcp_module_t *mod, ferry_btl_endpoint_t *ep)

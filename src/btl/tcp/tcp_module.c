@@ -118,10 +118,10 @@ static int ep_ready(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
     /* A failure not yet reported (it is, from the next progress) is not
      * told to the caller first: the work is taken and fails with it. */
     if (ep->state == TCP_EP_FAILED)
-        return ep->report_pending ? FERRY_OK : FERRY_ERR_UNREACH;
+        return tcp_ep_report_pending(mod, ep) ? FERRY_OK : FERRY_ERR_UNREACH;
     if (ep->state == TCP_EP_NEW) {
         int rc = tcp_ep_connect(mod, ep);
-        return rc != FERRY_OK && ep->report_pending ? FERRY_OK : rc;
+        return rc != FERRY_OK && tcp_ep_report_pending(mod, ep) ? FERRY_OK : rc;
     }
     return FERRY_OK;
 }
@@ -194,22 +194,6 @@ static void tcp_completion_done(btl_frag_t *frag)
 static int run_completions(tcp_module_t *mod)
 {
     return btl_frags_run_completions(&mod->frags, &mod->completed, tcp_completion_done);
-}
-
-static int run_reports(tcp_module_t *mod)
-{
-    int n = 0;
-    util_list_item_t *it;
-    while ((it = util_list_pop_front(&mod->reports)) != NULL) {
-        ferry_btl_endpoint_t *ep = UTIL_CONTAINER_OF(it, ferry_btl_endpoint_t, report_link);
-        ep->report_pending = false;
-        rt_log(&mod->super.ctx->log, RT_LOG_DEBUG, "tcp: rank %d failed: %s", ep->rank,
-               ep->report_msg);
-        btl_base_report_error(&mod->super, ep->report_status, ep->rank, "rank %d: %s",
-                              ep->rank, ep->report_msg);
-        n++;
-    }
-    return n;
 }
 
 static int poll_events(tcp_module_t *mod, bool direct)
@@ -286,9 +270,11 @@ static int tcp_progress(ferry_btl_module_t *btl)
         n += tcp_check_stalls(mod);
     if (!util_list_empty(&mod->completed))
         n += run_completions(mod);
-    if (!util_list_empty(&mod->reports))
-        n += run_reports(mod);
+    /* Failures reported so far (tcp_ep_fail) reach the error callback; a
+     * failure reported by a callback waits for the next call. */
+    uint64_t reported = mod->report_seq;
     n += btl_base_progress_reports(&mod->super);
+    mod->reports_done = reported;
     return n;
 }
 
@@ -838,7 +824,6 @@ static int tcp_init(ferry_btl_module_t *btl, void *arg)
     util_list_init(&mod->connecting);
     util_list_init(&mod->sending);
     util_list_init(&mod->completed);
-    util_list_init(&mod->reports);
     util_list_init(&mod->resume);
     util_list_init(&mod->evicted_conns);
     mod->eps = calloc((size_t)mod->nranks, sizeof(*mod->eps));

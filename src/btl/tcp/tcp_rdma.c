@@ -132,7 +132,7 @@ static int rdma_start(tcp_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_des
     if (local->len > 0 && local->addr == 0)
         return FERRY_ERR_INVALID;
     if (ep->deleted || ep->state == TCP_EP_CLOSED ||
-        (ep->state == TCP_EP_FAILED && !ep->report_pending))
+        (ep->state == TCP_EP_FAILED && !tcp_ep_report_pending(mod, ep)))
         return FERRY_ERR_UNREACH;
     /* The budget a target grants each peer (tcp_io.c, owed_over): an
      * initiator that keeps within it is never paused, so two peers getting
@@ -143,7 +143,8 @@ static int rdma_start(tcp_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_des
          (ep->get_inflight_bytes >= mod->p.sendq_max ||
           len > mod->p.sendq_max - ep->get_inflight_bytes)))
         return FERRY_ERR_NO_RESOURCE;
-    if (ep->state == TCP_EP_NEW && tcp_ep_connect(mod, ep) != FERRY_OK && !ep->report_pending)
+    if (ep->state == TCP_EP_NEW && tcp_ep_connect(mod, ep) != FERRY_OK &&
+        !tcp_ep_report_pending(mod, ep))
         return FERRY_ERR_UNREACH;
     btl_frag_t *frag = btl_frag_of(des);
     frag->op = op;

@@ -94,7 +94,6 @@ static inline void fx_init(fx_t *f, int epfd)
     util_list_init(&mod->connecting);
     util_list_init(&mod->sending);
     util_list_init(&mod->completed);
-    util_list_init(&mod->reports);
     util_list_init(&mod->resume);
     util_list_init(&mod->evicted_conns);
     mod->eps = calloc(2, sizeof(*mod->eps));
@@ -196,6 +195,7 @@ static inline void fx_fini(fx_t *f)
     free(mod->same_host);
     free(mod->regs);
     free(mod->reg_gen);
+    btl_base_reports_fini(&mod->super);
     free(mod);
 }
 
