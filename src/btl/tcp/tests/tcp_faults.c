@@ -26,6 +26,9 @@
  * Unreachable peer (rank 0's send must fail within the connect timeout):
  *   refused   rank 1 publishes a port nobody listens on
  *   mute      rank 1 publishes a listener that accepts but never answers
+ * The job's key (rank 0 must find it in no value of the launcher's store,
+ * ferryrun having given every rank the job secret it is made from):
+ *   nokeyinstore
  * A peer with no room for one more connection (rank 0 must connect again
  * and get through, with no error):
  *   evicted   rank 1's listeners close rank 0's first connections (two to
@@ -54,6 +57,7 @@
 #include "btl/tcp/tcp.h"
 #include "btl/ctx.h"
 #include "hello_peer.h"
+#include "rt/auth.h"
 #include "rt/modex.h"
 
 #define TAG_LEGIT 7
@@ -320,7 +324,8 @@ int main(int argc, char **argv)
                       strcmp(mode, "badanswer") == 0 || strcmp(mode, "badtype") == 0;
     bool unreach_mode = strcmp(mode, "refused") == 0 || strcmp(mode, "mute") == 0;
     bool retry_mode = strcmp(mode, "evicted") == 0;
-    if (!hello_mode && !frame_mode && !unreach_mode && !retry_mode) {
+    bool key_mode = strcmp(mode, "nokeyinstore") == 0;
+    if (!hello_mode && !frame_mode && !unreach_mode && !retry_mode && !key_mode) {
         fprintf(stderr, "tcp_faults: unknown mode '%s'\n", mode);
         return 2;
     }
@@ -347,7 +352,30 @@ int main(int argc, char **argv)
     CHECK(rt_modex_fence(ctx->modex) == FERRY_OK);
 
     bool ok = true;
-    if (retry_mode) {
+    if (key_mode) {
+        /* Under ferryrun every rank makes the key from the job secret: it
+         * is in no value of the launcher's store, which every rank (and, on
+         * hydra's port, any process) can read. */
+        uint8_t secret[RT_AUTH_KEY_LEN];
+        bool have_secret = rt_modex_job_secret(ctx->modex, secret) == FERRY_OK;
+        rt_auth_wipe(secret, sizeof(secret));
+        void *val = NULL;
+        size_t len = 0;
+        int grc = rt_modex_get(ctx->modex, 0, "btl.tcp.jobkey", &val, &len);
+        free(val);
+        if (me == 0)
+            printf("rank 0: job secret from the launcher: %s; btl.tcp.jobkey in the store: %s\n",
+                   have_secret ? "yes" : "no", grc == FERRY_OK ? "yes" : "no");
+        ok = have_secret && grc != FERRY_OK;
+        /* And the ranks still connect. */
+        int rc2;
+        while ((rc2 = ferry_am_send(ctx, 1 - me, TAG_LEGIT, "legit", 5)) == FERRY_ERR_NO_RESOURCE)
+            CHECK(ferry_progress(ctx) >= 0);
+        CHECK(rc2 == FERRY_OK);
+        while (st.delivered == 0)
+            CHECK(ferry_progress(ctx) >= 0);
+        ok = ok && st.errors == 0;
+    } else if (retry_mode) {
         if (me == 1) {
             /* Every address twice over, and one more: rank 0 has to go
              * round them all again, twice. */
