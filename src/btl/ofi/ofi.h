@@ -70,6 +70,9 @@
 /* How many times a failed peer that may live is told so (OFI_T_FAIL): at
  * once and at each of the next checks. */
 #define OFI_FAIL_NOTICES 10
+/* How long posting to a peer pauses after a refused key broke the
+ * provider's connection to it (ferry_btl_endpoint.settle_until_ns). */
+#define OFI_SETTLE_NS 100000000ull
 
 /* The memory-registration modes ferry can honour. */
 #define OFI_MR_SUPPORTED \
@@ -175,6 +178,10 @@ struct ferry_btl_endpoint {
     uint32_t gap_rx_next;    /* wire.rx_next when the hole was first seen */
     bool local;              /* on this host: its process is watched */
     int pidfd;               /* -1 when not watched that way */
+    /* A refused key broke the provider's connection to it (ofi_msg.c):
+     * nothing is posted to it before then, so that nothing goes down the
+     * connection that is being torn down. 0: none. */
+    uint64_t settle_until_ns;
 };
 
 typedef struct ofi_params {
@@ -309,6 +316,9 @@ static inline int ofi_rank_of(const ofi_module_t *mod, fi_addr_t src)
     return src < mod->rank_of_len ? mod->rank_of[src] : -1;
 }
 int ofi_ep_ready(ofi_module_t *mod, ferry_btl_endpoint_t *ep);
+/* Has the pause after a refused key (settle_until_ns) passed? Clears it
+ * once it has. */
+bool ofi_ep_settled(ferry_btl_endpoint_t *ep);
 /* Fails ep: everything pending to it completes with FERRY_ERR_UNREACH and
  * the error callback is told status and why. tell: the peer may be alive
  * and is sent an OFI_T_FAIL notice, so that it fails us too. */

@@ -204,6 +204,14 @@ void ofi_mark_sending(ofi_module_t *mod, ferry_btl_endpoint_t *ep)
     }
 }
 
+bool ofi_ep_settled(ferry_btl_endpoint_t *ep)
+{
+    if (ep->settle_until_ns != 0 && ofi_now_ns() < ep->settle_until_ns)
+        return false;
+    ep->settle_until_ns = 0;
+    return true;
+}
+
 int ofi_ep_ready(ofi_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     if (ep == NULL || ep->mod != mod)

@@ -95,6 +95,8 @@ static ssize_t post_msg(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const void 
 
     if (ordered && !ofi_wire_can_send(&ep->wire, mod->window))
         return POST_NO_ROOM;
+    if (ep->settle_until_ns != 0 && !ofi_ep_settled(ep))
+        return POST_NO_ROOM;
     ofi_wire_fill(&ep->wire, &h, (uint32_t)mod->super.ctx->rank, type, tag, seq);
     if (total <= mod->inject_size) {
         /* Inline: the provider copies it before returning, and no
@@ -481,15 +483,35 @@ static void handle_error(ofi_module_t *mod)
         int status = ofi_status_from_fi(err.err);
         ferry_btl_endpoint_t *ep = oc->ep;
         /* The target refused the key or the range: that operation fails,
-         * the peer is fine. Anything else means the connection or the peer
-         * is gone. */
+         * the peer is fine. Anything else but the case below means the
+         * connection or the peer is gone. */
         const char *what = oc->frag == NULL              ? "put/get (completed before)"
                            : oc->frag->op == OFI_OP_PUT ? "put"
                                                         : "get";
-        if (status == FERRY_ERR_ACCESS || status == FERRY_ERR_INVALID) {
-            rt_log(&mod->super.ctx->log, RT_LOG_DEBUG, "ofi: %s to rank %d refused: %s", what,
-                   ep->rank, ptext);
-            ofi_rdma_done(mod, oc, FERRY_ERR_ACCESS);
+        /* ofi_rxm over tcp (1.17) has no error answer for a key the
+         * target no longer knows: the target's tcp provider drops the
+         * connection, and the initiator's operation comes back canceled,
+         * with the target's "no such key" (ENOENT) as the provider's code
+         * when the request was small, with a connection error when the
+         * target dropped it while the data still flowed. Either way this
+         * operation failed, but the peer may well be alive: ofi_rxm
+         * connects again for the next message, which waits
+         * (settle_until_ns) until the broken connection is gone, and the
+         * peer becomes a suspect that the liveness check probes (a peer on
+         * this host: its process decides). A message lost with the
+         * connection shows as a hole in its sequence and fails the peer
+         * (ofi_live.c), so nothing is lost unreported. */
+        bool broken = err.err == FI_ECANCELED && !mod->closing && oc->frag != NULL;
+        bool key_refused = broken && err.prov_errno == FI_ENOENT;
+        if (broken) {
+            ep->settle_until_ns = ofi_now_ns() + OFI_SETTLE_NS;
+            if (!ep->local)
+                ep->suspect = true;
+        }
+        if (status == FERRY_ERR_ACCESS || status == FERRY_ERR_INVALID || broken) {
+            rt_log(&mod->super.ctx->log, RT_LOG_DEBUG, "ofi: %s to rank %d %s: %s", what,
+                   ep->rank, key_refused || !broken ? "refused" : "lost its connection", ptext);
+            ofi_rdma_done(mod, oc, broken && !key_refused ? FERRY_ERR_UNREACH : FERRY_ERR_ACCESS);
         } else {
             char why[320];
             snprintf(why, sizeof(why), "%s failed: %s", what, ptext);

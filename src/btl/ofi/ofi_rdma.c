@@ -54,6 +54,8 @@ int ofi_rdma_post(ofi_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag)
     ofi_key_t key;
     memcpy(&key, remote->key, sizeof(key));
 
+    if (ep->settle_until_ns != 0 && !ofi_ep_settled(ep))
+        return FERRY_ERR_NO_RESOURCE;
     ofi_opctx_t *oc = util_pool_get(&mod->rma_ctxs);
     if (oc == NULL)
         return FERRY_ERR_NO_RESOURCE;

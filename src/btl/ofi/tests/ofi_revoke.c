@@ -3,7 +3,7 @@
  * traffic: whatever the provider does with the bad access, nothing may be
  * reported done that did not happen, and nothing may wait forever.
  *
- *   ofi_revoke put|get SIZE [unmap]
+ *   ofi_revoke put|get SIZE [unmap] [strict]
  *
  * Run under ferryrun with two ranks. Rank 1 registers two buffers, sends
  * their keys to rank 0 and releases the first (with "unmap", also unmaps
@@ -20,8 +20,15 @@
  * - a peer failure is seen on both sides or on neither: when one rank's
  *   error callback names the other, the other's names it too, and the
  *   operations that failed did so with an error, never silently.
+ * With "strict" (a provider that refuses a released key: tcp;ofi_rxm), also:
+ * - the access through the released key fails (FERRY_ERR_ACCESS, or
+ *   FERRY_ERR_UNREACH for a put whose data was still flowing when the
+ *   target dropped the provider's connection: README.md), and a put
+ *   leaves the released buffer as it was;
+ * - the pair keeps working: the message and the put that follow arrive,
+ *   and neither rank is reported failed.
  * Rank 1 reports what it saw to rank 0 in one message when the pair still
- * works; each rank prints one line "rank R: ..." that run_revoke.sh reads.
+ * works; each rank prints one line "rank R: ...".
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -183,7 +190,7 @@ static void send_am(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t
     *rc_out = rc;
 }
 
-static int initiator(ferry_ctx_t *ctx, state_t *st, bool put, size_t size)
+static int initiator(ferry_ctx_t *ctx, state_t *st, bool put, size_t size, bool strict)
 {
     pid_t me = getpid();
     int hrc;
@@ -225,6 +232,23 @@ static int initiator(ferry_ctx_t *ctx, state_t *st, bool put, size_t size)
            reported ? "yes" : "no", st->report.data_seen, st->report.live_landed,
            st->report.released_changed);
     bool ok = true;
+    if (strict) {
+        if (bad == FERRY_OK) {
+            printf("rank 0: FAILED: the access through the released key reported FERRY_OK\n");
+            ok = false;
+        } else if (bad != FERRY_ERR_ACCESS && !(put && bad == FERRY_ERR_UNREACH)) {
+            printf("rank 0: FAILED: the access through the released key failed with %s\n",
+                   ferry_status_name(bad));
+            ok = false;
+        }
+        if (!reported) {
+            printf("rank 0: FAILED: the pair stopped working after the refused access\n");
+            ok = false;
+        } else if (st->report.released_changed) {
+            printf("rank 0: FAILED: the put changed the released buffer\n");
+            ok = false;
+        }
+    }
     if (reported) {
         /* The pair kept working: what was reported done must have
          * happened, and nobody was failed. */
@@ -332,12 +356,22 @@ static int target(ferry_ctx_t *ctx, state_t *st, size_t size, bool unmap)
 int main(int argc, char **argv)
 {
     if (argc < 3 || (strcmp(argv[1], "put") != 0 && strcmp(argv[1], "get") != 0)) {
-        fprintf(stderr, "usage: ofi_revoke put|get SIZE [unmap]\n");
+        fprintf(stderr, "usage: ofi_revoke put|get SIZE [unmap] [strict]\n");
         return 2;
     }
     bool put = strcmp(argv[1], "put") == 0;
     size_t size = (size_t)strtoul(argv[2], NULL, 0);
-    bool unmap = argc > 3 && strcmp(argv[3], "unmap") == 0;
+    bool unmap = false, strict = false;
+    for (int i = 3; i < argc; i++) {
+        if (strcmp(argv[i], "unmap") == 0) {
+            unmap = true;
+        } else if (strcmp(argv[i], "strict") == 0) {
+            strict = true;
+        } else {
+            fprintf(stderr, "ofi_revoke: unknown argument %s\n", argv[i]);
+            return 2;
+        }
+    }
     CHECK(size > 0);
     ferry_ctx_t *ctx;
     state_t st = {.failed_peer = -1};
@@ -358,7 +392,7 @@ int main(int argc, char **argv)
     for (int tag = TAG_KEYS; tag <= TAG_HELLO; tag++)
         CHECK(ferry_am_register(ctx, tag, on_am, &st) == FERRY_OK);
     CHECK(ferry_barrier(ctx) == FERRY_OK);
-    int result = st.me == 0 ? initiator(ctx, &st, put, size) : target(ctx, &st, size, unmap);
+    int result = st.me == 0 ? initiator(ctx, &st, put, size, strict) : target(ctx, &st, size, unmap);
     fflush(stdout);
     /* The pair may have failed: finalize's barrier then says so. */
     ferry_finalize(&ctx);
