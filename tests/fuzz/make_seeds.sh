@@ -93,3 +93,34 @@ seed pmi_client fd_bad_answers \
 "\000cmd=response_to_init pmi_version=2 rc=0\n"
 seed pmi_client fd_bad_header \
 "\000$hello$puts${fence}cmd=get_result rc=0 value=99.7.a\n$none"
+
+# ---- modex_values: the first byte picks the reader. 0: a PMIx value (two
+# bytes of type, little-endian: 27 is PMIX_BYTE_OBJECT, 3 PMIX_STRING; a
+# flags byte, 1 claiming a size past the limit; the bytes). 1: tcp's
+# addresses (magic "orry", version 2, count, then 20-byte entries: family,
+# prefix, port, 16 address bytes). 2: sm's address (a 320-byte name, the
+# segment size, pid and version, little-endian).
+seed modex_values pmix_bytes '\000\033\000\000some published bytes'
+seed modex_values pmix_empty '\000\033\000\000'
+seed modex_values pmix_string '\000\003\000\000a string, not bytes'
+seed modex_values pmix_oversize '\000\033\000\001short'
+seed modex_values tcp_one '\001orry\002\000\001\000\004\030\220\037\177\000\000\001\000\000\000\000\000\000\000\000\000\000\000\000'
+seed modex_values tcp_two '\001orry\002\000\002\000\004\030\220\037\177\000\000\001\000\000\000\000\000\000\000\000\000\000\000\000\006\100\221\037\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\001'
+seed modex_values tcp_count_lies '\001orry\002\000\011\000\004\030\220\037\177\000\000\001\000\000\000\000\000\000\000\000\000\000\000\000'
+seed modex_values tcp_old_version '\001orry\001\000\000\000'
+# sm_addr NAME SIZE-BYTES PID-BYTES VERSION-BYTES: the name padded with NULs to
+# 320 bytes.
+sm_addr() {
+    mkdir -p "$here/modex_values/seed"
+    {
+        printf '\002%s' "$2"
+        head -c $((320 - ${#2})) /dev/zero
+        # shellcheck disable=SC2059
+        printf "$3$4$5"
+    } >"$here/modex_values/seed/$1"
+}
+sm_addr sm_ok /ferry-job-1 '\000\000\020\000\000\000\000\000' '\071\060\000\000' '\002\000\000\000'
+sm_addr sm_foreign /some-database '\000\000\020\000\000\000\000\000' '\071\060\000\000' '\002\000\000\000'
+sm_addr sm_subdir /ferry-x/../y '\000\000\020\000\000\000\000\000' '\071\060\000\000' '\002\000\000\000'
+sm_addr sm_tiny /ferry-job-1 '\010\000\000\000\000\000\000\000' '\071\060\000\000' '\002\000\000\000'
+sm_addr sm_no_pid /ferry-job-1 '\000\000\020\000\000\000\000\000' '\000\000\000\000' '\002\000\000\000'
