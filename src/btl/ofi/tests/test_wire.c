@@ -67,7 +67,8 @@ static size_t build(unsigned char *buf, uint32_t src, uint8_t type, uint8_t tag,
                    .ack = ack};
     memcpy(buf, &h, sizeof(h));
     size_t n = text != NULL ? strlen(text) : 0;
-    memcpy(buf + sizeof(h), text, n);
+    if (n > 0)
+        memcpy(buf + sizeof(h), text, n);
     return sizeof(h) + n;
 }
 
