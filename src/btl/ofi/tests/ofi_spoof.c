@@ -19,6 +19,14 @@
  * also checks that rank 1 logged the refusals, so that the forged messages
  * did arrive.
  *
+ * With "window" instead (ferryrun -n 3 ofi_spoof window), there is no
+ * stranger, and rank 2 tells the truth about who it is but not about its
+ * sequence: it sends the window's worth of messages less one that all
+ * overtake a message it never sends (rank 1 must hold them, and no more),
+ * then one beyond its window. Rank 1 must deliver none of them and fail
+ * rank 2 with FERRY_ERR_PROTO, dropping what it held; the test's CTest
+ * entry wants the log line that names the window.
+ *
  * Rank 0 sends its message to rank 1 as early as it can, before rank 1 has
  * progressed at all: a genuine peer's first message must be taken as
  * its own whatever rank 1 has done so far.
@@ -51,6 +59,7 @@
 #define TEST_TAG 100   /* a transport-level tag the target takes itself */
 #define EARLY_TAG 101
 #define DONE_TAG 102   /* rank 2 to rank 0: its forgeries are out */
+#define READY_TAG 103  /* rank 1 to rank 2: its barrier is over, forge away */
 #define FORGED 64      /* forged messages of each liar, seq 0 .. FORGED-1 */
 #define WAIT_S 30.0
 
@@ -161,7 +170,7 @@ typedef struct state {
     int me;
     int genuine, forged, wrong_peer;
     int early;
-    bool done;
+    bool done, ready;
     int failed[3];
     int failed_status[3];
 } state_t;
@@ -174,6 +183,10 @@ static void on_btl_msg(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd,
     size_t len = rd->segs[0].len;
     if (rd->tag == DONE_TAG) {
         st.done = true;
+        return;
+    }
+    if (rd->tag == READY_TAG) {
+        st.ready = true;
         return;
     }
     if (rd->tag == EARLY_TAG) {
@@ -260,6 +273,11 @@ int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--stranger") == 0)
         return stranger(argv[2], argv[3]);
+    bool window = argc == 2 && strcmp(argv[1], "window") == 0;
+    if (argc > 1 && !window) {
+        fprintf(stderr, "usage: ofi_spoof [window]\n");
+        return 2;
+    }
     ferry_ctx_t *ctx;
     int irc = ferry_init(NULL, &ctx);
     if (irc == FERRY_ERR_NOT_SUPPORTED) {
@@ -284,13 +302,17 @@ int main(int argc, char **argv)
     }
     if (st.me == 0)
         CHECK(mod->super.ops->register_am(&mod->super, DONE_TAG, on_btl_msg, NULL) == FERRY_OK);
+    if (st.me == 2)
+        CHECK(mod->super.ops->register_am(&mod->super, READY_TAG, on_btl_msg, NULL) ==
+              FERRY_OK);
     if (st.me == 0)
         CHECK(send_btl(mod, 1, EARLY_TAG, "early") == FERRY_OK);
     CHECK(ferry_barrier(ctx) == FERRY_OK);
 
     int result = 0;
     if (st.me == 0) {
-        run_stranger(ctx, argv[0]);
+        if (!window)
+            run_stranger(ctx, argv[0]);
         CHECK(ferry_barrier(ctx) == FERRY_OK); /* the stranger has spoken */
         /* Rank 2 speaks, then the genuine message. */
         double end = now_s() + WAIT_S;
@@ -301,12 +323,24 @@ int main(int argc, char **argv)
         progress_for(ctx, 2.0);
     } else if (st.me == 2) {
         CHECK(ferry_barrier(ctx) == FERRY_OK);
+        /* Not before rank 1 is out of the barrier: once rank 1 fails this
+         * rank, a barrier that still waits on it would fail. */
+        double ready_by = now_s() + WAIT_S;
+        while (!st.ready && now_s() < ready_by)
+            ferry_progress(ctx);
+        CHECK(st.ready);
         /* Through this rank's own endpoint, which the fabric names rank 2,
-         * with headers claiming rank 0. */
+         * with headers claiming rank 0; or, for "window", claiming rank 2
+         * with sequence numbers ahead of the next one rank 1 expects (this
+         * rank's next, which it never sends): 1 .. window - 1 ahead, held,
+         * then window + 10 ahead, past the window. */
         unsigned char msg[64];
         int sent = 0;
-        for (uint32_t seq = 0; seq < FORGED; seq++) {
-            size_t n = forge(msg, 0, seq, "forged:member");
+        uint32_t next = mod->eps[1]->wire.tx_next;
+        uint32_t count = window ? mod->window : FORGED;
+        for (uint32_t i = 0; i < count; i++) {
+            uint32_t seq = !window ? i : i + 1 < count ? next + 1 + i : next + mod->window + 10;
+            size_t n = forge(msg, window ? 2 : 0, seq, window ? "forged:window" : "forged:member");
             double end = now_s() + WAIT_S;
             ssize_t rc;
             while ((rc = fi_inject(mod->ep, msg, n, mod->eps[1]->fi_addr)) == -FI_EAGAIN &&
@@ -314,12 +348,14 @@ int main(int argc, char **argv)
                 mod->super.ops->progress(&mod->super);
             sent += rc == 0;
         }
-        printf("rank 2: %d forged messages claiming rank 0 sent to rank 1\n", sent);
+        printf("rank 2: %d forged messages %s sent to rank 1\n", sent,
+               window ? "ahead of its sequence" : "claiming rank 0");
         progress_for(ctx, 0.5);
         CHECK(send_btl(mod, 0, DONE_TAG, "done") == FERRY_OK);
         progress_for(ctx, 2.0);
     } else {
         CHECK(ferry_barrier(ctx) == FERRY_OK);
+        CHECK(send_btl(mod, 2, READY_TAG, "ready") == FERRY_OK);
         double end = now_s() + WAIT_S;
         while (st.genuine == 0 && st.forged == 0 && now_s() < end)
             ferry_progress(ctx);
@@ -339,6 +375,11 @@ int main(int argc, char **argv)
         }
         if (st.failed[2] == 0 || st.failed_status[2] != FERRY_ERR_PROTO) {
             printf("rank 1: FAILED: rank 2 broke the protocol and was not reported\n");
+            result = 1;
+        }
+        if (window && mod->eps[2]->wire.nheld != 0) {
+            printf("rank 1: FAILED: rank 2 failed, and %u of its messages are still held\n",
+                   mod->eps[2]->wire.nheld);
             result = 1;
         }
         if (st.failed[0] != 0) {
