@@ -492,8 +492,9 @@ static void handle_error(ofi_module_t *mod)
          * target no longer knows: the target's tcp provider drops the
          * connection, and the initiator's operation comes back canceled,
          * with the target's "no such key" (ENOENT) as the provider's code
-         * when the request was small, with a connection error when the
-         * target dropped it while the data still flowed. Either way this
+         * when that answer got through (usually: a get, a small put), with
+         * a connection error when it did not (a large put whose data still
+         * flowed; now and then a small one under load). Either way this
          * operation failed, but the peer may well be alive: ofi_rxm
          * connects again for the next message, which waits
          * (settle_until_ns) until the broken connection is gone, and the

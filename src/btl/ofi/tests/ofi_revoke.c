@@ -21,10 +21,10 @@
  *   error callback names the other, the other's names it too, and the
  *   operations that failed did so with an error, never silently.
  * With "strict" (a provider that refuses a released key: tcp;ofi_rxm), also:
- * - the access through the released key fails (FERRY_ERR_ACCESS, or
- *   FERRY_ERR_UNREACH for a put whose data was still flowing when the
- *   target dropped the provider's connection: README.md), and a put
- *   leaves the released buffer as it was;
+ * - the access through the released key fails (FERRY_ERR_ACCESS when the
+ *   provider names the missing key, FERRY_ERR_UNREACH when it reports only
+ *   the dropped connection: README.md), and a put leaves the released
+ *   buffer as it was;
  * - the pair keeps working: the message and the put that follow arrive,
  *   and neither rank is reported failed.
  * Rank 1 reports what it saw to rank 0 in one message when the pair still
@@ -236,7 +236,7 @@ static int initiator(ferry_ctx_t *ctx, state_t *st, bool put, size_t size, bool 
         if (bad == FERRY_OK) {
             printf("rank 0: FAILED: the access through the released key reported FERRY_OK\n");
             ok = false;
-        } else if (bad != FERRY_ERR_ACCESS && !(put && bad == FERRY_ERR_UNREACH)) {
+        } else if (bad != FERRY_ERR_ACCESS && bad != FERRY_ERR_UNREACH) {
             printf("rank 0: FAILED: the access through the released key failed with %s\n",
                    ferry_status_name(bad));
             ok = false;
