@@ -4,25 +4,37 @@
  *
  * A module owns one libfabric domain: a fabric, a domain, one endpoint, one
  * completion queue for sends, receives and RMA, and an address vector. Its
- * fi_getname address is published in the modex under "btl.ofi" (module 0)
- * or "btl.ofi.N"; add_procs reads a peer's address and checks the peer uses
- * the same provider, and the address goes into the address vector on first
- * use.
+ * fi_getname address, with what identifies its process on its host, is
+ * published in the modex under "btl.ofi" (module 0) or "btl.ofi.N";
+ * add_procs reads every peer's, checks the peer uses the same provider, and
+ * inserts them all into the address vector at once, so that every message
+ * of a rank of the job arrives with that rank's fi_addr (FI_SOURCE) and a
+ * message from any other address is a stranger's.
  *
- * Active messages are one libfabric message each: an 8-byte ofi_hdr_t, then
- * the payload. Small ones leave through fi_inject (no completion, the buffer
- * is ours at once); the rest are copied into a registered transmit slot and
- * sent with fi_send, the slot coming back with the completion. Receives land
- * in pre-posted registered buffers: a few large FI_MULTI_RECV buffers where
- * the provider offers it, else one buffer per message.
+ * Active messages are one libfabric message each: a 16-byte ofi_hdr_t
+ * (ofi_wire.h), then the payload. Small ones leave through fi_inject (no
+ * completion, the buffer is ours at once); the rest are copied into a
+ * registered transmit slot and sent with fi_send, the slot coming back with
+ * the completion. Receives land in pre-posted registered buffers: a few
+ * large FI_MULTI_RECV buffers where the provider offers it, else one buffer
+ * per message. The sender's identity is the rank the fabric names; the
+ * header's rank must agree (ofi_wire.c).
  *
- * Flow control: transmit slots are the seed's send tokens. Out of slots, or
+ * Flow control: transmit slots are the seed's send tokens, and each peer
+ * has a window of ordered messages not yet acknowledged (credits come back
+ * in every message's header, or in an ACK). Out of slots, out of window, or
  * when the provider says -FI_EAGAIN, a fragment waits on its endpoint's
- * queue and progress posts it later, in order; a queue whose head has made
- * no progress for FERRY_OFI_SEND_TIMEOUT milliseconds fails its endpoint
- * (a peer that stopped receiving is never waited for forever).
+ * queue and progress posts it later, in order.
  *
- * put/get are fi_write/fi_read. A registration's key (ofi_key_t, 32 bytes)
+ * Liveness (ofi_live.c): a peer on this host is watched through a pidfd of
+ * its process; any peer that something waits on (queued work, a put or get
+ * in flight, messages not yet acknowledged) and that has said nothing for
+ * FERRY_OFI_PROBE_INTERVAL gets a probe, and one silent for
+ * FERRY_OFI_SEND_TIMEOUT is failed, unless its process on this host is
+ * alive. Every put and get has a deadline (FERRY_OFI_REQUEST_TIMEOUT).
+ *
+ * put/get are fi_writemsg/fi_readmsg; a put completes only once delivered
+ * (FI_DELIVERY_COMPLETE). A registration's key (ofi_key_t, 32 bytes)
  * carries its base, length and rights, so the initiator refuses an access
  * outside them before any byte moves; what only the target can know (a key
  * released since) a native provider refuses with an error completion, mapped
@@ -34,6 +46,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -44,47 +57,39 @@
 
 #include "btl/base.h"
 #include "btl/frag.h"
+#include "btl/ofi/ofi_wire.h"
+#include "rt/log.h"
 #include "util/list.h"
 #include "util/pool.h"
 
 #define OFI_FI_VERSION FI_VERSION(1, 5)
-#define OFI_ADDR_VERSION 1
-#define OFI_HDR_MAGIC 0x6f66u /* "of" */
+#define OFI_ADDR_VERSION 2
 #define OFI_ADDR_MAX 256
 #define OFI_PROV_NAME_MAX 64
 #define OFI_SLOT_ALIGN 64
+/* How many times a failed peer that may live is told so (OFI_T_FAIL): at
+ * once and at each of the next checks. */
+#define OFI_FAIL_NOTICES 10
+/* How long posting to a peer pauses after a refused key broke the
+ * provider's connection to it (ferry_btl_endpoint.settle_until_ns). */
+#define OFI_SETTLE_NS 100000000ull
 
 /* The memory-registration modes ferry can honour. */
 #define OFI_MR_SUPPORTED \
     (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT)
 
-/* Message types in ofi_hdr_t. */
-enum {
-    OFI_T_DATA = 1,  /* an active message */
-    OFI_T_CLOSE = 2  /* the sender finalized: its silence from now on is no failure */
-};
-
-/* Leads every message. src is the sender's rank, checked against the job
- * size before use; seq numbers the messages of one sender to one receiver,
- * because some providers complete receives out of order (ofi_rxm finishes
- * a large rendezvous message after smaller ones sent later) and the
- * contract promises order. */
-typedef struct ofi_hdr {
-    uint32_t src;
-    uint32_t seq;
-    uint8_t tag;
-    uint8_t type;
-    uint16_t magic;
+/* Who a process is on its host: the kernel's boot, the pid namespace, the
+ * pid and its start time. Two processes with the same boot and namespace
+ * are on one host and see each other's pids; the start time tells a pid
+ * reused by another process from the one that published it. Zero where
+ * /proc does not say. */
+typedef struct ofi_proc_id {
+    uint8_t boot_id[16];
+    uint64_t pidns;
+    uint64_t start_time; /* clock ticks after boot, /proc/PID/stat field 22 */
+    int32_t pid;
     uint32_t reserved;
-} ofi_hdr_t;
-
-/* A message that arrived before its predecessors, held until they come. */
-typedef struct ofi_held {
-    util_list_item_t link;
-    uint32_t seq;
-    size_t len;
-    unsigned char data[]; /* the whole message, header first */
-} ofi_held_t;
+} ofi_proc_id_t;
 
 /* What a process publishes in the modex for one module. */
 typedef struct ofi_addr {
@@ -92,6 +97,7 @@ typedef struct ofi_addr {
     uint32_t addrlen;
     char prov[OFI_PROV_NAME_MAX];
     unsigned char addr[OFI_ADDR_MAX];
+    ofi_proc_id_t proc;
 } ofi_addr_t;
 
 /* The key of a registration as peers see it (FERRY_BTL_KEY_MAX bytes). base
@@ -118,7 +124,8 @@ typedef struct ofi_reg {
     uint64_t mr_key;
 } ofi_reg_t;
 
-/* Operation codes in btl_frag_t.op. */
+/* Operation codes in btl_frag_t.op. A put or get keeps its deadline (in
+ * ofi_now_ns time) in btl_frag_t.cookie. */
 enum { OFI_OP_SEND, OFI_OP_PUT, OFI_OP_GET };
 
 /* An operation given to libfabric: its context (fi_context2 first, as the
@@ -130,8 +137,9 @@ typedef struct ofi_opctx {
     ofi_ctx_kind_t kind;
     ferry_btl_endpoint_t *ep;
     btl_frag_t *frag;      /* RMA: the descriptor; TX: NULL (completed at post); RMA
-                            * abandoned at a peer's failure: NULL, the context waiting
-                            * for the provider to give it back */
+                            * completed early (the peer failed, or the deadline
+                            * passed): NULL, the context waiting for the provider
+                            * to give it back */
     ofi_reg_t *tmp_reg;    /* RMA: a registration made for this operation */
     struct mem_reg *tmp_creg; /* RMA: the cache's registration tmp_reg belongs to */
     unsigned char *buf;    /* TX/RX: the registered slot */
@@ -149,15 +157,31 @@ struct ferry_btl_endpoint {
     ofi_ep_state_t state;
     ofi_addr_t addr;     /* the peer's, read from the modex in add_procs */
     fi_addr_t fi_addr;   /* valid once READY */
-    util_list_t queue;   /* fragments waiting for a slot or for the provider, in order */
-    uint64_t stalled_since_ns; /* when the queue's head last failed to go; 0 when moving */
+    util_list_t queue;   /* fragments waiting for a slot, the window or the provider */
     bool sending;        /* in the module's sending list */
     bool deleted;        /* del_procs ran: refuse new work until added again */
     util_list_item_t sending_link;
     size_t rdma_inflight; /* put/get accepted and not yet completed */
-    uint32_t tx_seq;     /* seq of our next message to the peer */
-    uint32_t rx_seq;     /* seq of the peer's next message to deliver */
-    util_list_t held;    /* ofi_held_t, by seq */
+    ofi_wire_peer_t wire; /* sequence numbers, window, held messages */
+    /* Liveness (ofi_live.c). */
+    bool used;           /* something went to it or came from it: it is told at close */
+    bool heard;          /* it sent something since the last check */
+    bool suspect;        /* a request to it ran out of time: probed until heard */
+    bool ack_due;        /* on the module's list of credits to return */
+    bool tell_failed;    /* owes it an OFI_T_FAIL notice (tries left in fail_tries) */
+    uint8_t fail_tries;
+    int fail_status;     /* what it was failed with, told in OFI_T_FAIL's seq */
+    util_list_item_t ack_link;
+    uint64_t quiet_since_ns; /* heard last, while something waited on it */
+    uint64_t probe_sent_ns;
+    uint64_t gap_since_ns;   /* its messages have had a hole since (0: none) */
+    uint32_t gap_rx_next;    /* wire.rx_next when the hole was first seen */
+    bool local;              /* on this host: its process is watched */
+    int pidfd;               /* -1 when not watched that way */
+    /* A refused key broke the provider's connection to it (ofi_msg.c):
+     * nothing is posted to it before then, so that nothing goes down the
+     * connection that is being torn down. 0: none. */
+    uint64_t settle_until_ns;
 };
 
 typedef struct ofi_params {
@@ -171,6 +195,10 @@ typedef struct ofi_params {
     bool multi_recv;
     size_t multi_recv_size;
     long long send_timeout_ms;
+    long long probe_interval_ms;
+    long long request_timeout_ms;
+    size_t window;
+    bool watch_local;
     const char *mr_mode;
     long long exclusivity;
     size_t free_list_num, free_list_max, free_list_inc;
@@ -188,12 +216,23 @@ struct ofi_module {
     struct fid_cq *cq;
     struct fid_av *av;
     uint64_t mr_mode;          /* the provider's demands, from info */
+    size_t mr_key_size;        /* bytes of a requested key the provider takes */
     size_t inject_size;
+    uint64_t put_flags;        /* fi_writemsg's: FI_COMPLETION, FI_DELIVERY_COMPLETE (ofi_rdma.c) */
+    bool source_err;           /* FI_SOURCE_ERR: strangers' messages arrive as errors */
     ofi_addr_t my_addr;
     /* Peers. */
     int nranks;
     ferry_btl_endpoint_t **eps; /* by rank */
+    int *rank_of;               /* by fi_addr (an index: FI_AV_TABLE); -1: none */
+    size_t rank_of_len;
+    bool reserve_addr0;         /* fi_addr 0 belongs to nobody (shm, ofi_module.c) */
+    struct fid_ep *addr0_ep;    /* ... but this endpoint of ours, which never sends */
+    struct fid_cq *addr0_cq;
+    struct fid_av *addr0_av;
+    uint32_t window;            /* ordered messages in flight per peer */
     util_list_t sending;        /* endpoints with a queue */
+    util_list_t acking;         /* endpoints owing credits (ack_due) */
     util_list_t completed;      /* fragments whose completion is due */
     btl_frags_t frags;
     util_pool_t rma_ctxs;       /* ofi_opctx_t for put/get */
@@ -218,7 +257,15 @@ struct ofi_module {
     /* Registrations by slot. */
     ofi_reg_t **regs;
     size_t nregs_cap;
-    uint64_t next_req_key;      /* requested keys when the provider does not choose */
+    /* Liveness. */
+    uint64_t next_check_ns;     /* progress looks at peers again from then */
+    struct pollfd *pfds;        /* pidfds of the watched peers */
+    int *pfd_rank;
+    int npfds;
+    /* Complaints about what peers and strangers send, rate-limited. */
+    rt_ratelimit_t rl_stranger;
+    rt_ratelimit_t rl_peer;
+    unsigned long refused;      /* messages refused, for dump */
     bool closing;
 };
 
@@ -253,24 +300,51 @@ int ofi_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *ba
 int ofi_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
 
 /* ofi_endpoint.c */
-/* The endpoint of rank, made (reading the peer's modex address) when
- * create is set and there is none yet. NULL when the rank cannot be reached
- * through this module. FERRY_ERR_NO_MEMORY leaves *ep_out NULL. */
-int ofi_ep_get(ofi_module_t *mod, int rank, bool create, ferry_btl_endpoint_t **ep_out);
+/* This process as ofi_proc_id_t describes it. */
+void ofi_proc_id_self(ofi_proc_id_t *id);
+/* The start time of process pid (/proc/PID/stat), 0 when it cannot be read
+ * (no such process). */
+uint64_t ofi_proc_start_time(pid_t pid);
+/* Makes the endpoints of the ranks in procs that published a usable
+ * address and inserts those addresses into the address vector, all at
+ * once. FERRY_ERR_NO_MEMORY, or FERRY_OK (a rank that cannot be reached
+ * has no endpoint). */
+int ofi_ep_add(ofi_module_t *mod, size_t n, const ferry_btl_proc_t *procs);
+/* The rank the fabric names for a message's source, or -1. */
+static inline int ofi_rank_of(const ofi_module_t *mod, fi_addr_t src)
+{
+    return src < mod->rank_of_len ? mod->rank_of[src] : -1;
+}
 int ofi_ep_ready(ofi_module_t *mod, ferry_btl_endpoint_t *ep);
-void ofi_ep_fail(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status, const char *why);
+/* Has the pause after a refused key (settle_until_ns) passed? Clears it
+ * once it has. */
+bool ofi_ep_settled(ferry_btl_endpoint_t *ep);
+/* Fails ep: everything pending to it completes with FERRY_ERR_UNREACH and
+ * the error callback is told status and why. tell: the peer may be alive
+ * and is sent an OFI_T_FAIL notice, so that it fails us too. */
+void ofi_ep_fail(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status, bool tell,
+                 const char *why);
+/* Completes what is queued and in flight to ep with status. */
 void ofi_ep_fail_pending(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status);
+void ofi_ep_free(ferry_btl_endpoint_t *ep);
 void ofi_mark_sending(ofi_module_t *mod, ferry_btl_endpoint_t *ep);
-int ofi_drain_queue(ofi_module_t *mod, ferry_btl_endpoint_t *ep, uint64_t now_ns);
+int ofi_drain_queue(ofi_module_t *mod, ferry_btl_endpoint_t *ep);
 void ofi_complete(ofi_module_t *mod, btl_frag_t *frag, int status);
 uint64_t ofi_now_ns(void);
 
 /* ofi_msg.c */
-/* Tries to hand a send to libfabric: FERRY_OK (gone), FERRY_ERR_NO_RESOURCE
- * (no slot, or the provider said -FI_EAGAIN), or a failure. */
+/* Tries to hand a message of type to libfabric: FERRY_OK (gone),
+ * FERRY_ERR_NO_RESOURCE (no slot, no window, or the provider said
+ * -FI_EAGAIN), or a failure (the peer is then failed). seq: PROBE and PONG
+ * only. */
 int ofi_post_send(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const void *header,
                   size_t header_len, const void *payload, size_t payload_len, uint8_t tag,
-                  uint8_t type);
+                  uint8_t type, uint32_t seq);
+/* A control message (no payload), for the liveness and credit code: as
+ * ofi_post_send, but a failure to post it fails nobody. */
+int ofi_post_ctrl(ofi_module_t *mod, ferry_btl_endpoint_t *ep, uint8_t type, uint32_t seq);
+/* Sends the credits owed (the acking list). */
+int ofi_send_acks(ofi_module_t *mod);
 int ofi_rx_post_all(ofi_module_t *mod);
 int ofi_poll_cq(ofi_module_t *mod);
 int ofi_tx_init(ofi_module_t *mod);
@@ -289,6 +363,18 @@ void ofi_rdma_done(ofi_module_t *mod, ofi_opctx_t *oc, int status);
  * provider, which may never answer for a dead peer (shm); their contexts
  * stay posted until the provider returns them or the endpoint closes. */
 void ofi_rdma_abandon(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status);
+/* Completes with FERRY_ERR_TIMEOUT the puts and gets, queued or posted,
+ * whose deadline is before now; their peers become suspects. Returns how
+ * many. */
+int ofi_rdma_expire(ofi_module_t *mod, uint64_t now);
+
+/* ofi_live.c */
+/* Opens the pidfd of a peer on this host (add_procs). */
+void ofi_live_watch(ofi_module_t *mod, ferry_btl_endpoint_t *ep);
+void ofi_live_unwatch(ofi_module_t *mod, ferry_btl_endpoint_t *ep);
+/* From progress, at most every FERRY_OFI_PROBE_INTERVAL: dead processes,
+ * deadlines, probes, holes in what peers sent. Returns events handled. */
+int ofi_live_check(ofi_module_t *mod, uint64_t now);
 
 /* ofi_module.c */
 int ofi_module_open(ferry_ctx_t *ctx, const ofi_params_t *p, struct fi_info *info, int index,

@@ -135,9 +135,30 @@ static int ofi_read_params(ferry_ctx_t *ctx, ofi_params_t *p)
                                      "Bytes of each FI_MULTI_RECV buffer (four are posted)",
                                      &p->multi_recv_size)) != FERRY_OK ||
         (rc = rt_param_register_int(r, "ofi_send_timeout", 30000, 100, 3600000,
-                                    "Milliseconds a send may wait for a peer that takes nothing "
-                                    "before the peer is declared failed",
+                                    "Milliseconds a peer that something waits on may answer "
+                                    "nothing (no message, no probe answer) before it is "
+                                    "declared failed; a peer on this host whose process lives "
+                                    "is never failed for its silence",
                                     &p->send_timeout_ms)) != FERRY_OK ||
+        (rc = rt_param_register_int(r, "ofi_probe_interval", 100, 10, 60000,
+                                    "Milliseconds between looks at peers: processes on this "
+                                    "host, deadlines, and a probe to a peer that something "
+                                    "waits on and that said nothing for as long",
+                                    &p->probe_interval_ms)) != FERRY_OK ||
+        (rc = rt_param_register_int(r, "ofi_request_timeout", 60000, 100, 3600000,
+                                    "Milliseconds a put or get may take before it completes "
+                                    "with FERRY_ERR_TIMEOUT and its peer is checked",
+                                    &p->request_timeout_ms)) != FERRY_OK ||
+        (rc = rt_param_register_bool(r, "ofi_watch_local", true,
+                                     "Watch peers on this host through their processes "
+                                     "(pidfd); off, they are judged as peers on other hosts "
+                                     "are: by provider errors and unanswered probes",
+                                     &p->watch_local)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "ofi_window", 128, 4, 1u << 16,
+                                     "Ordered messages to one peer in flight before its "
+                                     "acknowledgement (a receiver holds at most this many "
+                                     "out of order)",
+                                     &p->window)) != FERRY_OK ||
         (rc = rt_param_register_string(r, "ofi_mr_mode", "all",
                                        "Memory-registration modes ferry offers the provider: "
                                        "all, none, or a list of local, virt_addr, prov_key, "
@@ -168,6 +189,8 @@ static int ofi_read_params(ferry_ctx_t *ctx, ofi_params_t *p)
         bad = "FERRY_OFI_FREE_LIST_NUM must not exceed FERRY_OFI_FREE_LIST_MAX";
     else if (p->multi_recv_size < 2 * (p->max_send_size + sizeof(ofi_hdr_t)))
         bad = "FERRY_OFI_MULTI_RECV_SIZE must hold at least two of the largest sends";
+    else if (p->probe_interval_ms >= p->send_timeout_ms)
+        bad = "FERRY_OFI_PROBE_INTERVAL must be shorter than FERRY_OFI_SEND_TIMEOUT";
     if (bad != NULL) {
         rt_log(&ctx->log, RT_LOG_ERROR, "%s (mr mode \"%s\", eager %zu, max send %zu)", bad,
                p->mr_mode != NULL ? p->mr_mode : "", p->eager_limit, p->max_send_size);
@@ -210,14 +233,19 @@ static bool name_in_list(const char *name, const char *list)
     return false;
 }
 
-static struct fi_info *make_hints(const ofi_params_t *p, const char *prov, bool multi_recv)
+/* FI_SOURCE is required: a message's sender is the rank the fabric names,
+ * never the one the header claims. FI_SOURCE_ERR is taken where offered
+ * (neither shm nor tcp;ofi_rxm has it in libfabric 1.17). */
+static struct fi_info *make_hints(const ofi_params_t *p, const char *prov, bool multi_recv,
+                                  bool source_err)
 {
     uint64_t mode = OFI_MR_SUPPORTED;
     struct fi_info *hints = fi_allocinfo();
     if (hints == NULL)
         return NULL;
     (void)parse_mr_mode(p->mr_mode != NULL ? p->mr_mode : "all", &mode);
-    hints->caps = FI_MSG | FI_RMA | (multi_recv ? FI_MULTI_RECV : 0);
+    hints->caps = FI_MSG | FI_RMA | FI_SOURCE | (source_err ? FI_SOURCE_ERR : 0) |
+                  (multi_recv ? FI_MULTI_RECV : 0);
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
     hints->ep_attr->type = FI_EP_RDM;
     hints->domain_attr->mr_mode = (int)mode;
@@ -235,12 +263,14 @@ static struct fi_info *make_hints(const ofi_params_t *p, const char *prov, bool 
 }
 
 /* Asks libfabric for the endpoints that fit, with FI_MULTI_RECV when wanted
- * and offered. *why_out says why nothing fits. */
+ * and offered, and FI_SOURCE_ERR where offered. *why_out says why nothing
+ * fits. */
 static struct fi_info *query(const ofi_params_t *p, const char *prov, const char **why_out)
 {
     struct fi_info *list = NULL;
-    for (int pass = p->multi_recv ? 0 : 1; pass < 2; pass++) {
-        struct fi_info *hints = make_hints(p, prov, pass == 0);
+    /* With and without FI_SOURCE_ERR, then with and without FI_MULTI_RECV. */
+    for (int pass = p->multi_recv ? 0 : 2; pass < 4; pass++) {
+        struct fi_info *hints = make_hints(p, prov, pass / 2 == 0, pass % 2 == 0);
         if (hints == NULL) {
             *why_out = "out of memory";
             return NULL;
@@ -273,8 +303,9 @@ static int ofi_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *co
     bool asked = (p.provider != NULL && p.provider[0] != '\0') || (mrp != NULL && mrp->from_env);
     if (list == NULL) {
         rt_log(&ctx->log, asked ? RT_LOG_WARN : RT_LOG_INFO,
-               "ofi: no libfabric provider%s%s offers reliable datagrams with messages and "
-               "RMA with memory-registration modes \"%s\" here (%s); transport not used",
+               "ofi: no libfabric provider%s%s offers reliable datagrams with messages, RMA "
+               "and source addresses (FI_SOURCE) with memory-registration modes \"%s\" here "
+               "(%s); transport not used",
                p.provider != NULL && p.provider[0] != '\0' ? " named " : "",
                p.provider != NULL ? p.provider : "", p.mr_mode != NULL ? p.mr_mode : "all", why);
         return FERRY_OK;

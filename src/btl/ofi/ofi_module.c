@@ -17,16 +17,18 @@ static int ofi_add_procs(ferry_btl_module_t *btl, size_t n, const ferry_btl_proc
     ofi_module_t *mod = ofi_of(btl);
     if (btl == NULL || (n > 0 && (procs == NULL || eps_out == NULL)))
         return FERRY_ERR_INVALID;
+    /* Every address into the vector now, so that FI_SOURCE names every
+     * rank of the job from its first message (ofi_endpoint.c). */
+    int rc = ofi_ep_add(mod, n, procs);
+    if (rc != FERRY_OK)
+        return rc;
     for (size_t i = 0; i < n; i++) {
         int r = procs[i].rank;
         eps_out[i] = NULL;
         if (r < 0 || r >= mod->nranks)
             continue;
-        ferry_btl_endpoint_t *ep;
-        int rc = ofi_ep_get(mod, r, true, &ep);
-        if (rc != FERRY_OK)
-            return rc;
-        if (ep == NULL)
+        ferry_btl_endpoint_t *ep = mod->eps[r];
+        if (ep == NULL || ep->state == OFI_EP_NEW)
             continue;
         ep->deleted = false;
         eps_out[i] = ep;
@@ -37,7 +39,8 @@ static int ofi_add_procs(ferry_btl_module_t *btl, size_t n, const ferry_btl_proc
 }
 
 /* Endpoints live as long as the module (the address vector keeps their
- * addresses); del_procs fails what is pending and refuses new work. */
+ * addresses); del_procs completes what is pending, queued or with the
+ * provider, and refuses new work. */
 static int ofi_del_procs(ferry_btl_module_t *btl, size_t n, ferry_btl_endpoint_t **eps)
 {
     ofi_module_t *mod = ofi_of(btl);
@@ -74,7 +77,7 @@ static int ofi_send(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl
     des->flags |= FERRY_BTL_DES_INFLIGHT;
     if (util_list_empty(&ep->queue)) {
         rc = ofi_post_send(mod, ep, NULL, 0, ferry_btl_seg_ptr(&des->src[0]), des->src[0].len,
-                           tag, OFI_T_DATA);
+                           tag, OFI_T_DATA, 0);
         if (rc == FERRY_OK) {
             /* The bytes were copied: the descriptor is the caller's again
              * once its callback has run, from progress. */
@@ -105,7 +108,7 @@ static int ofi_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const vo
     /* Nothing may overtake what is queued. */
     if (!util_list_empty(&ep->queue))
         return FERRY_ERR_NO_RESOURCE;
-    return ofi_post_send(mod, ep, header, header_len, payload, payload_len, tag, OFI_T_DATA);
+    return ofi_post_send(mod, ep, header, header_len, payload, payload_len, tag, OFI_T_DATA, 0);
 }
 
 /* ---- progress ---- */
@@ -128,20 +131,22 @@ static int ofi_progress(ferry_btl_module_t *btl)
     int n = ofi_poll_cq(mod);
     if (n < 0)
         return n;
+    if (!util_list_empty(&mod->acking))
+        n += ofi_send_acks(mod);
     if (!util_list_empty(&mod->sending)) {
-        uint64_t now = ofi_now_ns();
         util_list_item_t *it = util_list_first(&mod->sending);
         while (it != NULL) {
             ferry_btl_endpoint_t *ep =
                 UTIL_CONTAINER_OF(it, ferry_btl_endpoint_t, sending_link);
             it = util_list_next(&mod->sending, it);
-            n += ofi_drain_queue(mod, ep, now);
+            n += ofi_drain_queue(mod, ep);
             if (util_list_empty(&ep->queue)) {
                 util_list_remove(&mod->sending, &ep->sending_link);
                 ep->sending = false;
             }
         }
     }
+    n += ofi_live_check(mod, ofi_now_ns());
     if (!util_list_empty(&mod->completed))
         n += run_completions(mod);
     n += btl_base_progress_reports(&mod->super);
@@ -157,9 +162,8 @@ static int ofi_flush(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep)
         ferry_btl_endpoint_t *e = mod->eps[r];
         if (e == NULL || (ep != NULL && e != ep))
             continue;
-        /* Bounded: a peer that stops answering fails its endpoint after
-         * FERRY_OFI_SEND_TIMEOUT (queued work) or through an error
-         * completion from the provider, which completes what is pending. */
+        /* Bounded: every put and get completes by its deadline
+         * (FERRY_OFI_REQUEST_TIMEOUT), earlier when its peer fails. */
         int rc = btl_base_wait_inflight(btl, &e->rdma_inflight);
         if (rc != FERRY_OK)
             return rc;
@@ -171,39 +175,51 @@ static void ofi_dump(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, int verb
 {
     ofi_module_t *mod = ofi_of(btl);
     rt_log(&btl->ctx->log, RT_LOG_ERROR,
-           "ofi: provider %s domain %s: tx slots free %zu of %zu, rx buffers posted %zu",
+           "ofi: provider %s domain %s: tx slots free %zu of %zu, rx buffers posted %zu, "
+           "messages refused %lu",
            mod->my_addr.prov, mod->info != NULL ? mod->info->domain_attr->name : "?",
-           mod->tx_nfree, mod->p.tx_slots, mod->rx_posted);
+           mod->tx_nfree, mod->p.tx_slots, mod->rx_posted, mod->refused);
     for (int r = 0; r < mod->nranks; r++) {
         ferry_btl_endpoint_t *e = mod->eps[r];
         if (e == NULL || (ep != NULL && e != ep))
             continue;
-        rt_log(&btl->ctx->log, RT_LOG_ERROR, "ofi: rank %d state %d queued %zu rdma %zu", r,
-               (int)e->state, util_list_len(&e->queue), e->rdma_inflight);
+        rt_log(&btl->ctx->log, RT_LOG_ERROR,
+               "ofi: rank %d state %d queued %zu rdma %zu; sent %u acked %u, delivered %u "
+               "held %u (%zu bytes)%s",
+               r, (int)e->state, util_list_len(&e->queue), e->rdma_inflight, e->wire.tx_next,
+               e->wire.tx_acked, e->wire.rx_next, e->wire.nheld, e->wire.held_bytes,
+               e->local ? (e->pidfd >= 0 ? ", watched by pidfd" : ", watched by pid") : "");
     }
 }
 
-/* Tells every peer we talked to that we are leaving, so that its later
- * sends failing is no surprise; best effort, as the peer may be gone. */
+/* Tells every peer we talked to, and every peer on this host (which
+ * watches our process), that we are leaving, so that its later sends
+ * failing, or our exit, is no surprise; best effort and bounded in time,
+ * as a peer may be gone or slow. */
 static void announce_close(ofi_module_t *mod)
 {
     if (mod->ep == NULL || mod->eps == NULL || mod->tx_ctx == NULL)
         return;
+    uint64_t end = ofi_now_ns() + 1000000000ull;
     for (int r = 0; r < mod->nranks; r++) {
         ferry_btl_endpoint_t *ep = mod->eps[r];
-        if (ep == NULL || ep->state != OFI_EP_READY || r == mod->super.ctx->rank)
+        if (ep == NULL || ep->state != OFI_EP_READY || r == mod->super.ctx->rank ||
+            !(ep->used || ep->local))
             continue;
-        /* A few tries, progressing in between; never a wait on the peer. */
-        for (int tries = 0; tries < 100; tries++) {
-            int rc = ofi_post_send(mod, ep, NULL, 0, NULL, 0, 0, OFI_T_CLOSE);
-            if (rc != FERRY_ERR_NO_RESOURCE)
+        /* Progress in between frees slots and window; never a wait past
+         * the bound. */
+        for (;;) {
+            int rc = ofi_post_send(mod, ep, NULL, 0, NULL, 0, 0, OFI_T_CLOSE, 0);
+            if (rc != FERRY_ERR_NO_RESOURCE || ofi_now_ns() > end)
                 break;
             ofi_poll_cq(mod);
         }
     }
     /* Let reliable providers that progress in software push the messages
      * out before the endpoint closes. */
-    for (int i = 0; i < 64 && mod->tx_nfree < mod->p.tx_slots; i++)
+    while (mod->tx_nfree < mod->p.tx_slots && ofi_now_ns() <= end)
+        ofi_poll_cq(mod);
+    for (int i = 0; i < 64; i++)
         ofi_poll_cq(mod);
 }
 
@@ -246,20 +262,29 @@ static int ofi_finalize(ferry_btl_module_t *btl)
     ofi_tx_fini(mod);
     ofi_mr_release_all(mod);
     close_fid(mod, mod->av != NULL ? &mod->av->fid : NULL, "closing the address vector");
+    /* After the vector that names it (reserve_addr0). */
+    close_fid(mod, mod->addr0_ep != NULL ? &mod->addr0_ep->fid : NULL,
+              "closing the endpoint of fi_addr 0");
+    close_fid(mod, mod->addr0_av != NULL ? &mod->addr0_av->fid : NULL,
+              "closing the address vector of fi_addr 0's endpoint");
+    close_fid(mod, mod->addr0_cq != NULL ? &mod->addr0_cq->fid : NULL,
+              "closing the completion queue of fi_addr 0's endpoint");
     close_fid(mod, mod->cq != NULL ? &mod->cq->fid : NULL, "closing the completion queue");
     close_fid(mod, mod->domain != NULL ? &mod->domain->fid : NULL, "closing the domain");
     close_fid(mod, mod->fabric != NULL ? &mod->fabric->fid : NULL, "closing the fabric");
     if (mod->rma_ctxs_ready && util_pool_fini(&mod->rma_ctxs) > 0 && rc == FERRY_OK)
         rc = FERRY_ERR_BUSY;
     if (mod->eps != NULL)
-        for (int r = 0; r < mod->nranks; r++) {
-            ferry_btl_endpoint_t *ep = mod->eps[r];
-            util_list_item_t *it;
-            while (ep != NULL && (it = util_list_pop_front(&ep->held)) != NULL)
-                free(UTIL_CONTAINER_OF(it, ofi_held_t, link));
-            free(ep);
-        }
+        for (int r = 0; r < mod->nranks; r++)
+            ofi_ep_free(mod->eps[r]);
     free(mod->eps);
+    free(mod->rank_of);
+    free(mod->pfds);
+    free(mod->pfd_rank);
+    unsigned long held = rt_ratelimit_take(&mod->rl_stranger) + rt_ratelimit_take(&mod->rl_peer);
+    if (held > 0)
+        rt_log(&btl->ctx->log, RT_LOG_WARN,
+               "ofi: %lu more complaints about refused messages were not printed", held);
     free(mod->regs);
     if (mod->info != NULL)
         fi_freeinfo(mod->info);
@@ -329,6 +354,50 @@ static uint32_t default_exclusivity(const char *prov)
     return 16384;
 }
 
+/* shm (libfabric 1.17) reports a message from an address that is not in
+ * the vector with fi_addr 0, not FI_ADDR_NOTAVAIL (its map entries made by a
+ * stranger's connection request never get an fi_addr): whichever rank held
+ * fi_addr 0 would be named the sender of every stranger's message. So
+ * fi_addr 0 goes to an address nobody else can hold: that of a second
+ * endpoint of ours, on small queues, opened for the purpose and kept open
+ * until finalize (shm takes the region of an endpoint of the same process
+ * straight from that endpoint, so it must outlive the address vector:
+ * closed first, it leaves the vector pointing at freed memory). It never
+ * sends, and what is sent to it is never read. */
+static int reserve_addr0(ofi_module_t *mod)
+{
+    struct fi_info *info = fi_dupinfo(mod->info);
+    struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_CONTEXT, .size = 16};
+    struct fi_av_attr av_attr = {.type = FI_AV_TABLE, .count = 1};
+    unsigned char name[OFI_ADDR_MAX];
+    size_t len = sizeof(name);
+    fi_addr_t fa = FI_ADDR_NOTAVAIL;
+    int rc;
+    if (info == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    info->tx_attr->size = 16;
+    info->rx_attr->size = 16;
+    if ((rc = fi_cq_open(mod->domain, &cq_attr, &mod->addr0_cq, NULL)) != 0 ||
+        (rc = fi_av_open(mod->domain, &av_attr, &mod->addr0_av, NULL)) != 0 ||
+        (rc = fi_endpoint(mod->domain, info, &mod->addr0_ep, NULL)) != 0 ||
+        (rc = fi_ep_bind(mod->addr0_ep, &mod->addr0_cq->fid, FI_TRANSMIT | FI_RECV)) != 0 ||
+        (rc = fi_ep_bind(mod->addr0_ep, &mod->addr0_av->fid, 0)) != 0 ||
+        (rc = fi_enable(mod->addr0_ep)) != 0 ||
+        (rc = fi_getname(&mod->addr0_ep->fid, name, &len)) != 0) {
+        rc = ofi_log_error(mod, "opening the endpoint that holds fi_addr 0", rc);
+    } else if (fi_av_insert(mod->av, name, 1, &fa, 0, NULL) != 1 || fa != 0) {
+        rt_log(&mod->super.ctx->log, RT_LOG_ERROR,
+               "ofi (%s): fi_addr 0 could not be reserved (got %llu); strangers could not be "
+               "told from the rank at fi_addr 0, so the transport is not used",
+               mod->my_addr.prov, (unsigned long long)fa);
+        rc = FERRY_ERR_NOT_SUPPORTED;
+    } else {
+        rc = FERRY_OK;
+    }
+    fi_freeinfo(info);
+    return rc;
+}
+
 static int open_fabric(ofi_module_t *mod)
 {
     struct fi_info *info = mod->info;
@@ -344,9 +413,11 @@ static int open_fabric(ofi_module_t *mod)
     cq_attr.size = mod->p.tx_slots + mod->p.rx_slots + 256;
     if ((rc = fi_cq_open(mod->domain, &cq_attr, &mod->cq, NULL)) != 0)
         return ofi_log_error(mod, "fi_cq_open", rc);
-    av_attr.count = (size_t)mod->nranks;
+    av_attr.count = mod->rank_of_len;
     if ((rc = fi_av_open(mod->domain, &av_attr, &mod->av, NULL)) != 0)
         return ofi_log_error(mod, "fi_av_open", rc);
+    if (mod->reserve_addr0 && (rc = reserve_addr0(mod)) != FERRY_OK)
+        return rc;
     if ((rc = fi_endpoint(mod->domain, info, &mod->ep, NULL)) != 0)
         return ofi_log_error(mod, "fi_endpoint", rc);
     if ((rc = fi_ep_bind(mod->ep, &mod->cq->fid, FI_TRANSMIT | FI_RECV)) != 0)
@@ -389,25 +460,40 @@ static int ofi_init(ferry_btl_module_t *btl, void *argp)
     mod->p = *p;
     mod->index = arg->index;
     mod->nranks = ctx->size;
-    mod->next_req_key = 1;
+    mod->window = (uint32_t)p->window;
     util_list_init(&mod->sending);
+    util_list_init(&mod->acking);
     util_list_init(&mod->completed);
     util_list_init(&mod->rma_posted);
+    rt_ratelimit_init(&mod->rl_stranger, RT_RATELIMIT_BURST, RT_RATELIMIT_INTERVAL_MS);
+    rt_ratelimit_init(&mod->rl_peer, RT_RATELIMIT_BURST, RT_RATELIMIT_INTERVAL_MS);
     if (arg->index == 0)
         snprintf(mod->modex_key, sizeof(mod->modex_key), "btl.ofi");
     else
         snprintf(mod->modex_key, sizeof(mod->modex_key), "btl.ofi.%d", arg->index);
     mod->info = fi_dupinfo(arg->info);
     mod->eps = calloc((size_t)ctx->size, sizeof(*mod->eps));
-    if (mod->info == NULL || mod->eps == NULL)
+    /* FI_AV_TABLE hands out fi_addr 0, 1, ... in insertion order; over shm
+     * the first is no rank's (reserve_addr0). */
+    mod->reserve_addr0 = strcmp(prov, "shm") == 0;
+    mod->rank_of_len = (size_t)ctx->size + (mod->reserve_addr0 ? 1 : 0);
+    mod->rank_of = malloc(mod->rank_of_len * sizeof(*mod->rank_of));
+    if (mod->info == NULL || mod->eps == NULL || mod->rank_of == NULL)
         return FERRY_ERR_NO_MEMORY;
+    for (size_t i = 0; i < mod->rank_of_len; i++)
+        mod->rank_of[i] = -1;
     mod->mr_mode = (uint64_t)mod->info->domain_attr->mr_mode;
+    mod->mr_key_size = mod->info->domain_attr->mr_key_size;
+    mod->source_err = (mod->info->caps & FI_SOURCE_ERR) != 0;
     /* FI_MR_LOCAL named in FERRY_OFI_MR_MODE is honoured even where the
      * provider does not demand it, so that path can be tested anywhere. */
     const rt_param_t *mrp = rt_param_find(&ctx->params, "ofi_mr_mode");
     if (mrp != NULL && mrp->from_env && strstr(p->mr_mode, "local") != NULL)
         mod->mr_mode |= FI_MR_LOCAL;
     mod->inject_size = mod->info->tx_attr->inject_size;
+    /* Puts ask for FI_DELIVERY_COMPLETE (ofi_rdma.c), but over shm, whose
+     * writes are placed before they complete. */
+    mod->put_flags = FI_COMPLETION | (strcmp(prov, "shm") == 0 ? 0 : FI_DELIVERY_COMPLETE);
     /* ofi_rxm (1.17) hands a multi-receive buffer back before a large
      * (rendezvous) message placed in it has completed, so a reposted
      * buffer could be overwritten under it: one buffer per message there. */
@@ -415,6 +501,7 @@ static int ofi_init(ferry_btl_module_t *btl, void *argp)
                           strstr(prov, "ofi_rxm") == NULL;
     mod->my_addr.version = OFI_ADDR_VERSION;
     snprintf(mod->my_addr.prov, sizeof(mod->my_addr.prov), "%s", prov);
+    ofi_proc_id_self(&mod->my_addr.proc);
     return FERRY_OK;
 }
 
@@ -443,9 +530,11 @@ static int ofi_start(ferry_btl_module_t *btl, void *argp)
     if (rc != FERRY_OK)
         return rc;
     rt_log(&ctx->log, RT_LOG_DEBUG,
-           "ofi: module %d: provider %s, domain %s, mr_mode 0x%llx, inject %zu, %s receives",
+           "ofi: module %d: provider %s, domain %s, mr_mode 0x%llx (keys of %zu bytes), "
+           "inject %zu, %s receives, senders named by FI_SOURCE%s",
            arg->index, prov, mod->info->domain_attr->name, (unsigned long long)mod->mr_mode,
-           mod->inject_size, mod->use_multi_recv ? "multi" : "single");
+           mod->mr_key_size, mod->inject_size, mod->use_multi_recv ? "multi" : "single",
+           mod->source_err ? " and FI_SOURCE_ERR" : "");
     if (arg->key_gap != NULL)
         rt_log(&ctx->log, RT_LOG_INFO,
                "ofi: provider %s does not enforce revoked memory keys (%s); "

@@ -8,8 +8,11 @@
  * - FI_MR_VIRT_ADDR off: remote addresses are offsets into the
  *   registration; the key carries the target's base to compute them.
  * - FI_MR_PROV_KEY: the provider picks the key, which goes to peers in
- *   ofi_key_t; otherwise ferry requests keys from a counter that never
- *   repeats within a module, so a released key never names new memory.
+ *   ofi_key_t; otherwise ferry requests a key drawn at random for each
+ *   registration (as many bytes as the domain's mr_key_size, up to 8), so
+ *   that a peer cannot guess the key of memory it was not given, nor a
+ *   released key name new memory but by a 2^-64 chance. A key the domain
+ *   already has is drawn again.
  * - FI_MR_ALLOCATED: ferry's own buffers are allocated and touched before
  *   registration; user memory must be too (README.md).
  * - FI_MR_ENDPOINT: each registration is bound to the module's endpoint
@@ -28,6 +31,7 @@
 
 #include "btl/ofi/ofi.h"
 #include "mem/rcache.h"
+#include "rt/auth.h"
 
 #define OFI_REG_MAGIC 0x5245474fu /* "OGER" */
 
@@ -64,6 +68,21 @@ static int slot_take(ofi_module_t *mod, uint32_t *slot_out)
     return FERRY_OK;
 }
 
+/* A requested key: random, within the domain's key size. */
+static int random_key(ofi_module_t *mod, uint64_t *key_out)
+{
+    uint64_t key;
+    if (rt_auth_random(&key, sizeof(key)) != FERRY_OK) {
+        rt_log(&mod->super.ctx->log, RT_LOG_ERROR,
+               "ofi: no random bytes for a registration's key");
+        return FERRY_ERR;
+    }
+    if (mod->mr_key_size > 0 && mod->mr_key_size < sizeof(key))
+        key &= ((uint64_t)1 << (8 * mod->mr_key_size)) - 1;
+    *key_out = key;
+    return FERRY_OK;
+}
+
 int ofi_mr_register(ofi_module_t *mod, void *base, size_t len, uint32_t access,
                     ofi_reg_t **reg_out)
 {
@@ -76,12 +95,18 @@ int ofi_mr_register(ofi_module_t *mod, void *base, size_t len, uint32_t access,
     int rc = slot_take(mod, &slot);
     if (rc != FERRY_OK)
         goto err_free;
-    uint64_t want_key = mod->next_req_key++;
-    rc = fi_mr_reg(mod->domain, base, len, fi_access_of(access), 0, want_key, 0, &reg->mr,
-                   NULL);
-    if (rc != 0) {
-        rc = ofi_log_error(mod, "fi_mr_reg", rc);
-        goto err_free;
+    for (int tries = 0;; tries++) {
+        uint64_t want_key = 0;
+        if (!(mod->mr_mode & FI_MR_PROV_KEY) && (rc = random_key(mod, &want_key)) != FERRY_OK)
+            goto err_free;
+        rc = fi_mr_reg(mod->domain, base, len, fi_access_of(access), 0, want_key, 0, &reg->mr,
+                       NULL);
+        if (rc == 0)
+            break;
+        if (rc != -FI_ENOKEY || (mod->mr_mode & FI_MR_PROV_KEY) || tries == 8) {
+            rc = ofi_log_error(mod, "fi_mr_reg", rc);
+            goto err_free;
+        }
     }
     if (mod->mr_mode & FI_MR_ENDPOINT) {
         if ((rc = fi_mr_bind(reg->mr, &mod->ep->fid, 0)) != 0 ||

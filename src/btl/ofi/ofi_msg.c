@@ -66,57 +66,111 @@ void ofi_tx_fini(ofi_module_t *mod)
     mod->tx_nfree = 0;
 }
 
-static size_t build_msg(unsigned char *out, uint32_t src, uint32_t seq, uint8_t tag,
-                        uint8_t type, const void *header, size_t header_len,
-                        const void *payload, size_t payload_len)
+/* Builds a message in out: header (as ofi_wire_fill makes it), then the
+ * caller's header bytes and payload. */
+static size_t build_msg(unsigned char *out, const ofi_hdr_t *h, const void *header,
+                        size_t header_len, const void *payload, size_t payload_len)
 {
-    const ofi_hdr_t h = {
-        .src = src, .seq = seq, .tag = tag, .type = type, .magic = OFI_HDR_MAGIC};
-    memcpy(out, &h, sizeof(h));
+    memcpy(out, h, sizeof(*h));
     if (header_len > 0)
-        memcpy(out + sizeof(h), header, header_len);
+        memcpy(out + sizeof(*h), header, header_len);
     if (payload_len > 0)
-        memcpy(out + sizeof(h) + header_len, payload, payload_len);
-    return sizeof(h) + header_len + payload_len;
+        memcpy(out + sizeof(*h) + header_len, payload, payload_len);
+    return sizeof(*h) + header_len + payload_len;
+}
+
+/* post_msg's answer when the window or the transmit slots are full. */
+#define POST_NO_ROOM 1
+
+/* Hands one message to libfabric: 0, the provider's negative code
+ * (-FI_EAGAIN for "later"), or POST_NO_ROOM. */
+static ssize_t post_msg(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const void *header,
+                        size_t header_len, const void *payload, size_t payload_len, uint8_t tag,
+                        uint8_t type, uint32_t seq)
+{
+    size_t total = sizeof(ofi_hdr_t) + header_len + payload_len;
+    bool ordered = type == OFI_T_DATA || type == OFI_T_CLOSE;
+    ofi_hdr_t h;
+    ssize_t rc;
+
+    if (ordered && !ofi_wire_can_send(&ep->wire, mod->window))
+        return POST_NO_ROOM;
+    if (ep->settle_until_ns != 0 && !ofi_ep_settled(ep))
+        return POST_NO_ROOM;
+    ofi_wire_fill(&ep->wire, &h, (uint32_t)mod->super.ctx->rank, type, tag, seq);
+    if (total <= mod->inject_size) {
+        /* Inline: the provider copies it before returning, and no
+         * completion comes back. */
+        build_msg(mod->inject_buf, &h, header, header_len, payload, payload_len);
+        rc = fi_inject(mod->ep, mod->inject_buf, total, ep->fi_addr);
+    } else {
+        if (mod->tx_nfree == 0)
+            return POST_NO_ROOM;
+        ofi_opctx_t *oc = &mod->tx_ctx[mod->tx_free[mod->tx_nfree - 1]];
+        build_msg(oc->buf, &h, header, header_len, payload, payload_len);
+        oc->ep = ep;
+        rc = fi_send(mod->ep, oc->buf, total, fi_mr_desc(mod->tx_reg->mr), ep->fi_addr,
+                     &oc->fctx);
+        if (rc == 0)
+            mod->tx_nfree--;
+    }
+    if (rc == 0)
+        ofi_wire_sent(&ep->wire, &h);
+    return rc;
 }
 
 int ofi_post_send(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const void *header,
                   size_t header_len, const void *payload, size_t payload_len, uint8_t tag,
-                  uint8_t type)
+                  uint8_t type, uint32_t seq)
 {
-    uint32_t me = (uint32_t)mod->super.ctx->rank;
-    size_t total = sizeof(ofi_hdr_t) + header_len + payload_len;
-    ssize_t rc;
-
-    if (total <= mod->inject_size) {
-        /* Inline: the provider copies it before returning, and no
-         * completion comes back. */
-        build_msg(mod->inject_buf, me, ep->tx_seq, tag, type, header, header_len, payload, payload_len);
-        rc = fi_inject(mod->ep, mod->inject_buf, total, ep->fi_addr);
-        if (rc == 0) {
-            ep->tx_seq++;
-            return FERRY_OK;
-        }
-    } else {
-        if (mod->tx_nfree == 0)
-            return FERRY_ERR_NO_RESOURCE;
-        ofi_opctx_t *oc = &mod->tx_ctx[mod->tx_free[mod->tx_nfree - 1]];
-        build_msg(oc->buf, me, ep->tx_seq, tag, type, header, header_len, payload, payload_len);
-        oc->ep = ep;
-        rc = fi_send(mod->ep, oc->buf, total, fi_mr_desc(mod->tx_reg->mr), ep->fi_addr,
-                     &oc->fctx);
-        if (rc == 0) {
-            mod->tx_nfree--;
-            ep->tx_seq++;
-            return FERRY_OK;
-        }
-    }
-    if (rc == -FI_EAGAIN)
+    ssize_t rc = post_msg(mod, ep, header, header_len, payload, payload_len, tag, type, seq);
+    if (rc == 0)
+        return FERRY_OK;
+    if (rc == -FI_EAGAIN || rc == POST_NO_ROOM)
         return FERRY_ERR_NO_RESOURCE;
     char why[128];
     snprintf(why, sizeof(why), "posting a send failed: %s", fi_strerror((int)-rc));
-    ofi_ep_fail(mod, ep, FERRY_ERR_UNREACH, why);
+    ofi_ep_fail(mod, ep, FERRY_ERR_UNREACH, true, why);
     return FERRY_ERR_UNREACH;
+}
+
+int ofi_post_ctrl(ofi_module_t *mod, ferry_btl_endpoint_t *ep, uint8_t type, uint32_t seq)
+{
+    ssize_t rc = post_msg(mod, ep, NULL, 0, NULL, 0, 0, type, seq);
+    if (rc == 0)
+        return FERRY_OK;
+    if (rc != -FI_EAGAIN && rc != POST_NO_ROOM)
+        rt_log(&mod->super.ctx->log, RT_LOG_DEBUG, "ofi: control message %u to rank %d: %s",
+               (unsigned)type, ep->rank, fi_strerror((int)-rc));
+    return rc == -FI_EAGAIN || rc == POST_NO_ROOM ? FERRY_ERR_NO_RESOURCE : FERRY_ERR_UNREACH;
+}
+
+/* Returns credits now, or owes them (the acking list) when the provider
+ * has no room. */
+static void send_ack(ofi_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    if (ep->ack_due)
+        return;
+    if (ofi_post_ctrl(mod, ep, OFI_T_ACK, 0) == FERRY_ERR_NO_RESOURCE) {
+        ep->ack_due = true;
+        util_list_append(&mod->acking, &ep->ack_link);
+    }
+}
+
+int ofi_send_acks(ofi_module_t *mod)
+{
+    int n = 0;
+    util_list_item_t *it;
+    while ((it = util_list_first(&mod->acking)) != NULL) {
+        ferry_btl_endpoint_t *ep = UTIL_CONTAINER_OF(it, ferry_btl_endpoint_t, ack_link);
+        if (ep->state == OFI_EP_READY && ofi_wire_unacked_rx(&ep->wire) > 0 &&
+            ofi_post_ctrl(mod, ep, OFI_T_ACK, 0) == FERRY_ERR_NO_RESOURCE)
+            break;
+        util_list_remove(&mod->acking, it);
+        ep->ack_due = false;
+        n++;
+    }
+    return n;
 }
 
 /* ---- receive ---- */
@@ -208,113 +262,160 @@ int ofi_rx_post_all(ofi_module_t *mod)
     return FERRY_OK;
 }
 
-/* Hands one in-order message to its handler. */
-static void deliver(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const ofi_hdr_t *h,
-                    const unsigned char *buf, size_t len)
+/* ---- what arrives ---- */
+
+/* The ofi_wire_ops_t of the module: the receive side's decisions are
+ * ofi_wire.c's, what they do to endpoints is here. */
+static ofi_wire_peer_t *wire_peer(void *arg, int rank)
 {
-    ep->rx_seq++;
+    ofi_module_t *mod = arg;
+    ferry_btl_endpoint_t *ep = mod->eps[rank];
+    return ep != NULL && ep->state == OFI_EP_READY ? &ep->wire : NULL;
+}
+
+static void wire_heard(void *arg, int rank, const ofi_hdr_t *h)
+{
+    ofi_module_t *mod = arg;
+    ferry_btl_endpoint_t *ep = mod->eps[rank];
+    ep->heard = true;
+    ep->used = true;
+}
+
+static void wire_deliver(void *arg, int rank, const ofi_hdr_t *h, const unsigned char *payload,
+                         size_t len)
+{
+    ofi_module_t *mod = arg;
+    ferry_btl_endpoint_t *ep = mod->eps[rank];
     if (h->type == OFI_T_CLOSE) {
-        /* The peer finalized: from now on nothing goes to it, and nobody is
-         * told of a failure. */
-        if (ep->state != OFI_EP_FAILED)
-            ep->state = OFI_EP_CLOSED;
+        /* The peer finalized: from now on nothing goes to it, and its exit
+         * is expected. Work still waiting for it will never be taken: that
+         * is a failure (as sm says it), else nobody is told. */
+        if (!util_list_empty(&ep->queue) || ep->rdma_inflight > 0) {
+            ofi_ep_fail(mod, ep, FERRY_ERR_UNREACH, false,
+                        "it finalized with work pending to it");
+            return;
+        }
+        ep->state = OFI_EP_CLOSED;
+        ofi_live_unwatch(mod, ep);
         ofi_ep_fail_pending(mod, ep, FERRY_ERR_UNREACH);
         return;
     }
-    ferry_btl_segment_t seg = {
-        .addr = (uint64_t)(uintptr_t)(buf + sizeof(*h)),
-        .len = len - sizeof(*h),
-    };
+    ferry_btl_segment_t seg = {.addr = (uint64_t)(uintptr_t)payload, .len = len};
     ferry_btl_recv_desc_t rd = {
         .ep = ep,
-        .peer = (int)h->src,
+        .peer = rank,
         .tag = h->tag,
         .segs = &seg,
         .seg_cnt = 1,
     };
     btl_base_deliver(&mod->super, &rd);
+    /* Credits go back with our next message to it, or alone once half a
+     * window is owed. */
+    if (ep->state == OFI_EP_READY && ofi_wire_unacked_rx(&ep->wire) >= mod->window / 2)
+        send_ack(mod, ep);
 }
 
-/* Holds a message that overtook its predecessors: a copy, sorted by seq. */
-static void hold(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const ofi_hdr_t *h,
-                 const unsigned char *buf, size_t len)
+static void wire_control(void *arg, int rank, const ofi_hdr_t *h)
 {
-    ofi_held_t *m = malloc(sizeof(*m) + len);
-    if (m == NULL) {
-        ofi_ep_fail(mod, ep, FERRY_ERR_NO_MEMORY,
-                    "out of memory holding a message that arrived out of order");
-        return;
+    ofi_module_t *mod = arg;
+    ferry_btl_endpoint_t *ep = mod->eps[rank];
+    switch (h->type) {
+    case OFI_T_PROBE:
+        /* Best effort: a lost answer means another probe. */
+        (void)ofi_post_ctrl(mod, ep, OFI_T_PONG, h->seq);
+        break;
+    case OFI_T_FAIL:
+        /* seq: the status it failed us with. */
+        ofi_ep_fail(mod, ep, FERRY_ERR_UNREACH, false,
+                    h->seq == (uint32_t)-FERRY_ERR_PROTO
+                        ? "it refused a message of this process as breaking the protocol, and "
+                          "no longer talks to it"
+                        : "it failed this process (a broken connection, a lost message or a "
+                          "silence on its side) and no longer talks to it");
+        break;
+    default:
+        /* PONG and ACK: heard, and their credits taken. */
+        break;
     }
-    m->seq = h->seq;
-    m->len = len;
-    memcpy(m->data, buf, len);
-    util_list_item_t *it = util_list_first(&ep->held);
-    while (it != NULL) {
-        ofi_held_t *o = UTIL_CONTAINER_OF(it, ofi_held_t, link);
-        if ((int32_t)(o->seq - m->seq) > 0)
-            break;
-        it = util_list_next(&ep->held, it);
-    }
-    if (it == NULL)
-        util_list_append(&ep->held, &m->link);
-    else if (it == util_list_first(&ep->held))
-        util_list_prepend(&ep->held, &m->link);
-    else
-        util_list_insert_after(&ep->held, it->prev, &m->link);
 }
 
-/* One message from a peer: its bytes are untrusted until checked. */
-static void handle_msg(ofi_module_t *mod, const unsigned char *buf, size_t len)
+static const ofi_wire_ops_t wire_ops = {
+    .peer = wire_peer,
+    .heard = wire_heard,
+    .deliver = wire_deliver,
+    .control = wire_control,
+};
+
+/* A refused message: a stranger's is logged (rate-limited); one from a rank
+ * of the job that broke the protocol fails that rank, which is told. */
+static void refuse(ofi_module_t *mod, int rank, ofi_wire_verdict_t v, const ofi_hdr_t *h,
+                   size_t len)
 {
-    ofi_hdr_t h;
-    if (len < sizeof(h)) {
-        rt_log(&mod->super.ctx->log, RT_LOG_WARN, "ofi: a %zu-byte message is shorter than "
-               "its header; dropped", len);
+    mod->refused++;
+    if (rank < 0) {
+        rt_log_limited(&mod->super.ctx->log, &mod->rl_stranger, RT_LOG_WARN,
+                       "ofi (%s): refused a %zu-byte message from an address that is no rank "
+                       "of the job%s%s (it claims rank %u, type %u, tag %u)",
+                       mod->my_addr.prov, len, v == OFI_WIRE_UNKNOWN ? "" : "; it is ",
+                       v == OFI_WIRE_UNKNOWN ? "" : ofi_wire_verdict_str(v), h->src, h->type,
+                       h->tag);
         return;
     }
-    memcpy(&h, buf, sizeof(h));
-    if (h.magic != OFI_HDR_MAGIC || h.src >= (uint32_t)mod->nranks ||
-        (h.type != OFI_T_DATA && h.type != OFI_T_CLOSE) ||
-        (h.type == OFI_T_DATA && h.tag >= FERRY_BTL_TAG_BTL_MIN)) {
-        rt_log(&mod->super.ctx->log, RT_LOG_WARN,
-               "ofi: malformed message (magic 0x%x, source %u, type %u, tag %u, %zu bytes); "
-               "dropped",
-               h.magic, h.src, h.type, h.tag, len);
-        return;
-    }
-    ferry_btl_endpoint_t *ep;
-    if (ofi_ep_get(mod, (int)h.src, true, &ep) != FERRY_OK || ep == NULL) {
-        rt_log(&mod->super.ctx->log, RT_LOG_WARN,
-               "ofi: message from rank %u, which published no address for this module; "
-               "dropped", h.src);
-        return;
-    }
-    if (h.seq != ep->rx_seq) {
-        if ((int32_t)(h.seq - ep->rx_seq) < 0) {
-            rt_log(&mod->super.ctx->log, RT_LOG_WARN,
-                   "ofi: message %u from rank %u repeats one already delivered; dropped", h.seq,
-                   h.src);
-            return;
+    ferry_btl_endpoint_t *ep = mod->eps[rank];
+    if (v == OFI_WIRE_NOT_PEER) {
+        /* A late message of a peer we failed: it is told again (from the
+         * next check), in case it missed the first notice. */
+        rt_log(&mod->super.ctx->log, RT_LOG_DEBUG,
+               "ofi: message of type %u from rank %d, which is no longer a peer; dropped",
+               h->type, rank);
+        if (ep != NULL && ep->state == OFI_EP_FAILED && !ep->tell_failed &&
+            h->type != OFI_T_FAIL) {
+            ep->tell_failed = true;
+            ep->fail_tries = 1;
         }
-        hold(mod, ep, &h, buf, len);
         return;
     }
-    deliver(mod, ep, &h, buf, len);
-    /* Those that were waiting for it. */
-    util_list_item_t *it;
-    while ((it = util_list_first(&ep->held)) != NULL) {
-        ofi_held_t *m = UTIL_CONTAINER_OF(it, ofi_held_t, link);
-        if (m->seq != ep->rx_seq)
-            break;
-        util_list_remove(&ep->held, it);
-        ofi_hdr_t mh;
-        memcpy(&mh, m->data, sizeof(mh));
-        deliver(mod, ep, &mh, m->data, m->len);
-        free(m);
+    rt_log_limited(&mod->super.ctx->log, &mod->rl_peer, RT_LOG_WARN,
+                   "ofi (%s): refused a %zu-byte message from rank %d: %s (it claims rank %u, "
+                   "type %u, tag %u, seq %u)",
+                   mod->my_addr.prov, len, rank, ofi_wire_verdict_str(v), h->src, h->type, h->tag,
+                   h->seq);
+    if (ep != NULL) {
+        char why[160];
+        snprintf(why, sizeof(why), "sent a message that %s",
+                 v == OFI_WIRE_NO_MEMORY ? "could not be held (out of memory)"
+                                         : "breaks the protocol; see the warning before");
+        ofi_ep_fail(mod, ep, v == OFI_WIRE_NO_MEMORY ? FERRY_ERR_NO_MEMORY : FERRY_ERR_PROTO, true,
+                    why);
     }
+}
+
+/* One message from the fabric: src is its sender's address, the only word
+ * on who sent it that counts; the bytes are untrusted until checked. */
+static void handle_msg(ofi_module_t *mod, fi_addr_t src, const unsigned char *buf, size_t len)
+{
+    int rank = ofi_rank_of(mod, src);
+    ofi_hdr_t h;
+    ofi_wire_verdict_t v = ofi_wire_receive(buf, len, rank, (uint32_t)mod->nranks, mod->window,
+                                            &wire_ops, mod, &h);
+    if (v == OFI_WIRE_HELD)
+        rt_log(&mod->super.ctx->log, RT_LOG_DEBUG,
+               "ofi: message %u from rank %d (%zu bytes) came before %u; held (%u held)", h.seq,
+               rank, len, mod->eps[rank]->wire.rx_next, mod->eps[rank]->wire.nheld);
+    else if (v != OFI_WIRE_OK)
+        refuse(mod, rank, v, &h, len);
 }
 
 /* ---- completion queue ---- */
+
+static void rx_buffer_back(ofi_module_t *mod, ofi_opctx_t *oc, uint64_t flags)
+{
+    if ((flags & FI_MULTI_RECV) || !mod->use_multi_recv) {
+        if (oc->posted)
+            mod->rx_posted--;
+        oc->posted = false;
+    }
+}
 
 static void handle_error(ofi_module_t *mod)
 {
@@ -333,38 +434,48 @@ static void handle_error(ofi_module_t *mod)
         ptext = fi_strerror(err.err);
     ofi_opctx_t *oc = err.op_context;
     if (oc == NULL) {
-        /* No operation of ours: the provider failed work a peer started
-         * here (shm copies a peer's large write on the target's side, and
-         * that copy fails once the peer has died). The peer that started it
-         * is told by its own completion; here nothing is lost and nobody is
-         * failed, since the provider does not say which peer it was. */
+        /* No operation named: the provider failed work a peer started here
+         * (shm copies a peer's large write on the target's side, and that
+         * copy fails once the peer has died), or one of ours whose context
+         * it lost (shm reports a failed cross-memory copy of its fast path
+         * so). A peer's work is told to the peer by its own completion; one
+         * of ours fails by its deadline (FERRY_OFI_REQUEST_TIMEOUT). Nobody
+         * is failed, since the provider does not say which peer it was. */
         rt_log(&mod->super.ctx->log, RT_LOG_DEBUG,
-               "ofi (%s): error completion for a peer's operation: %s", mod->my_addr.prov,
+               "ofi (%s): error completion that names no operation: %s", mod->my_addr.prov,
                ptext);
         return;
     }
     switch (oc->kind) {
     case OFI_CTX_RX:
-        /* A receive buffer came back unused (canceled at close, or the
-         * provider gave up on it): it goes back unless we are closing. */
-        if ((err.flags & FI_MULTI_RECV) || !mod->use_multi_recv) {
-            if (oc->posted)
-                mod->rx_posted--;
-            oc->posted = false;
-        }
-        if (err.err != FI_ECANCELED && !mod->closing)
+        if (err.err == FI_EADDRNOTAVAIL && mod->source_err) {
+            /* FI_SOURCE_ERR: a message from an address not in the vector,
+             * that is from no rank of the job (all are inserted). */
+            ofi_hdr_t h;
+            memset(&h, 0, sizeof(h));
+            const unsigned char *buf = mod->use_multi_recv ? err.buf : oc->buf;
+            if (buf != NULL && err.len >= sizeof(h))
+                memcpy(&h, buf, sizeof(h));
+            refuse(mod, -1, OFI_WIRE_UNKNOWN, &h, err.len);
+        } else if (err.err != FI_ECANCELED && !mod->closing) {
+            /* A receive buffer came back unused (canceled at close, or the
+             * provider gave up on it): it goes back unless we are closing. */
             rt_log(&mod->super.ctx->log, RT_LOG_WARN, "ofi: receive failed: %s", ptext);
+        }
+        rx_buffer_back(mod, oc, err.flags);
         break;
     case OFI_CTX_TX: {
         mod->tx_free[mod->tx_nfree++] = oc->index;
         ferry_btl_endpoint_t *ep = oc->ep;
         /* ferry cancels nothing itself before closing: a canceled send
          * before that is the provider giving up on the peer (ofi_rxm
-         * cancels what was in flight on a connection that died). */
+         * cancels what was in flight on a connection that died). A
+         * connection that broke lost what was on it, so both ends must
+         * know: the peer is told (OFI_T_FAIL). */
         if (ep != NULL && !mod->closing) {
             char why[320];
             snprintf(why, sizeof(why), "send failed: %s", ptext);
-            ofi_ep_fail(mod, ep, FERRY_ERR_UNREACH, why);
+            ofi_ep_fail(mod, ep, FERRY_ERR_UNREACH, true, why);
         }
         break;
     }
@@ -372,14 +483,36 @@ static void handle_error(ofi_module_t *mod)
         int status = ofi_status_from_fi(err.err);
         ferry_btl_endpoint_t *ep = oc->ep;
         /* The target refused the key or the range: that operation fails,
-         * the peer is fine. Anything else means the peer is gone. */
-        const char *what = oc->frag == NULL              ? "put/get (abandoned)"
+         * the peer is fine. Anything else but the case below means the
+         * connection or the peer is gone. */
+        const char *what = oc->frag == NULL              ? "put/get (completed before)"
                            : oc->frag->op == OFI_OP_PUT ? "put"
                                                         : "get";
-        if (status == FERRY_ERR_ACCESS || status == FERRY_ERR_INVALID) {
-            rt_log(&mod->super.ctx->log, RT_LOG_DEBUG, "ofi: %s to rank %d refused: %s", what,
-                   ep->rank, ptext);
-            ofi_rdma_done(mod, oc, FERRY_ERR_ACCESS);
+        /* ofi_rxm over tcp (1.17) has no error answer for a key the
+         * target no longer knows: the target's tcp provider drops the
+         * connection, and the initiator's operation comes back canceled,
+         * with the target's "no such key" (ENOENT) as the provider's code
+         * when that answer got through (usually: a get, a small put), with
+         * a connection error when it did not (a large put whose data still
+         * flowed; now and then a small one under load). Either way this
+         * operation failed, but the peer may well be alive: ofi_rxm
+         * connects again for the next message, which waits
+         * (settle_until_ns) until the broken connection is gone, and the
+         * peer becomes a suspect that the liveness check probes (a peer on
+         * this host: its process decides). A message lost with the
+         * connection shows as a hole in its sequence and fails the peer
+         * (ofi_live.c), so nothing is lost unreported. */
+        bool broken = err.err == FI_ECANCELED && !mod->closing && oc->frag != NULL;
+        bool key_refused = broken && err.prov_errno == FI_ENOENT;
+        if (broken) {
+            ep->settle_until_ns = ofi_now_ns() + OFI_SETTLE_NS;
+            if (!ep->local)
+                ep->suspect = true;
+        }
+        if (status == FERRY_ERR_ACCESS || status == FERRY_ERR_INVALID || broken) {
+            rt_log(&mod->super.ctx->log, RT_LOG_DEBUG, "ofi: %s to rank %d %s: %s", what,
+                   ep->rank, key_refused || !broken ? "refused" : "lost its connection", ptext);
+            ofi_rdma_done(mod, oc, broken && !key_refused ? FERRY_ERR_UNREACH : FERRY_ERR_ACCESS);
         } else {
             char why[320];
             snprintf(why, sizeof(why), "%s failed: %s", what, ptext);
@@ -387,7 +520,7 @@ static void handle_error(ofi_module_t *mod)
              * up on the peer. */
             ofi_rdma_done(mod, oc, mod->closing ? FERRY_ERR_CANCELED : FERRY_ERR_UNREACH);
             if (!mod->closing)
-                ofi_ep_fail(mod, ep, FERRY_ERR_UNREACH, why);
+                ofi_ep_fail(mod, ep, FERRY_ERR_UNREACH, true, why);
         }
         break;
     }
@@ -397,11 +530,12 @@ static void handle_error(ofi_module_t *mod)
 int ofi_poll_cq(ofi_module_t *mod)
 {
     struct fi_cq_data_entry ent[16];
+    fi_addr_t src[16];
     int n = 0;
     if (mod->cq == NULL)
         return 0;
     for (int round = 0; round < 4; round++) {
-        ssize_t got = fi_cq_read(mod->cq, ent, 16);
+        ssize_t got = fi_cq_readfrom(mod->cq, ent, 16, src);
         if (got == -FI_EAGAIN)
             break;
         if (got == -FI_EAVAIL) {
@@ -420,21 +554,21 @@ int ofi_poll_cq(ofi_module_t *mod)
                 mod->tx_free[mod->tx_nfree++] = oc->index;
                 break;
             case OFI_CTX_RMA:
+                /* A completion is a sign of life, and a put's says it was
+                 * delivered. */
+                if (oc->ep != NULL)
+                    oc->ep->heard = true;
                 ofi_rdma_done(mod, oc, FERRY_OK);
                 break;
             case OFI_CTX_RX:
                 if ((ent[i].flags & FI_RECV) && (ent[i].len > 0 || !mod->use_multi_recv)) {
                     const unsigned char *buf = mod->use_multi_recv ? ent[i].buf : oc->buf;
                     if (buf != NULL)
-                        handle_msg(mod, buf, ent[i].len);
+                        handle_msg(mod, src[i], buf, ent[i].len);
                 }
-                if (!mod->use_multi_recv || (ent[i].flags & FI_MULTI_RECV)) {
-                    /* The buffer is ours again; every message in it has
-                     * been handled above. */
-                    if (oc->posted)
-                        mod->rx_posted--;
-                    oc->posted = false;
-                }
+                /* The buffer is ours again once released; every message in
+                 * it has been handled above. */
+                rx_buffer_back(mod, oc, ent[i].flags);
                 break;
             }
             n++;

@@ -1,5 +1,18 @@
 /*
- * ofi put and get: fi_write and fi_read on registered memory.
+ * ofi put and get: fi_writemsg and fi_readmsg on registered memory.
+ *
+ * A put asks for FI_DELIVERY_COMPLETE: its completion comes once the target
+ * has placed the data, not when the bytes left (tcp;ofi_rxm's default), so
+ * a put the target refuses or never takes (a connection it dropped) never
+ * reports FERRY_OK. Not over shm (libfabric 1.17): there the initiator
+ * copies a write into the target through cross-memory attach before its
+ * completion (shm's fast path), and the flag would send it through the
+ * target's command queue instead, which a released key stops for good
+ * (README.md, Limits). Every put and get carries a deadline
+ * (FERRY_OFI_REQUEST_TIMEOUT) from when it was accepted; past it, it
+ * completes with FERRY_ERR_TIMEOUT and its peer becomes a suspect whose
+ * liveness is decided (ofi_live.c). Its context stays with the provider
+ * until the provider gives it back or the endpoint closes.
  *
  * Before any byte moves, the initiator checks the remote range against what
  * the target's key says (base, length, rights): the contract's check,
@@ -41,6 +54,8 @@ int ofi_rdma_post(ofi_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag)
     ofi_key_t key;
     memcpy(&key, remote->key, sizeof(key));
 
+    if (ep->settle_until_ns != 0 && !ofi_ep_settled(ep))
+        return FERRY_ERR_NO_RESOURCE;
     ofi_opctx_t *oc = util_pool_get(&mod->rma_ctxs);
     if (oc == NULL)
         return FERRY_ERR_NO_RESOURCE;
@@ -63,13 +78,22 @@ int ofi_rdma_post(ofi_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag)
         desc = fi_mr_desc(oc->tmp_reg->mr);
     }
     uint64_t raddr = (mod->mr_mode & FI_MR_VIRT_ADDR) ? remote->addr : remote->addr - key.base;
+    struct iovec iov = {.iov_base = ferry_btl_seg_ptr(local), .iov_len = local->len};
+    struct fi_rma_iov rma = {.addr = raddr, .len = local->len, .key = key.mr_key};
+    const struct fi_msg_rma msg = {
+        .msg_iov = &iov,
+        .desc = &desc,
+        .iov_count = 1,
+        .addr = ep->fi_addr,
+        .rma_iov = &rma,
+        .rma_iov_count = 1,
+        .context = &oc->fctx,
+    };
     ssize_t rc;
     if (put)
-        rc = fi_write(mod->ep, ferry_btl_seg_ptr(local), local->len, desc, ep->fi_addr, raddr,
-                      key.mr_key, &oc->fctx);
+        rc = fi_writemsg(mod->ep, &msg, mod->put_flags);
     else
-        rc = fi_read(mod->ep, ferry_btl_seg_ptr(local), local->len, desc, ep->fi_addr, raddr,
-                     key.mr_key, &oc->fctx);
+        rc = fi_readmsg(mod->ep, &msg, FI_COMPLETION);
     if (rc == 0) {
         util_list_append(&mod->rma_posted, &oc->link);
         return FERRY_OK;
@@ -86,7 +110,7 @@ int ofi_rdma_post(ofi_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag)
     char why[128];
     snprintf(why, sizeof(why), "posting a %s failed: %s", put ? "put" : "get",
              fi_strerror((int)-rc));
-    ofi_ep_fail(mod, ep, FERRY_ERR_UNREACH, why);
+    ofi_ep_fail(mod, ep, FERRY_ERR_UNREACH, true, why);
     return FERRY_ERR_UNREACH;
 }
 
@@ -114,6 +138,47 @@ void ofi_rdma_abandon(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status)
     }
 }
 
+int ofi_rdma_expire(ofi_module_t *mod, uint64_t now)
+{
+    int n = 0;
+    if (!mod->rma_ctxs_ready)
+        return 0;
+    for (util_list_item_t *it = util_list_first(&mod->rma_posted); it != NULL;
+         it = util_list_next(&mod->rma_posted, it)) {
+        ofi_opctx_t *oc = UTIL_CONTAINER_OF(it, ofi_opctx_t, link);
+        if (oc->frag == NULL || oc->frag->cookie > now)
+            continue;
+        rt_log(&mod->super.ctx->log, RT_LOG_WARN,
+               "ofi (%s): a %s of %zu bytes to rank %d has not completed in %lld ms; it fails "
+               "with FERRY_ERR_TIMEOUT",
+               mod->my_addr.prov, oc->frag->op == OFI_OP_PUT ? "put" : "get",
+               oc->frag->base.src[0].len, oc->ep->rank, mod->p.request_timeout_ms);
+        ofi_complete(mod, oc->frag, FERRY_ERR_TIMEOUT);
+        oc->frag = NULL;
+        oc->ep->suspect = true;
+        n++;
+    }
+    /* Queued ones wait for room with the provider or behind sends; they
+     * expire from the same moment. */
+    for (int r = 0; r < mod->nranks; r++) {
+        ferry_btl_endpoint_t *ep = mod->eps[r];
+        if (ep == NULL || util_list_empty(&ep->queue))
+            continue;
+        util_list_item_t *it = util_list_first(&ep->queue);
+        while (it != NULL) {
+            btl_frag_t *frag = UTIL_CONTAINER_OF(it, btl_frag_t, link);
+            it = util_list_next(&ep->queue, it);
+            if (frag->op == OFI_OP_SEND || frag->cookie > now)
+                continue;
+            util_list_remove(&ep->queue, &frag->link);
+            ofi_complete(mod, frag, FERRY_ERR_TIMEOUT);
+            ep->suspect = true;
+            n++;
+        }
+    }
+    return n;
+}
+
 static int rdma_start(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des,
                       bool put)
 {
@@ -137,6 +202,7 @@ static int rdma_start(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_b
     btl_frag_t *frag = btl_frag_of(des);
     frag->op = put ? OFI_OP_PUT : OFI_OP_GET;
     frag->ep = ep;
+    frag->cookie = ofi_now_ns() + (uint64_t)mod->p.request_timeout_ms * 1000000ull;
     des->flags |= FERRY_BTL_DES_INFLIGHT;
     ep->rdma_inflight++;
     if (local->len == 0) {
