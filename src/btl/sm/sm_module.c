@@ -410,6 +410,7 @@ static int segment_create(sm_module_t *mod)
     }
     if (fd < 0)
         return rt_log_errno(&ctx->log, "sm: creating the shared segment", errno);
+    rt_modex_register_shm(ctx->modex, mod->seg_name); /* gone even if we are killed */
     if (ftruncate(fd, (off_t)size) != 0) {
         int err = errno;
         close(fd);
