@@ -340,38 +340,61 @@ static int mod_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpo
     return OPAL_SUCCESS;
 }
 
-/* Header and payload as one inline ferry send, copied before return; a
- * payload that is not contiguous, or a transport out of room, is left to
- * Open MPI's descriptor path (OPAL_ERR_RESOURCE_BUSY, no descriptor, and
- * the convertor untouched). */
+/* Header and payload as one inline ferry send, copied before return. When
+ * that cannot be (a payload that is not contiguous, a transport out of
+ * room or with sends queued), they are packed into a descriptor that goes
+ * as a ferry send, queued in order if need be: ob1 takes anything but
+ * success from sendi as "out of resources" and tries the same again
+ * later, so only a descriptor that cannot be had is reported. */
 static int mod_sendi(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
-                       struct opal_convertor_t *convertor, void *header, size_t header_size,
-                       size_t payload_size, uint8_t order, uint32_t flags,
-                       mca_btl_base_tag_t tag, mca_btl_base_descriptor_t **descriptor)
+                     struct opal_convertor_t *convertor, void *header, size_t header_size,
+                     size_t payload_size, uint8_t order, uint32_t flags, mca_btl_base_tag_t tag,
+                     mca_btl_base_descriptor_t **descriptor)
 {
     mca_btl_ferry_module_t *mod = mod_of(btl);
     if (descriptor != NULL)
         *descriptor = NULL;
-    if (tag >= MCA_BTL_FERRY_TAG_LIMIT)
+    if (tag >= MCA_BTL_FERRY_TAG_LIMIT || (payload_size > 0 && convertor == NULL) ||
+        header_size > btl->btl_max_send_size ||
+        payload_size > btl->btl_max_send_size - header_size)
         return OPAL_ERR_BAD_PARAM;
-    void *payload = NULL;
+    if (payload_size == 0 || !opal_convertor_need_buffers(convertor)) {
+        void *payload = NULL;
+        if (payload_size > 0)
+            opal_convertor_get_current_pointer(convertor, &payload);
+        int rc = mod->fbtl->ops->sendi(mod->fbtl, fep_of(ep), header, header_size, payload,
+                                       payload_size, tag);
+        if (rc == FERRY_OK) {
+            mod->stats.sendi++;
+            return OPAL_SUCCESS;
+        }
+        if (rc != FERRY_ERR_NO_RESOURCE && rc != FERRY_ERR_NOT_SUPPORTED &&
+            rc != FERRY_ERR_INVALID)
+            return mca_btl_ferry_status(rc);
+    }
+    mca_btl_base_descriptor_t *des =
+        mod_alloc(btl, ep, order, header_size + payload_size,
+                  (flags | MCA_BTL_DES_FLAGS_BTL_OWNERSHIP) & ~MCA_BTL_DES_SEND_ALWAYS_CALLBACK);
+    if (des == NULL)
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    unsigned char *data = des->des_segments[0].seg_addr.pval;
+    memcpy(data, header, header_size);
     if (payload_size > 0) {
-        if (convertor == NULL || opal_convertor_need_buffers(convertor))
-            return OPAL_ERR_RESOURCE_BUSY;
-        opal_convertor_get_current_pointer(convertor, &payload);
+        struct iovec iov = {.iov_base = data + header_size, .iov_len = payload_size};
+        uint32_t iov_count = 1;
+        size_t packed = payload_size;
+        if (opal_convertor_pack(convertor, &iov, &iov_count, &packed) < 0 ||
+            packed != payload_size) {
+            mod_free(btl, des);
+            return OPAL_ERROR;
+        }
     }
-    if (header_size + payload_size > btl->btl_eager_limit)
-        return OPAL_ERR_RESOURCE_BUSY;
-    int rc = mod->fbtl->ops->sendi(mod->fbtl, fep_of(ep), header, header_size, payload,
-                                   payload_size, tag);
-    if (rc == FERRY_OK) {
-        mod->stats.sendi++;
-        return OPAL_SUCCESS;
+    int rc = mod_send(btl, ep, des, tag);
+    if (rc < 0) {
+        mod_free(btl, des);
+        return rc;
     }
-    if (rc == FERRY_ERR_NO_RESOURCE || rc == FERRY_ERR_NOT_SUPPORTED ||
-        rc == FERRY_ERR_INVALID)
-        return OPAL_ERR_RESOURCE_BUSY;
-    return mca_btl_ferry_status(rc);
+    return OPAL_SUCCESS; /* sent (1) or queued with nobody to call back */
 }
 
 /* ---- diagnostics and finalize ---- */
@@ -513,6 +536,14 @@ mca_btl_ferry_module_t *mca_btl_ferry_module_create(ferry_btl_module_t *fbtl, in
         goto err;
     b->btl_flags &= (uint32_t)st->knob.flags | MCA_BTL_FLAGS_SEND;
 
+    opal_output_verbose(40, opal_btl_base_framework.framework_output,
+                        "btl ferry: rank %d module %s: eager limit %zu, max send %zu, rdma "
+                        "pipeline %zu, exclusivity %u, latency %u, bandwidth %u, flags 0x%x, "
+                        "atomic flags 0x%x, key %zu bytes",
+                        st->rank, a->name, b->btl_eager_limit, b->btl_max_send_size,
+                        b->btl_rdma_pipeline_frag_size, b->btl_exclusivity, b->btl_latency,
+                        b->btl_bandwidth, b->btl_flags, b->btl_atomic_flags,
+                        b->btl_registration_handle_size);
     for (unsigned tag = 0; tag < MCA_BTL_FERRY_TAG_LIMIT; tag++)
         fbtl->ops->register_am(fbtl, (uint8_t)tag, mod_recv, mod);
     fbtl->ops->register_error(fbtl, mod_error, mod);
