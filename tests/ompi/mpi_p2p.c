@@ -3,23 +3,36 @@
  * 0 to -m (64 MiB by default) at powers of two and their neighbours,
  * non-blocking exchanges with many requests in flight, wildcards, probe,
  * many-to-one with the order of each sender checked, non-contiguous
- * datatypes (vector, indexed, struct) of small and large counts, and a ring
- * of MPI_Sendrecv. Any rank count >= 2.
+ * datatypes (vector, indexed, struct) of small and large counts, a storm of
+ * small non-blocking messages between every pair, and a ring of
+ * MPI_Sendrecv. Any rank count >= 2. Rank 0 prints a digest of everything
+ * received (digest.h), the same over any BTL.
  *
  *   mpi_p2p [-m MAX_BYTES]
  *
- * Exits 0 and rank 0 prints "p2p: all checks passed" when everything
+ * -m bounds every message of every test (so that a small one keeps all of
+ * them eager). Exits 0 and rank 0 prints "p2p: all checks passed" when everything
  * arrived intact; a wrong byte names the test, size and offset and aborts
  * the job.
  */
 #include <mpi.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "digest.h"
+
 static int rank, nranks;
+static size_t max_bytes; /* -m: no message of any test is larger */
+
+/* A test's message size, cut to -m. */
+static size_t cap(size_t size)
+{
+    return size < max_bytes ? size : max_bytes;
+}
 
 static void fail(const char *what, size_t size, size_t at, unsigned got, unsigned want)
 {
@@ -46,6 +59,7 @@ static void check(const char *what, const unsigned char *buf, size_t size, int s
     for (size_t i = 0; i < size; i++)
         if (buf[i] != pattern(i, size, src, salt))
             fail(what, size, i, buf[i], pattern(i, size, src, salt));
+    digest_add(buf, size, ((uint64_t)(unsigned)src << 32) ^ salt);
 }
 
 static void *xmalloc(size_t n)
@@ -163,7 +177,7 @@ static void nonblocking(size_t max)
 static void wildcards_and_probe(void)
 {
     if (rank != 0) {
-        size_t s = 1000 + (size_t)rank * 5000; /* eager for some, rendezvous for others */
+        size_t s = cap(1000 + (size_t)rank * 5000); /* eager for some, rendezvous for others */
         unsigned char *buf = xmalloc(s);
         fill(buf, s, rank, 40);
         MPI_Send(buf, (int)s, MPI_BYTE, 0, 100 + rank, MPI_COMM_WORLD);
@@ -183,9 +197,11 @@ static void wildcards_and_probe(void)
             MPI_Get_count(&st, MPI_BYTE, &count);
             int src = st.MPI_SOURCE;
             if (src <= 0 || src >= nranks || st.MPI_TAG != 100 + src ||
-                (size_t)count != 1000 + (size_t)src * 5000 || (seen & (1 << (src % 30))))
+                (size_t)count != cap(1000 + (size_t)src * 5000) || (seen & (1 << (src % 30))))
                 fail("probe status", (size_t)count, 0, (unsigned)src, (unsigned)st.MPI_TAG);
             seen |= 1 << (src % 30);
+            int got_st[3] = {src, st.MPI_TAG, count};
+            digest_add(got_st, sizeof(got_st), 41);
             unsigned char *buf = xmalloc((size_t)count);
             MPI_Status rst;
             MPI_Recv(buf, count, MPI_BYTE, MPI_ANY_SOURCE, st.MPI_TAG, MPI_COMM_WORLD, &rst);
@@ -211,7 +227,7 @@ static void many_to_one(void)
     unsigned char *buf = xmalloc(maxs);
     if (rank != 0) {
         for (uint32_t i = 0; i < MSGS; i++) {
-            size_t s = sizes[(i + (unsigned)rank) % nsizes];
+            size_t s = cap(sizes[(i + (unsigned)rank) % nsizes] + sizeof(i)) - sizeof(i);
             fill(buf, s, rank, i);
             memcpy(buf + s, &i, sizeof(i));
             MPI_Send(buf, (int)(s + sizeof(i)), MPI_BYTE, 0, 7, MPI_COMM_WORLD);
@@ -227,7 +243,7 @@ static void many_to_one(void)
             uint32_t seq;
             memcpy(&seq, buf + s, sizeof(seq));
             int src = st.MPI_SOURCE;
-            if (seq != next[src] || s != sizes[(seq + (unsigned)src) % nsizes])
+            if (seq != next[src] || s != cap(sizes[(seq + (unsigned)src) % nsizes] + sizeof(seq)) - sizeof(seq))
                 fail("many-to-one order", s, seq, (unsigned)seq, next[src]);
             check("many-to-one data", buf, s, src, seq);
             next[src]++;
@@ -246,6 +262,8 @@ static void datatypes(void)
     static const int counts[] = {1, 7, 300, 70000};
     for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]) && rank < 2; c++) {
         int count = counts[c];
+        if ((size_t)count * 3 * sizeof(double) > max_bytes)
+            break; /* the largest message of this count is above -m */
         /* A vector of doubles: every third one, two at a time. */
         MPI_Datatype vec;
         MPI_Type_vector(count, 2, 3, MPI_DOUBLE, &vec);
@@ -303,6 +321,7 @@ static void datatypes(void)
                     fail("vector back", (size_t)count, (size_t)i, (unsigned)v[i],
                          (unsigned)want);
             }
+            digest_add(v, sizeof(double) * 3 * (size_t)count, 33);
         } else {
             MPI_Recv(packed, 2 * count, MPI_DOUBLE, peer, 30, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
             for (int i = 0; i < count; i++)
@@ -325,6 +344,13 @@ static void datatypes(void)
                     recs[i].i != -i)
                     fail("struct", (size_t)count, (size_t)i, (unsigned)recs[i].c,
                          (unsigned)('a' + i % 26));
+            digest_add(packed, sizeof(double) * 2 * (size_t)count, 30);
+            digest_add(ixpacked, sizeof(int) * (size_t)total, 31);
+            for (int i = 0; i < count; i++) {
+                digest_add(&recs[i].c, 1, 32);
+                digest_add(&recs[i].d, sizeof(double), 32);
+                digest_add(&recs[i].i, sizeof(int), 32);
+            }
             for (int i = 0; i < 2 * count; i++)
                 packed[i] = -packed[i];
             MPI_Send(packed, 2 * count, MPI_DOUBLE, peer, 33, MPI_COMM_WORLD);
@@ -344,6 +370,59 @@ static void datatypes(void)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* A storm: every rank has STORM small messages to and from every other in
+ * flight at once (sizes from 0 to a rendezvous, four tags), posted as
+ * Irecvs before the Isends on even ranks and after them on odd ones, and
+ * completed by Waitany in whatever order they finish. */
+static void storm(void)
+{
+    enum { STORM = 256, SLOT = 5000 };
+    static const size_t sizes[] = {0, 8, 64, 1000, 4999};
+    size_t nsizes = sizeof(sizes) / sizeof(sizes[0]);
+    int npeers = nranks - 1;
+    size_t n = (size_t)STORM * (size_t)npeers;
+    unsigned char *out = xmalloc(n * SLOT), *in = xmalloc(n * SLOT);
+    MPI_Request *req = xmalloc(sizeof(*req) * 2 * n);
+    int nreq = 0;
+    for (int phase = 0; phase < 2; phase++) {
+        bool recvs = (phase == 0) == (rank % 2 == 0);
+        for (int p = 0, slot = 0; p < nranks; p++) {
+            if (p == rank)
+                continue;
+            for (int i = 0; i < STORM; i++, slot++) {
+                size_t k = (size_t)slot;
+                if (recvs) {
+                    size_t s = cap(sizes[(size_t)(i + p) % nsizes]);
+                    MPI_Irecv(in + k * SLOT, (int)s, MPI_BYTE, p, 200 + i % 4, MPI_COMM_WORLD,
+                              &req[nreq++]);
+                } else {
+                    size_t s = cap(sizes[(size_t)(i + rank) % nsizes]);
+                    fill(out + k * SLOT, s, rank, 300 + (unsigned)i);
+                    MPI_Isend(out + k * SLOT, (int)s, MPI_BYTE, p, 200 + i % 4, MPI_COMM_WORLD,
+                              &req[nreq++]);
+                }
+            }
+        }
+    }
+    for (int done = 0; done < nreq; done++) {
+        int idx;
+        MPI_Waitany(nreq, req, &idx, MPI_STATUS_IGNORE);
+        if (idx == MPI_UNDEFINED)
+            fail("storm waitany", 0, (size_t)done, 0, 1);
+    }
+    for (int p = 0, slot = 0; p < nranks; p++) {
+        if (p == rank)
+            continue;
+        for (int i = 0; i < STORM; i++, slot++)
+            check("storm", in + (size_t)slot * SLOT, cap(sizes[(size_t)(i + p) % nsizes]), p,
+                  300 + (unsigned)i);
+    }
+    free(req);
+    free(in);
+    free(out);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /* Each rank sends to its right neighbour and receives from its left. */
 static void ring(size_t max)
 {
@@ -352,6 +431,8 @@ static void ring(size_t max)
     int right = (rank + 1) % nranks, left = (rank + nranks - 1) % nranks;
     for (int round = 0; round < 3; round++) {
         size_t n = round == 0 ? 64 : round == 1 ? 40000 : s;
+        if (n > s)
+            n = s; /* -m below a round's size */
         fill(out, n, rank, 50 + (unsigned)round);
         MPI_Sendrecv(out, (int)n, MPI_BYTE, right, 60, in, (int)n, MPI_BYTE, left, 60,
                      MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -371,14 +452,15 @@ int main(int argc, char **argv)
     for (int c; (c = getopt(argc, argv, "m:")) != -1;) {
         char *end;
         unsigned long long v = c == 'm' ? strtoull(optarg, &end, 0) : 0;
-        if (c != 'm' || *end != '\0' || v == 0 || v > (1ull << 30)) {
+        if (c != 'm' || *end != '\0' || v < 8 || v > (1ull << 30)) {
             if (rank == 0)
-                fprintf(stderr, "usage: mpi_p2p [-m MAX_BYTES (1 .. 1 GiB)]\n");
+                fprintf(stderr, "usage: mpi_p2p [-m MAX_BYTES (8 .. 1 GiB)]\n");
             MPI_Finalize();
             return 2;
         }
         max = (size_t)v;
     }
+    max_bytes = max;
     if (nranks < 2) {
         if (rank == 0)
             fprintf(stderr, "mpi_p2p: needs at least 2 ranks\n");
@@ -390,7 +472,9 @@ int main(int argc, char **argv)
     wildcards_and_probe();
     many_to_one();
     datatypes();
+    storm();
     ring(max);
+    digest_print("p2p");
     if (rank == 0)
         printf("p2p: all checks passed (%d ranks, up to %zu bytes)\n", nranks, max);
     MPI_Finalize();

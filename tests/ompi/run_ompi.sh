@@ -9,12 +9,17 @@
 #                                 bad one is refused naming the variable
 #   p2p TRANSPORT PROTOCOL NP     mpi_p2p; PROTOCOL: default, eager, pipeline,
 #                                 put or get (forced through btl_ferry_flags or
-#                                 sizes, and checked in the module's counts)
-#   coll TRANSPORT NP             mpi_coll
+#                                 sizes, and checked in the module's counts);
+#                                 its digest must be that of the same run over
+#                                 Open MPI's vader
+#   coll TRANSPORT NP             mpi_coll, its digest checked against vader's
 #   osc TRANSPORT NP              mpi_osc over osc/rdma (skipped while ferry's
 #                                 transports report no atomics)
 #   kill TRANSPORT NP             a rank SIGKILLed mid-traffic: the job ends with
-#                                 Open MPI's message and leaves no ferry file
+#                                 an error within 120 s (mpirun's report of the
+#                                 signal, or ferry's report of the lost rank
+#                                 through register_error) and leaves no ferry
+#                                 file
 #   netns NP                      mpi_p2p and mpi_coll across network namespaces
 #                                 (tests/multihost), two hosts, sm within and tcp
 #                                 across; run it under the netns lock
@@ -23,7 +28,7 @@
 # tcp;ofi_rxm). Every run also checks, through btl_base_verbose, that ferry
 # initialized, carried the traffic, and that vader and tcp did not load.
 # VARs: MPIRUN OMPI_INFO COMPONENT (mca_btl_ferry.so's folder) P2P COLL OSC
-# KILL (the programs) FERRY_INFO MH_DIR (tests/multihost).
+# KILL (the programs) INFO_TOOL (ferry_info) MH_DIR (tests/multihost).
 # Exit 0 passed, 1 failed, 77 skipped (the reason printed).
 set -u
 CASE=$1
@@ -82,7 +87,7 @@ transport_env() {
     if [ "$MODULE" = ofi ]; then
         # ferry's ofi transport is a module: without libfabric's provider
         # it does not open, which is a skip, not a failure.
-        env FERRY_LOG_LEVEL=info "$FERRY_INFO" >"$OUT" 2>"$ERR"
+        env FERRY_LOG_LEVEL=info "$INFO_TOOL" >"$OUT" 2>"$ERR"
         grep -q "^ofi:" "$OUT" || skip "ferry's ofi transport is not built"
     fi
 }
@@ -90,7 +95,8 @@ transport_env() {
 # run ARGS...: runs a command with a time bound; STATUS, $OUT and $ERR.
 run() {
     echo "+ $*"
-    timeout 600 "$@" >"$OUT" 2>"$ERR"
+    # Below ctest's 600 s, so that a hung job is reported with its output.
+    timeout 240 "$@" >"$OUT" 2>"$ERR"
     STATUS=$?
 }
 
@@ -121,6 +127,19 @@ sum() {
             seen = 1
         }
         END { if (!seen) print -1; else print total + 0 }' "$ERR"
+}
+
+# same_as_vader NAME NP PROGRAM ARGS...: the digest line of the ferry run
+# just made ($OUT) is that of the same program over self,vader.
+same_as_vader() {
+    name=$1 n=$2
+    shift 2
+    want=$(grep "^$name: digest " "$OUT") || fail "$name printed no digest"
+    run "$MPIRUN" -n "$n" --oversubscribe --mca pml ob1 --mca btl self,vader "$@"
+    [ "$STATUS" -eq 0 ] || fail "the same program over vader exited $STATUS"
+    got=$(grep "^$name: digest " "$OUT") || fail "$name printed no digest over vader"
+    [ "$want" = "$got" ] || fail "ferry's run gave '$want', vader's '$got'"
+    echo "same as over vader: $want"
 }
 
 expect_counts() {
@@ -206,6 +225,7 @@ p2p)
     grep -q "p2p: all checks passed ($np ranks" "$OUT" || fail "mpi_p2p did not pass"
     check_btls
     expect_counts "$proto"
+    same_as_vader p2p "$np" "$P2P" -m "$max"
     ;;
 coll)
     transport_env "$1"
@@ -216,6 +236,7 @@ coll)
     grep -q "coll: all checks passed ($np ranks)" "$OUT" || fail "mpi_coll did not pass"
     check_btls
     expect_counts default
+    same_as_vader coll "$np" "$COLL"
     ;;
 osc)
     transport_env "$1"
@@ -223,7 +244,7 @@ osc)
     # osc/rdma needs, on one BTL reaching every rank, put, get and the
     # fetching atomics; ferry's transports announce atomics with the
     # capability "atomics" (ferry_info).
-    env ${FERRY_BTL:+FERRY_BTL=$FERRY_BTL} "$FERRY_INFO" >"$OUT" 2>"$ERR"
+    env ${FERRY_BTL:+FERRY_BTL=$FERRY_BTL} "$INFO_TOOL" >"$OUT" 2>"$ERR"
     awk -v m="$MODULE" '/^[a-z]+: / { t = $1; sub(":", "", t) } t == m && /capabilities/ && / atomics/ { f = 1 } END { exit !f }' "$OUT" ||
         skip "ferry transports report no atomics yet (the $MODULE transport's capabilities lack 'atomics'; osc/rdma needs them)"
     # shellcheck disable=SC2086
@@ -245,7 +266,15 @@ kill)
     [ "$STATUS" -ne 0 ] && [ "$STATUS" -ne 124 ] || fail "the job did not end with an error (status $STATUS)"
     [ $(($(date +%s) - start)) -lt 120 ] || fail "the job took more than 120 s to end"
     grep -q "killing itself" "$OUT" || fail "the rank did not get to kill itself"
-    grep -q "exited on signal 9 (Killed)" "$ERR" "$OUT" || fail "mpirun did not report the killed rank"
+    # Whoever notices first ends the job: mpirun (the rank's exit) or a
+    # peer's ferry transport (register_error: ob1 aborts the job).
+    if grep -q "exited on signal 9 (Killed)" "$ERR" "$OUT"; then
+        echo "mpirun reported the killed rank"
+    elif grep -q "btl ferry ($MODULE): lost rank $((np - 1))" "$ERR" "$OUT"; then
+        echo "ferry reported the lost rank: $(grep -h "btl ferry ($MODULE): lost rank" "$ERR" "$OUT" | head -1)"
+    else
+        fail "neither mpirun nor ferry reported the killed rank"
+    fi
     tries=0
     while ls /dev/shm 2>/dev/null | grep -q "^ferry-$FERRY_JOB_LABEL\\."; do
         tries=$((tries + 1))
