@@ -3,20 +3,15 @@
  * on an address and a registration handle, no descriptor; a return of 1
  * for an operation complete inside the call) and ferry's transport
  * contract. Everything that depends on the shape of ferry's RDMA ops lives
- * here, so that the contract's change (issue 10: descriptor-free put/get,
- * atomics shaped like Open MPI's) touches this file alone:
- *
- * - today's contract (no FERRY_BTL_DONE): a put is a descriptor made by
- *   prepare_src over the local memory in place (FERRY_BTL_PREP_RDMA, which
- *   registers it through the transport's cache when Open MPI gave no local
- *   handle) with the remote segment filled in, handed to put; a get the
- *   same through prepare_dst. They complete from ferry's progress. There
- *   are no atomics: the modules announce none, so osc/rdma does not choose
- *   them.
- * - the contract of issue 10 (FERRY_BTL_DONE defined): Open MPI's calls map
- *   one to one onto ferry's put, get, atomic_op, atomic_fop and
- *   atomic_cswap, FERRY_BTL_DONE becoming Open MPI's 1, and the modules
- *   announce the atomics their transports report.
+ * here, so that the contract's change (issue 10: descriptor-free put/get
+ * and atomics shaped like Open MPI's, on another branch) touches this file
+ * alone. Today a put is a descriptor made by prepare_src over the local
+ * memory in place (FERRY_BTL_PREP_RDMA, which registers it through the
+ * transport's cache when Open MPI gave no local handle) with the remote
+ * segment filled in, handed to put; a get the same through prepare_dst.
+ * They complete from ferry's progress (never inside the call). There are
+ * no atomics: the modules announce none, so osc/rdma does not choose them
+ * (#10).
  *
  * Registrations (register_mem) are ferry registrations; the handle Open MPI
  * holds is the key first (what it sends to peers), then the registration.
@@ -92,9 +87,7 @@ static ferry_btl_reg_t *lreg_of(mca_btl_base_registration_handle_t *h)
     return h != NULL ? h->reg : NULL;
 }
 
-#ifndef FERRY_BTL_DONE
-
-/* ---- today's contract: descriptors ---- */
+/* ---- put and get over ferry's descriptors ---- */
 
 static void rdma_done(ferry_btl_module_t *fbtl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des,
                       int status)
@@ -208,175 +201,6 @@ static uint32_t access_atomic(void)
     return FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE;
 }
 
-#else /* FERRY_BTL_DONE: the contract of issue 10 */
-
-/* ---- issue 10's contract: one to one ---- */
-
-static void rdma_cb(ferry_btl_module_t *fbtl, ferry_btl_endpoint_t *ep, void *local,
-                    ferry_btl_reg_t *lreg, void *cbctx, void *cbdata, int status)
-{
-    op_complete(cbdata, status);
-}
-
-/* What a ferry start returned, as Open MPI wants it: FERRY_BTL_DONE is 1
- * (complete, no callback), FERRY_OK queued (callback to come), else an
- * error with nothing started. */
-static int started(mca_btl_ferry_rdma_op_t *op, int rc)
-{
-    if (rc == FERRY_OK)
-        return OPAL_SUCCESS;
-    op_put_back(op);
-    return rc == FERRY_BTL_DONE ? 1 : mca_btl_ferry_status(rc);
-}
-
-static int rdma_put(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
-                     void *local, uint64_t remote,
-                     struct mca_btl_base_registration_handle_t *local_handle,
-                     struct mca_btl_base_registration_handle_t *remote_handle, size_t size,
-                     int flags, int order, mca_btl_base_rdma_completion_fn_t cbfunc,
-                     void *cbcontext, void *cbdata)
-{
-    mca_btl_ferry_module_t *mod = mod_of(btl);
-    if (remote_handle == NULL)
-        return OPAL_ERR_BAD_PARAM;
-    mca_btl_ferry_rdma_op_t *op = op_get(mod, ep, local, local_handle, cbfunc, cbcontext, cbdata);
-    if (op == NULL)
-        return OPAL_ERR_OUT_OF_RESOURCE;
-    mod->stats.put++;
-    mod->stats.put_bytes += size;
-    return started(op, mod->fbtl->ops->put(mod->fbtl, fep_of(ep), local, remote,
-                                           lreg_of(local_handle), remote_handle->key, size, 0,
-                                           rdma_cb, mod, op));
-}
-
-static int rdma_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
-                     void *local, uint64_t remote,
-                     struct mca_btl_base_registration_handle_t *local_handle,
-                     struct mca_btl_base_registration_handle_t *remote_handle, size_t size,
-                     int flags, int order, mca_btl_base_rdma_completion_fn_t cbfunc,
-                     void *cbcontext, void *cbdata)
-{
-    mca_btl_ferry_module_t *mod = mod_of(btl);
-    if (remote_handle == NULL)
-        return OPAL_ERR_BAD_PARAM;
-    mca_btl_ferry_rdma_op_t *op = op_get(mod, ep, local, local_handle, cbfunc, cbcontext, cbdata);
-    if (op == NULL)
-        return OPAL_ERR_OUT_OF_RESOURCE;
-    mod->stats.get++;
-    mod->stats.get_bytes += size;
-    return started(op, mod->fbtl->ops->get(mod->fbtl, fep_of(ep), local, remote,
-                                           lreg_of(local_handle), remote_handle->key, size, 0,
-                                           rdma_cb, mod, op));
-}
-
-/* Open MPI's atomic operations ferry has (the values are equal); the
- * logical ones and floating point are not. */
-static bool atomic_known(mca_btl_base_atomic_op_t op, int flags)
-{
-    if (flags & MCA_BTL_ATOMIC_FLAG_FLOAT)
-        return false;
-    switch (op) {
-    case MCA_BTL_ATOMIC_ADD:
-    case MCA_BTL_ATOMIC_AND:
-    case MCA_BTL_ATOMIC_OR:
-    case MCA_BTL_ATOMIC_XOR:
-    case MCA_BTL_ATOMIC_SWAP:
-    case MCA_BTL_ATOMIC_MIN:
-    case MCA_BTL_ATOMIC_MAX:
-        return true;
-    default:
-        return false;
-    }
-}
-
-static uint32_t atomic_flags(int flags)
-{
-    return (flags & MCA_BTL_ATOMIC_FLAG_32BIT) ? FERRY_BTL_ATOMIC_FLAG_32BIT : 0;
-}
-
-static int rdma_atomic_op(struct mca_btl_base_module_t *btl,
-                           struct mca_btl_base_endpoint_t *ep, uint64_t remote,
-                           struct mca_btl_base_registration_handle_t *remote_handle,
-                           mca_btl_base_atomic_op_t aop, uint64_t operand, int flags, int order,
-                           mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext,
-                           void *cbdata)
-{
-    mca_btl_ferry_module_t *mod = mod_of(btl);
-    if (remote_handle == NULL || !atomic_known(aop, flags))
-        return remote_handle == NULL ? OPAL_ERR_BAD_PARAM : OPAL_ERR_NOT_AVAILABLE;
-    mca_btl_ferry_rdma_op_t *op = op_get(mod, ep, NULL, NULL, cbfunc, cbcontext, cbdata);
-    if (op == NULL)
-        return OPAL_ERR_OUT_OF_RESOURCE;
-    mod->stats.atomics++;
-    return started(op, mod->fbtl->ops->atomic_op(mod->fbtl, fep_of(ep), remote,
-                                                 remote_handle->key, (ferry_btl_atomic_op_t)aop,
-                                                 operand, atomic_flags(flags), rdma_cb, mod, op));
-}
-
-static int rdma_atomic_fop(struct mca_btl_base_module_t *btl,
-                            struct mca_btl_base_endpoint_t *ep, void *local, uint64_t remote,
-                            struct mca_btl_base_registration_handle_t *local_handle,
-                            struct mca_btl_base_registration_handle_t *remote_handle,
-                            mca_btl_base_atomic_op_t aop, uint64_t operand, int flags, int order,
-                            mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext,
-                            void *cbdata)
-{
-    mca_btl_ferry_module_t *mod = mod_of(btl);
-    if (remote_handle == NULL || local == NULL || !atomic_known(aop, flags))
-        return remote_handle == NULL || local == NULL ? OPAL_ERR_BAD_PARAM
-                                                      : OPAL_ERR_NOT_AVAILABLE;
-    mca_btl_ferry_rdma_op_t *op = op_get(mod, ep, local, local_handle, cbfunc, cbcontext, cbdata);
-    if (op == NULL)
-        return OPAL_ERR_OUT_OF_RESOURCE;
-    mod->stats.atomics++;
-    return started(op, mod->fbtl->ops->atomic_fop(
-                           mod->fbtl, fep_of(ep), local, remote, lreg_of(local_handle),
-                           remote_handle->key, (ferry_btl_atomic_op_t)aop, operand,
-                           atomic_flags(flags), rdma_cb, mod, op));
-}
-
-static int rdma_atomic_cswap(struct mca_btl_base_module_t *btl,
-                              struct mca_btl_base_endpoint_t *ep, void *local, uint64_t remote,
-                              struct mca_btl_base_registration_handle_t *local_handle,
-                              struct mca_btl_base_registration_handle_t *remote_handle,
-                              uint64_t compare, uint64_t value, int flags, int order,
-                              mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext,
-                              void *cbdata)
-{
-    mca_btl_ferry_module_t *mod = mod_of(btl);
-    if (remote_handle == NULL || local == NULL)
-        return OPAL_ERR_BAD_PARAM;
-    if (flags & MCA_BTL_ATOMIC_FLAG_FLOAT)
-        return OPAL_ERR_NOT_AVAILABLE;
-    mca_btl_ferry_rdma_op_t *op = op_get(mod, ep, local, local_handle, cbfunc, cbcontext, cbdata);
-    if (op == NULL)
-        return OPAL_ERR_OUT_OF_RESOURCE;
-    mod->stats.atomics++;
-    return started(op, mod->fbtl->ops->atomic_cswap(mod->fbtl, fep_of(ep), local, remote,
-                                                    lreg_of(local_handle), remote_handle->key,
-                                                    compare, value, atomic_flags(flags),
-                                                    rdma_cb, mod, op));
-}
-
-static void set_atomics(mca_btl_ferry_module_t *mod)
-{
-    const ferry_btl_attr_t *a = &mod->fbtl->attr;
-    if (!(a->flags & FERRY_BTL_FLAG_ATOMICS))
-        return;
-    mod->super.btl_atomic_op = rdma_atomic_op;
-    mod->super.btl_atomic_fop = rdma_atomic_fop;
-    mod->super.btl_atomic_cswap = rdma_atomic_cswap;
-    /* The values of ferry's FERRY_BTL_ATOMIC_SUPPORTS_* are Open MPI's. */
-    mod->super.btl_atomic_flags = a->atomic_flags;
-    mod->super.btl_flags |= MCA_BTL_FLAGS_ATOMIC_OPS | MCA_BTL_FLAGS_ATOMIC_FOPS;
-}
-
-static uint32_t access_atomic(void)
-{
-    return FERRY_ACCESS_REMOTE_ATOMIC;
-}
-
-#endif /* FERRY_BTL_DONE */
 
 /* ---- registrations and flush (the same under both contracts) ---- */
 
