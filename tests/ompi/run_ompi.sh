@@ -7,6 +7,10 @@
 #                                 parameters as btl_ferry_* with their help
 #   params                        btl_ferry_* reach ferry, win over FERRY_*, and a
 #                                 bad one is refused naming the variable
+#   installed                     cmake --install into a fresh prefix: the
+#                                 component in PREFIX/lib/ferry/openmpi finds
+#                                 its libferry, Open MPI lists it from there
+#                                 and runs mpi_p2p over it
 #   p2p TRANSPORT PROTOCOL NP     mpi_p2p; PROTOCOL: default, eager, pipeline,
 #                                 put or get (forced through btl_ferry_flags or
 #                                 sizes, and checked in the module's counts);
@@ -28,6 +32,7 @@
 # tcp;ofi_rxm). Every run also checks, through btl_base_verbose, that ferry
 # initialized, carried the traffic, and that vader and tcp did not load.
 # VARs: MPIRUN OMPI_INFO COMPONENT (mca_btl_ferry.so's folder) P2P COLL OSC
+# CMAKE BUILD_DIR (for installed)
 # KILL (the programs) INFO_TOOL (ferry_info) MH_DIR (tests/multihost).
 # Exit 0 passed, 1 failed, 77 skipped (the reason printed).
 set -u
@@ -207,6 +212,27 @@ params)
         fail "the bad value was not named as btl_ferry_sm_eager_limit"
     grep -q "btl ferry: not used: ferry's transports do not open" "$ERR" "$OUT" ||
         fail "the component did not say why it is not used"
+    ;;
+installed)
+    prefix=$(mktemp -d)
+    trap 'rm -rf "$prefix"; rm -f $files' EXIT
+    run "$CMAKE" --install "$BUILD_DIR" --prefix "$prefix"
+    [ "$STATUS" -eq 0 ] || fail "cmake --install exited $STATUS"
+    so=$(find "$prefix" -path "*/ferry/openmpi/mca_btl_ferry.so" | head -1)
+    [ -n "$so" ] || fail "no lib*/ferry/openmpi/mca_btl_ferry.so under the install prefix"
+    dir=$(dirname "$so")
+    run ldd "$so"
+    grep "libferry" "$OUT" | grep -q "$prefix" || fail "the installed component does not find the installed libferry: $(grep libferry "$OUT")"
+    CPATH_MCA="$dir:$SYS"
+    run env OMPI_MCA_mca_base_component_path="$CPATH_MCA" "$OMPI_INFO"
+    grep -q "MCA btl: ferry" "$OUT" || fail "ompi_info does not list the installed component"
+    transport_env sm
+    # shellcheck disable=SC2086
+    run "$MPIRUN" -n 2 --oversubscribe --mca pml ob1 --mca btl self,ferry \
+        --mca mca_base_component_path "$CPATH_MCA" --mca btl_base_verbose 100 $XOPTS "$P2P" -m 65536
+    [ "$STATUS" -eq 0 ] || fail "exit status $STATUS"
+    grep -q "p2p: all checks passed (2 ranks" "$OUT" || fail "mpi_p2p did not pass"
+    check_btls
     ;;
 p2p)
     transport_env "$1"
