@@ -348,8 +348,19 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
 
 err:
     free(out);
-    for (int i = 0; i < st->n_modules; i++)
-        st->modules[i]->super.btl_finalize(&st->modules[i]->super);
+    /* The last module's finalize closes ferry; with none made, ferry is
+     * closed here (its files removed), and nothing is left for Open MPI. */
+    if (st->n_modules > 0) {
+        for (int i = 0, n_made = st->n_modules; i < n_made; i++)
+            st->modules[i]->super.btl_finalize(&st->modules[i]->super);
+    } else {
+        opal_output(0, "btl ferry: not used: no ferry module could be set up");
+        ferry_finalize(&st->ctx);
+        free(st->modules);
+        free(st->reach);
+        st->modules = NULL;
+        st->reach = NULL;
+    }
     *num_btls = 0;
     return NULL;
 }

@@ -115,11 +115,16 @@ static int mod_del_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
     return OPAL_SUCCESS;
 }
 
+static void mod_error(ferry_btl_module_t *fbtl, int status, int peer, const char *msg,
+                      void *cbdata);
+
 /* ---- receives ---- */
 
 /* A fragment from a peer, handed to the handler Open MPI registered for its
  * tag in the active-message trigger table, as a descriptor of base
- * segments valid for the call. */
+ * segments valid for the call. ferry's transports deliver one or two
+ * segments; more than SEGS are gathered into one, so that no byte is left
+ * out. */
 static void mod_recv(ferry_btl_module_t *fbtl, const ferry_btl_recv_desc_t *rd, void *cbdata)
 {
     mca_btl_ferry_module_t *mod = cbdata;
@@ -132,10 +137,31 @@ static void mod_recv(ferry_btl_module_t *fbtl, const ferry_btl_recv_desc_t *rd, 
     }
     enum { SEGS = 4 };
     mca_btl_base_segment_t segs[SEGS];
-    unsigned n = rd->seg_cnt < SEGS ? rd->seg_cnt : SEGS;
-    for (unsigned i = 0; i < n; i++) {
-        segs[i].seg_addr.pval = ferry_btl_seg_ptr(&rd->segs[i]);
-        segs[i].seg_len = rd->segs[i].len;
+    unsigned n = rd->seg_cnt;
+    unsigned char *gathered = NULL;
+    if (n > SEGS) {
+        size_t total = 0;
+        for (unsigned i = 0; i < n; i++)
+            total += rd->segs[i].len;
+        gathered = malloc(total > 0 ? total : 1);
+        if (gathered == NULL) {
+            mod_error(fbtl, FERRY_ERR_NO_MEMORY, rd->peer,
+                      "no memory to gather a fragment of many segments", mod);
+            return;
+        }
+        size_t off = 0;
+        for (unsigned i = 0; i < n; i++) {
+            memcpy(gathered + off, ferry_btl_seg_ptr(&rd->segs[i]), rd->segs[i].len);
+            off += rd->segs[i].len;
+        }
+        segs[0].seg_addr.pval = gathered;
+        segs[0].seg_len = total;
+        n = 1;
+    } else {
+        for (unsigned i = 0; i < n; i++) {
+            segs[i].seg_addr.pval = ferry_btl_seg_ptr(&rd->segs[i]);
+            segs[i].seg_len = rd->segs[i].len;
+        }
     }
     mca_btl_base_descriptor_t des;
     memset(&des, 0, sizeof(des));
@@ -143,6 +169,7 @@ static void mod_recv(ferry_btl_module_t *fbtl, const ferry_btl_recv_desc_t *rd, 
     des.des_segment_count = n;
     mod->stats.recv++;
     reg->cbfunc(&mod->super, rd->tag, &des, reg->cbdata);
+    free(gathered);
 }
 
 static int mod_register(struct mca_btl_base_module_t *btl, mca_btl_base_tag_t tag,
