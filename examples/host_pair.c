@@ -62,6 +62,16 @@ static int put_cb(void *arg, const char *key, const void *val, size_t len)
     return FERRY_OK;
 }
 
+/* The exchange's values, once ferry is done with them. */
+static void store_free(host_state_t *h)
+{
+    for (int i = 0; i < h->n_mine; i++)
+        free(h->mine[i].val);
+    for (int i = 0; i < h->n_theirs; i++)
+        free(h->theirs[i].val);
+    h->n_mine = h->n_theirs = 0;
+}
+
 static int write_all(int fd, const void *buf, size_t len)
 {
     for (const char *p = buf; len > 0;) {
@@ -122,8 +132,8 @@ static int fence_cb(void *arg)
             rc = FERRY_ERR_PROTO;
         if (rc == FERRY_OK && (kv->val = malloc(len > 0 ? len : 1)) == NULL)
             rc = FERRY_ERR_NO_MEMORY;
-        if (rc == FERRY_OK)
-            rc = read_all(h->sock, kv->val, len);
+        if (rc == FERRY_OK && (rc = read_all(h->sock, kv->val, len)) != FERRY_OK)
+            free(kv->val);
         if (rc == FERRY_OK) {
             kv->len = len;
             h->n_theirs++;
@@ -204,6 +214,7 @@ static int run(host_state_t *h, bool kill_rank1)
     int rc = ferry_host_init(&host, NULL, &ctx);
     if (rc != FERRY_OK) {
         fprintf(stderr, "rank %d: ferry_host_init: %s\n", h->rank, ferry_strerror(rc));
+        store_free(h);
         return 1;
     }
     int peer = (h->rank + 1) % h->size;
@@ -260,6 +271,7 @@ out:
     if (mem != NULL)
         ferry_mem_free(ctx, mem);
     int frc = ferry_finalize(&ctx);
+    store_free(h);
     return rc == FERRY_OK && frc == FERRY_OK ? 0 : 1;
 }
 
