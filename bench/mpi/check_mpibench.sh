@@ -113,8 +113,19 @@ compare)
         rejected "the script exited with $?"
     }
     cat "$log"
-    grep -q "^# skipped ferry-sm: ." "$log" || grep -q "^## lat: paired ratio ferry-sm" "$log" ||
-        rejected "ferry-sm neither skipped with a reason nor measured"
+    if [ -f "$build/src/ompi/mca_btl_ferry.so" ]; then
+        # The component is built: ferry-sm must run, its point-to-point
+        # measured and paired, its one-sided skipped with the reason.
+        grep -q "^## lat: paired ratio ferry-sm" "$log" ||
+            rejected "mca_btl_ferry.so is built but ferry-sm was not measured"
+        [ "$(grep -c '^lat,[12],ferry-sm,' "$dir/medians.csv")" -eq 2 ] ||
+            rejected "medians.csv lacks the lat rows of ferry-sm"
+        grep -q "^# ferry's one-sided metrics skipped: ." "$log" ||
+            rejected "ferry-sm's one-sided metrics were not skipped with a reason"
+    else
+        grep -q "^# skipped ferry-sm: ." "$log" ||
+            rejected "ferry-sm is not built but was not skipped with a reason"
+    fi
     [ "$(grep -c '^lat,[12],vader-c' "$dir/medians.csv")" -ge 4 ] ||
         rejected "medians.csv lacks the lat rows of both configurations"
     awk -F, 'NR > 1 { n++; if ($5 !~ /^[0-9]+(\.[0-9]+)?$/ || $5 !~ /[1-9]/ || $8 < 1) bad = $0 }

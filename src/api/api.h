@@ -60,8 +60,10 @@ struct api_state {
 
 /* api_ctx_create flags. */
 enum {
-    API_CTX_OPEN = 1u << 0,       /* join the job and open the transports */
-    API_CTX_ALL_MODULES = 1u << 1 /* load every module (ferry_info) */
+    API_CTX_OPEN = 1u << 0,        /* join the job and open the transports */
+    API_CTX_ALL_MODULES = 1u << 1, /* load every module (ferry_info) */
+    API_CTX_NO_FENCE = 1u << 2,    /* with OPEN: put the addresses, no fence (a host's) */
+    API_CTX_NO_LAUNCHER = 1u << 3  /* without OPEN: the launcher's parameters left out */
 };
 
 /*
@@ -71,6 +73,16 @@ enum {
  * by ferry_init, and by tools that only inspect (ferry_info).
  */
 int api_ctx_create(const ferry_init_params_t *params, unsigned flags, ferry_ctx_t **ctx_out);
+
+/* api_ctx_create with the job, exchange, log and parameters of a host
+ * (include/ferry/host.h), checked by the caller (rt_modex_host_valid); host
+ * NULL is api_ctx_create. */
+int api_ctx_create_hosted(const ferry_init_params_t *params, unsigned flags,
+                          const ferry_host_t *host, ferry_ctx_t **ctx_out);
+
+/* Tears down whatever of ctx exists (safe on a half-built one: with peers,
+ * a flush and a barrier first), clears its magic and frees it. */
+int api_ctx_destroy(ferry_ctx_t *ctx);
 
 int api_state_init(ferry_ctx_t *ctx);
 /* Cancels what is queued and frees the state; safe when never initialised. */

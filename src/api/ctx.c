@@ -10,9 +10,20 @@
 #include "api/api.h"
 #include "btl/base.h"
 
-static int ctx_destroy(ferry_ctx_t *ctx);
+/* ferry's log lines, to the host's log. */
+static void ctx_host_log(void *arg, rt_log_level_t level, const char *line)
+{
+    const ferry_host_t *host = arg;
+    host->log(host->arg, (int)level, line);
+}
 
 int api_ctx_create(const ferry_init_params_t *params, unsigned flags, ferry_ctx_t **ctx_out)
+{
+    return api_ctx_create_hosted(params, flags, NULL, ctx_out);
+}
+
+int api_ctx_create_hosted(const ferry_init_params_t *params, unsigned flags,
+                          const ferry_host_t *host, ferry_ctx_t **ctx_out)
 {
     ferry_init_params_t defaults = {.thread_level = FERRY_THREAD_SINGLE, .transports = NULL};
     if (ctx_out == NULL)
@@ -38,6 +49,21 @@ int api_ctx_create(const ferry_init_params_t *params, unsigned flags, ferry_ctx_
     ctx->size = 1;
     rt_log_init(&ctx->log);
     rt_params_init(&ctx->params, &ctx->log);
+    if (host != NULL) {
+        /* From the first line logged on, the host's log and parameters. */
+        ctx->hosted = true;
+        ctx->host = *host;
+        if (ctx->host.log != NULL) {
+            ctx->log.sink = ctx_host_log;
+            ctx->log.sink_arg = &ctx->host;
+        }
+        if (ctx->host.param != NULL) {
+            ctx->params.source = ctx->host.param;
+            ctx->params.source_arg = ctx->host.arg;
+        }
+        if ((flags & API_CTX_OPEN) != 0)
+            ctx->log.rank = ctx->host.rank;
+    }
 
     int rc = rt_param_register_string(&ctx->params, "log_level", "warn",
                                       "Logging threshold: error, warn, info, debug or trace",
@@ -76,16 +102,22 @@ int api_ctx_create(const ferry_init_params_t *params, unsigned flags, ferry_ctx_
     if ((flags & API_CTX_OPEN) == 0) {
         /* No job is joined, but the launcher interface's variables are
          * still ferry's own: declared, so that they are listed and not
-         * taken for misspellings. */
-        rc = rt_modex_register_params(&ctx->params);
-        if (rc != FERRY_OK)
-            goto err_fini;
-        rt_params_check_env(&ctx->params, environ, RT_LOG_WARN);
+         * taken for misspellings; under a host, which is the launcher,
+         * they are not ferry's to list. */
+        if ((flags & API_CTX_NO_LAUNCHER) == 0) {
+            rc = rt_modex_register_params(&ctx->params);
+            if (rc != FERRY_OK)
+                goto err_fini;
+            rt_params_check_env(&ctx->params, environ, RT_LOG_WARN);
+        }
         *ctx_out = ctx;
         return FERRY_OK;
     }
 
-    rc = rt_modex_open(&ctx->params, &ctx->modex);
+    if (host != NULL)
+        rc = rt_modex_open_host(&ctx->log, host, &ctx->modex);
+    else
+        rc = rt_modex_open(&ctx->params, &ctx->modex);
     if (rc != FERRY_OK)
         goto err_fini;
     rt_modex_label_job_id(ctx->modex, label);
@@ -95,15 +127,16 @@ int api_ctx_create(const ferry_init_params_t *params, unsigned flags, ferry_ctx_
     /* Every parameter is registered by now. Rank 0 speaks for the job, so
      * that a misspelt variable is reported once, not by every rank. */
     rt_params_check_env(&ctx->params, environ, ctx->rank == 0 ? RT_LOG_WARN : RT_LOG_DEBUG);
-    if ((rc = btl_ctx_open(ctx)) != FERRY_OK || (rc = rt_modex_commit(ctx->modex)) != FERRY_OK ||
-        (rc = rt_modex_fence(ctx->modex)) != FERRY_OK)
+    if ((rc = btl_ctx_open(ctx)) != FERRY_OK || (rc = rt_modex_commit(ctx->modex)) != FERRY_OK)
+        goto err_fini;
+    if ((flags & API_CTX_NO_FENCE) == 0 && (rc = rt_modex_fence(ctx->modex)) != FERRY_OK)
         goto err_fini;
     *ctx_out = ctx;
     return FERRY_OK;
 
 err_fini:
     ctx->api = NULL;
-    ctx_destroy(ctx);
+    api_ctx_destroy(ctx);
     return rc;
 }
 
@@ -126,16 +159,14 @@ int ferry_init(const ferry_init_params_t *params, ferry_ctx_t **ctx_out)
         return rc;
     if ((rc = api_state_init(ctx)) != FERRY_OK ||
         (rc = btl_ctx_add_procs(ctx, api_am_dispatch)) != FERRY_OK) {
-        ctx_destroy(ctx);
+        api_ctx_destroy(ctx);
         return rc;
     }
     *ctx_out = ctx;
     return FERRY_OK;
 }
 
-/* Tears down whatever of ctx exists (safe on a half-built one), clears its
- * magic and frees it. */
-static int ctx_destroy(ferry_ctx_t *ctx)
+int api_ctx_destroy(ferry_ctx_t *ctx)
 {
     if (ctx->api != NULL && ctx->peers != NULL) {
         ferry_flush(ctx, -1);
@@ -168,7 +199,7 @@ int ferry_finalize(ferry_ctx_t **ctx_p)
     /* The caller's handle goes first: whatever happens below, it can no
      * longer reach the memory freed. */
     *ctx_p = NULL;
-    return ctx_destroy(ctx);
+    return api_ctx_destroy(ctx);
 }
 
 bool api_ctx_refuse(const ferry_ctx_t *ctx)

@@ -244,7 +244,12 @@ int btl_ctx_add_procs(ferry_ctx_t *ctx, ferry_btl_am_cb_t am_cb)
         void *val = NULL;
         size_t len = 0;
         procs[r].rank = (int)r;
-        if (rt_modex_get(ctx->modex, (int)r, HOST_KEY, &val, &len) == FERRY_OK) {
+        int local = r == (size_t)ctx->rank ? 1 : -1;
+        if (local < 0 && ctx->hosted && ctx->host.same_host != NULL)
+            local = ctx->host.same_host(ctx->host.arg, (int)r);
+        if (local >= 0) {
+            procs[r].same_host = local > 0;
+        } else if (rt_modex_get(ctx->modex, (int)r, HOST_KEY, &val, &len) == FERRY_OK) {
             procs[r].same_host = len == strlen(myhost) && memcmp(val, myhost, len) == 0;
             free(val);
         }

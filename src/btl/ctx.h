@@ -14,6 +14,7 @@
 
 #include <ferry/btl.h>
 #include <ferry/ferry.h>
+#include <ferry/host.h>
 
 #include "rt/log.h"
 #include "rt/modex.h"
@@ -86,6 +87,11 @@ struct ferry_ctx {
     ferry_error_cb_t error_cb;
     void *error_arg;
 
+    /* The host that embeds ferry (include/ferry/host.h), when there is one:
+     * its job, exchange, log and locality. */
+    bool hosted;
+    ferry_host_t host;
+
     /* Values of the context's own parameters. */
     const char *param_btl;
     const char *param_log_level;
@@ -122,7 +128,9 @@ int btl_ctx_open(ferry_ctx_t *ctx);
 /* Creates the endpoints of every process of the job, picks for each peer
  * the reachable module with the highest exclusivity (ties: lowest latency),
  * and hands every active message of a tag below FERRY_BTL_TAG_BTL_MIN to
- * am_cb with ctx as its data. A transport's error marks its peer failed and
+ * am_cb with ctx as its data. Which ranks share this host comes from the
+ * host's same_host (a hosted context) or from the host names each rank put
+ * in the modex. A transport's error marks its peer failed and
  * goes to ctx->error_cb (or the log). */
 int btl_ctx_add_procs(ferry_ctx_t *ctx, ferry_btl_am_cb_t am_cb);
 

@@ -28,6 +28,8 @@ void rt_log_init(rt_log_t *log)
 {
     log->level = RT_LOG_WARN;
     log->rank = -1;
+    log->sink = NULL;
+    log->sink_arg = NULL;
 }
 
 int rt_log_parse_level(const char *text, rt_log_level_t *level_out)
@@ -76,6 +78,11 @@ void rt_vlog(const rt_log_t *log, rt_log_level_t level, const char *fmt, va_list
         static const char cut[] = "...";
         used = sizeof(line) - 2;
         memcpy(line + used - (sizeof(cut) - 1), cut, sizeof(cut) - 1);
+    }
+    if (log != NULL && log->sink != NULL) {
+        line[used] = '\0';
+        log->sink(log->sink_arg, level, line);
+        return;
     }
     line[used++] = '\n';
     line[used] = '\0';

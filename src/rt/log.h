@@ -1,7 +1,8 @@
 /*
  * Logging with levels. The threshold lives in an rt_log_t owned by the
  * context (FERRY_LOG_LEVEL); a NULL logger prints errors and warnings only.
- * Lines go to stderr as "ferry[RANK] LEVEL: message".
+ * Lines go to stderr as "ferry[RANK] LEVEL: message", or to the logger's
+ * sink when it has one (a host's log, include/ferry/host.h).
  */
 #ifndef RT_LOG_H
 #define RT_LOG_H
@@ -18,9 +19,15 @@ typedef enum {
     RT_LOG_TRACE = 4
 } rt_log_level_t;
 
+/* Where a logger's lines go instead of stderr: each line whole, without its
+ * newline, once it has passed the threshold. */
+typedef void (*rt_log_sink_t)(void *arg, rt_log_level_t level, const char *line);
+
 typedef struct rt_log {
     rt_log_level_t level;
-    int rank; /* -1 until known */
+    int rank;           /* -1 until known */
+    rt_log_sink_t sink; /* NULL: stderr */
+    void *sink_arg;
 } rt_log_t;
 
 void rt_log_init(rt_log_t *log);

@@ -311,6 +311,29 @@ int rt_modex_open(rt_params_t *params, rt_modex_t **mx_out)
     return FERRY_OK;
 }
 
+int rt_modex_open_host(const rt_log_t *log, const struct ferry_host *host, rt_modex_t **mx_out)
+{
+    if (mx_out == NULL)
+        return FERRY_ERR_INVALID;
+    int rc = rt_modex_host_valid(log, host);
+    if (rc != FERRY_OK)
+        return rc;
+    rt_modex_t *mx = calloc(1, sizeof(*mx));
+    if (mx == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    mx->log = log;
+    mx->rank = -1;
+    rc = rt_modex_host_init(mx, host);
+    if (rc != FERRY_OK) {
+        rt_modex_fini(mx);
+        return rc;
+    }
+    rt_log(log, RT_LOG_DEBUG, "modex: backend host, rank %d of %d, job %s", mx->rank, mx->size,
+           mx->job_id);
+    *mx_out = mx;
+    return FERRY_OK;
+}
+
 int rt_modex_init(const rt_log_t *log, rt_modex_t **mx_out)
 {
     if (mx_out == NULL) {
@@ -488,6 +511,24 @@ int rt_modex_get(rt_modex_t *mx, int rank, const char *key, void **val_out, size
     *val_out = copy;
     *len_out = kv->len;
     return FERRY_OK;
+}
+
+int rt_modex_register_cleanup(rt_modex_t *mx, const char *path)
+{
+    if (mx == NULL || path == NULL || path[0] != '/')
+        return FERRY_ERR_INVALID;
+    return mx->ops->cleanup != NULL ? mx->ops->cleanup(mx, path) : FERRY_OK;
+}
+
+int rt_modex_register_shm(rt_modex_t *mx, const char *shm_name)
+{
+    if (mx == NULL || shm_name == NULL || shm_name[0] != '/' || strchr(shm_name + 1, '/'))
+        return FERRY_ERR_INVALID;
+    char path[sizeof("/dev/shm") + 256];
+    int n = snprintf(path, sizeof(path), "/dev/shm%s", shm_name);
+    if (n < 0 || (size_t)n >= sizeof(path))
+        return FERRY_ERR_INVALID;
+    return rt_modex_register_cleanup(mx, path);
 }
 
 int rt_modex_abort(rt_modex_t *mx, int code, const char *msg)

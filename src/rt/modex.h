@@ -10,7 +10,10 @@
  *   PMIX_* variables are set; built when libpmix is found, as a module
  *   (ferry_modex_pmix.so, rt/module.h) loaded only then, so that no other
  *   job maps libpmix;
- * - singleton: no launcher; size 1, rank 0, gets read back local puts.
+ * - singleton: no launcher; size 1, rank 0, gets read back local puts;
+ * - host: a program that embeds ferry (an MPI library) and has its own
+ *   exchange, through the functions it gives (include/ferry/host.h);
+ *   opened by rt_modex_open_host only, never from the environment.
  * FERRY_MODEX=pmi1|pmix|singleton forces one. FERRY_MODEX and
  * FERRY_PMI_TIMEOUT are declared parameters (ferry_info -a lists them).
  *
@@ -44,6 +47,19 @@ int rt_modex_open(rt_params_t *params, rt_modex_t **mx_out);
  * unchecked (rt_params_skip_prefix). */
 int rt_modex_register_params(rt_params_t *params);
 
+struct ferry_host;
+
+/* Joins the job a host describes (its rank, size and id) and exchanges
+ * values through its functions. The host must outlive the modex. Declares
+ * no parameter: the host's launcher is not ferry's to choose. A host that
+ * fails a check of rt_modex_host_valid is FERRY_ERR_INVALID. */
+int rt_modex_open_host(const rt_log_t *log, const struct ferry_host *host, rt_modex_t **mx_out);
+
+/* FERRY_OK for a host ferry can use: version, rank in [0, size), a job id,
+ * put and get; the problem is logged otherwise (FERRY_ERR_INVALID, or
+ * FERRY_ERR_NOT_SUPPORTED for another version of the interface). */
+int rt_modex_host_valid(const rt_log_t *log, const struct ferry_host *host);
+
 /* rt_modex_open with a registry of its own, for programs without a context. */
 int rt_modex_init(const rt_log_t *log, rt_modex_t **mx_out);
 
@@ -53,7 +69,7 @@ void rt_modex_fini(rt_modex_t *mx);
 int rt_modex_rank(const rt_modex_t *mx);
 int rt_modex_size(const rt_modex_t *mx);
 
-/* "pmi1", "pmix" or "singleton". */
+/* "pmi1", "pmix", "singleton" or "host". */
 const char *rt_modex_backend(const rt_modex_t *mx);
 
 /* The job's identity (the PMI kvs name, or "singleton-PID"); stable across the
@@ -95,6 +111,16 @@ int rt_modex_fence(rt_modex_t *mx);
  * stored value is malformed. This rank's own values are read from its puts,
  * committed or not. */
 int rt_modex_get(rt_modex_t *mx, int rank, const char *key, void **val_out, size_t *len_out);
+
+/* Asks the launcher to remove the file at path (a shared-memory object under
+ * /dev/shm) when this process ends, however it ends: the launchers that can
+ * (a host with a cleanup function) do; with the others it does nothing, as
+ * ferryrun removes the job's objects by their names. */
+int rt_modex_register_cleanup(rt_modex_t *mx, const char *path);
+
+/* rt_modex_register_cleanup for a POSIX shared-memory object of shm_open's
+ * name ("/ferry-JOB-0"), which Linux keeps as /dev/shm/NAME. */
+int rt_modex_register_shm(rt_modex_t *mx, const char *shm_name);
 
 /* Asks the launcher to kill the job with exit code code, after printing msg.
  * Returns only if the launcher could not be told. */

@@ -47,6 +47,9 @@ typedef struct rt_modex_ops {
     int (*get)(rt_modex_t *mx, int rank, const char *key, void **val_out, size_t *len_out);
     /* Asks the launcher to end the job; msg is already logged. */
     int (*abort)(rt_modex_t *mx, int code);
+    /* Asks the launcher to remove path when this process ends; NULL for a
+     * launcher that cannot (rt_modex_register_cleanup then does nothing). */
+    int (*cleanup)(rt_modex_t *mx, const char *path);
     /* Leaves the job and frees mx->backend; safe when the backend's init
      * failed half way. */
     void (*fini)(rt_modex_t *mx);
@@ -92,6 +95,8 @@ extern const rt_modex_entry_t rt_modex_backends[];
  * first, so that rt_modex_fini can always call it. */
 int rt_modex_singleton_init(rt_modex_t *mx);
 int rt_modex_pmi1_init(rt_modex_t *mx);
+/* The host backend (modex_host.c): mx->backend is the host's table. */
+int rt_modex_host_init(rt_modex_t *mx, const struct ferry_host *host);
 
 /* Copies text into job_id (of RT_MODEX_JOB_ID_MAX + 1 bytes), replacing each
  * character outside [A-Za-z0-9_.-] by '_' and cutting it at the maximum

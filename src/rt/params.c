@@ -166,6 +166,8 @@ void rt_params_init(rt_params_t *params, const rt_log_t *log)
     params->tail = NULL;
     params->unchecked = NULL;
     params->log = log;
+    params->source = NULL;
+    params->source_arg = NULL;
 }
 
 static void param_free(rt_param_t *p)
@@ -325,13 +327,32 @@ static int param_finish(rt_params_t *params, rt_param_t *p, const char *def_text
     return FERRY_OK;
 }
 
-static int param_bad_value(rt_params_t *params, const rt_param_t *p, const char *text,
+/* The text given for p: the registry's source's, else the environment's;
+ * NULL when neither gives one. *origin_out names where it came from, for
+ * messages. */
+static const char *param_given(const rt_params_t *params, const rt_param_t *p,
+                               const char **origin_out)
+{
+    *origin_out = p->env;
+    if (params->source != NULL) {
+        const char *origin = NULL;
+        const char *text = params->source(params->source_arg, p->name, &origin);
+        if (text != NULL) {
+            if (origin != NULL)
+                *origin_out = origin;
+            return text;
+        }
+    }
+    return getenv(p->env);
+}
+
+static int param_bad_value(rt_params_t *params, const char *origin, const char *text,
                            const char *expected)
 {
     char echo[PARAM_ECHO_MAX + 8];
 
     echo_value(text, echo, sizeof(echo));
-    rt_log(params->log, RT_LOG_ERROR, "%s='%s' is not %s", p->env, echo, expected);
+    rt_log(params->log, RT_LOG_ERROR, "%s='%s' is not %s", origin, echo, expected);
     return FERRY_ERR_INVALID;
 }
 
@@ -353,6 +374,7 @@ int rt_param_register_int(rt_params_t *params, const char *name, long long def, 
     const rt_param_t *old;
     rt_param_t *p;
     const char *env;
+    const char *origin;
     long long v = def;
     char def_text[PARAM_NUM_TEXT];
     char val_text[PARAM_NUM_TEXT];
@@ -375,10 +397,10 @@ int rt_param_register_int(rt_params_t *params, const char *name, long long def, 
         param_free(p);
         return FERRY_ERR_INVALID;
     }
-    env = getenv(p->env);
+    env = param_given(params, p, &origin);
     if (env != NULL) {
         if (rt_param_parse_int(env, &v) != FERRY_OK) {
-            rc = param_bad_value(params, p, env,
+            rc = param_bad_value(params, origin, env,
                                  "an integer (expected a decimal or 0x hexadecimal number)");
             param_free(p);
             return rc;
@@ -386,7 +408,7 @@ int rt_param_register_int(rt_params_t *params, const char *name, long long def, 
         if (v < min || v > max) {
             char echo[PARAM_ECHO_MAX + 8];
             echo_value(env, echo, sizeof(echo));
-            rt_log(params->log, RT_LOG_ERROR, "%s='%s' is out of range [%lld, %lld]", p->env,
+            rt_log(params->log, RT_LOG_ERROR, "%s='%s' is out of range [%lld, %lld]", origin,
                    echo, min, max);
             param_free(p);
             return FERRY_ERR_INVALID;
@@ -411,6 +433,7 @@ int rt_param_register_size(rt_params_t *params, const char *name, size_t def, si
     const rt_param_t *old;
     rt_param_t *p;
     const char *env;
+    const char *origin;
     size_t v = def;
     /* A max of 0 means no upper bound, as the header's min/max fields say. */
     size_t hi = max != 0 ? max : SIZE_MAX;
@@ -435,10 +458,10 @@ int rt_param_register_size(rt_params_t *params, const char *name, size_t def, si
         param_free(p);
         return FERRY_ERR_INVALID;
     }
-    env = getenv(p->env);
+    env = param_given(params, p, &origin);
     if (env != NULL) {
         if (rt_param_parse_size(env, &v) != FERRY_OK) {
-            rc = param_bad_value(params, p, env,
+            rc = param_bad_value(params, origin, env,
                                  "a size (expected a number with optional k, m or g suffix)");
             param_free(p);
             return rc;
@@ -446,7 +469,7 @@ int rt_param_register_size(rt_params_t *params, const char *name, size_t def, si
         if (v < min || v > hi) {
             char echo[PARAM_ECHO_MAX + 8];
             echo_value(env, echo, sizeof(echo));
-            rt_log(params->log, RT_LOG_ERROR, "%s='%s' is out of range [%zu, %zu]", p->env, echo,
+            rt_log(params->log, RT_LOG_ERROR, "%s='%s' is out of range [%zu, %zu]", origin, echo,
                    min, hi);
             param_free(p);
             return FERRY_ERR_INVALID;
@@ -473,6 +496,7 @@ int rt_param_register_bool(rt_params_t *params, const char *name, bool def, cons
     const rt_param_t *old;
     rt_param_t *p;
     const char *env;
+    const char *origin;
     bool v = def;
     int rc;
 
@@ -485,10 +509,10 @@ int rt_param_register_bool(rt_params_t *params, const char *name, bool def, cons
             *value_out = old->value.b;
         return FERRY_OK;
     }
-    env = getenv(p->env);
+    env = param_given(params, p, &origin);
     if (env != NULL) {
         if (rt_param_parse_bool(env, &v) != FERRY_OK) {
-            rc = param_bad_value(params, p, env,
+            rc = param_bad_value(params, origin, env,
                                  "a boolean (expected 1/0, true/false, yes/no or on/off)");
             param_free(p);
             return rc;
@@ -512,6 +536,7 @@ int rt_param_register_string(rt_params_t *params, const char *name, const char *
     const rt_param_t *old;
     rt_param_t *p;
     const char *env;
+    const char *origin;
     const char *v;
     int rc;
 
@@ -526,7 +551,7 @@ int rt_param_register_string(rt_params_t *params, const char *name, const char *
             *value_out = old->value_text;
         return FERRY_OK;
     }
-    env = getenv(p->env);
+    env = param_given(params, p, &origin);
     v = env != NULL ? env : def;
     p->from_env = env != NULL;
     rc = param_finish(params, p, def, v);

@@ -46,17 +46,27 @@ typedef struct rt_params_prefix {
     struct rt_params_prefix *next;
 } rt_params_prefix_t;
 
+/* Values from somewhere other than the environment (a host's own settings,
+ * include/ferry/host.h): the text given for the parameter name
+ * ("sm_eager_limit"), or NULL to read FERRY_<NAME> from the environment.
+ * *origin_out may name where the value came from, for messages (it must
+ * live as long as the registry); left NULL, the variable's name is used. */
+typedef const char *(*rt_param_source_t)(void *arg, const char *name, const char **origin_out);
+
 typedef struct rt_params {
     rt_param_t *head; /* in registration order */
     rt_param_t *tail;
     rt_params_prefix_t *unchecked; /* see rt_params_skip_prefix */
     const rt_log_t *log;
+    rt_param_source_t source; /* NULL: the environment only */
+    void *source_arg;
 } rt_params_t;
 
 void rt_params_init(rt_params_t *params, const rt_log_t *log);
 void rt_params_fini(rt_params_t *params);
 
-/* Each sets *value_out to the environment's value or the default. A name
+/* Each sets *value_out to the source's value (rt_params_t.source), else the
+ * environment's, else the default. A name
  * registered twice returns the first registration's value (the default and
  * help must then agree; it is not an error). Names are [a-z0-9_]+. */
 int rt_param_register_int(rt_params_t *params, const char *name, long long def, long long min,

@@ -436,6 +436,7 @@ static int segment_create(sm_module_t *mod)
         return rc;
     }
     mod->seg_fd = fd;
+    rt_modex_register_shm(ctx->modex, mod->seg_name); /* gone even if we are killed */
     if (ftruncate(fd, (off_t)size) != 0) {
         int err = errno;
         shm_unlink(mod->seg_name);

@@ -98,6 +98,7 @@ int sm_mem_alloc(ferry_btl_module_t *btl, size_t len, uint32_t access, void **ad
     int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd < 0)
         return rt_log_errno(&ctx->log, "sm: creating a shared heap", errno);
+    rt_modex_register_shm(ctx->modex, name); /* gone even if we are killed */
     /* A tmpfs file can be sized far beyond the memory behind it, and its
      * mapping then fails with SIGBUS on the first page that finds none:
      * more than the file system has free is refused now, with a message. */
