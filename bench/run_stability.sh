@@ -8,7 +8,9 @@
 #
 # BUILD_DIR defaults to build (the folder `make demo` builds). RUNS and
 # TOLERANCE (percent) in the environment change the count and the band;
-# TRANSPORTS="sm tcp ofi" the transports. Each run is
+# TRANSPORTS="sm tcp ofi" the transports; KEEP=DIR keeps every run's CSV
+# and output there (DIR/<transport>.<run>.csv and .log: the floors and
+# quartiles behind each ratio). Each run is
 #   ferryrun -n 2 --bind-to core ferry-bench limits,am-lat,put-bw -m 8:1M
 # with FERRY_BTL unset (sm), FERRY_BTL=self,tcp (tcp), and FERRY_BTL=ofi
 # FERRY_OFI_PROVIDER=shm (ofi). Exits 0 when every run worked, whatever the
@@ -43,8 +45,13 @@ for f in "$ferryrun" "$bench"; do
     fi
 done
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-stability.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+if [ -n "${KEEP:-}" ]; then
+    mkdir -p "$KEEP"
+    work=$KEEP
+else
+    work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-stability.XXXXXX")
+    trap 'rm -rf "$work"' EXIT
+fi
 
 # ratio TEST SIZE < CSV: the ratio column (7th) of that one row. The
 # transport field may be quoted (self,tcp holds a comma): it is blanked

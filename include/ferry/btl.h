@@ -323,6 +323,11 @@ struct ferry_btl_module {
     } am[FERRY_BTL_TAG_COUNT];
     ferry_btl_error_cb_t error_cb;
     void *error_cbdata;
+    /* Error reports waiting for the module's next progress, oldest first
+     * (src/btl/base.c: btl_base_report_error queues, btl_base_deliver_reports
+     * calls error_cb), so that no report runs inside the call that found it. */
+    struct btl_base_report *reports;
+    struct btl_base_report **reports_tail;
     /* The shared descriptor pools (src/btl/frag.h) when the transport uses
      * them, so that their alloc/free/prepare ops can serve it directly. */
     struct btl_frags *frags;

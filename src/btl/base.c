@@ -56,6 +56,7 @@ int btl_base_module_init(ferry_btl_module_t *btl, const ferry_btl_component_t *c
     btl->ops = ops;
     btl->ctx = ctx;
     btl->component = component;
+    btl->reports_tail = &btl->reports;
     return FERRY_OK;
 }
 
@@ -163,6 +164,14 @@ int btl_base_deliver(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd)
     return FERRY_OK;
 }
 
+/* A report waiting for progress. */
+struct btl_base_report {
+    struct btl_base_report *next;
+    int status;
+    int peer;
+    char msg[256];
+};
+
 void btl_base_report_error(ferry_btl_module_t *btl, int status, int peer, const char *fmt, ...)
 {
     char msg[256];
@@ -170,11 +179,59 @@ void btl_base_report_error(ferry_btl_module_t *btl, int status, int peer, const 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    if (btl->error_cb != NULL)
-        btl->error_cb(btl, status, peer, msg, btl->error_cbdata);
-    else
-        rt_log(&btl->ctx->log, RT_LOG_ERROR, "%s: peer %d: %s (%s)", btl->attr.name, peer, msg,
-               ferry_strerror(status));
+    struct btl_base_report *r = malloc(sizeof(*r));
+    if (r == NULL) {
+        /* Out of memory the report cannot wait: the log is all there is. */
+        rt_log(&btl->ctx->log, RT_LOG_ERROR, "%s: peer %d: %s (%s; not reported: out of memory)",
+               btl->attr.name, peer, msg, ferry_strerror(status));
+        return;
+    }
+    r->next = NULL;
+    r->status = status;
+    r->peer = peer;
+    memcpy(r->msg, msg, sizeof(msg));
+    if (btl->reports_tail == NULL)
+        btl->reports_tail = &btl->reports;
+    *btl->reports_tail = r;
+    btl->reports_tail = &r->next;
+}
+
+int btl_base_deliver_reports(ferry_btl_module_t *btl)
+{
+    /* Only what was queued before this call: a callback that causes a new
+     * failure sees it reported at the next progress, not recursively. */
+    struct btl_base_report *r = btl->reports;
+    btl->reports = NULL;
+    btl->reports_tail = &btl->reports;
+    int n = 0;
+    while (r != NULL) {
+        struct btl_base_report *next = r->next;
+        if (btl->error_cb != NULL)
+            btl->error_cb(btl, r->status, r->peer, r->msg, btl->error_cbdata);
+        else
+            rt_log(&btl->ctx->log, RT_LOG_ERROR, "%s: peer %d: %s (%s)", btl->attr.name, r->peer,
+                   r->msg, ferry_strerror(r->status));
+        free(r);
+        r = next;
+        n++;
+    }
+    return n;
+}
+
+void btl_base_reports_fini(ferry_btl_module_t *btl)
+{
+    if (btl == NULL)
+        return;
+    struct btl_base_report *r = btl->reports;
+    while (r != NULL) {
+        struct btl_base_report *next = r->next;
+        rt_log(&btl->ctx->log, RT_LOG_INFO, "%s: peer %d: %s (%s; found while finalizing)",
+               btl->attr.name, r->peer, r->msg, ferry_strerror(r->status));
+        free(r);
+        r = next;
+    }
+    btl->reports = NULL;
+    btl->reports_tail = &btl->reports;
 }
 
 int btl_base_unsupported_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,

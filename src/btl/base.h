@@ -30,9 +30,28 @@ int btl_base_register_error(ferry_btl_module_t *btl, ferry_btl_error_cb_t cb, vo
 int btl_base_deliver(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd);
 
 /* Reports a peer failure or fatal error through the registered callback
- * (logged at error level when none is registered). */
+ * (logged at error level when none is registered). The report waits in the
+ * module until btl_base_deliver_reports, so that it never runs inside the
+ * call that found the failure (a send, a put, a connect): the contract lets
+ * callbacks run only from progress, flush, del_procs and finalize. */
 void btl_base_report_error(ferry_btl_module_t *btl, int status, int peer, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* Delivers the reports queued so far, oldest first; returns how many. Every
+ * transport that reports errors calls it from its progress (so flush, which
+ * progresses, delivers them too). Reports queued by the callbacks it runs
+ * wait for the next call. */
+int btl_base_deliver_reports(ferry_btl_module_t *btl);
+
+/* The same, costing one test when nothing is queued: for progress loops. */
+static inline int btl_base_progress_reports(ferry_btl_module_t *btl)
+{
+    return btl->reports != NULL ? btl_base_deliver_reports(btl) : 0;
+}
+
+/* Frees reports still queued (a transport's finalize calls it): they are
+ * logged at info level, the module being gone. Safe on NULL. */
+void btl_base_reports_fini(ferry_btl_module_t *btl);
 
 struct btl_frag_params;
 

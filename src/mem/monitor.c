@@ -2,6 +2,7 @@
  * userfaultfd memory monitor. See monitor.h for the design and its limits.
  */
 #include "mem/monitor.h"
+#include "mem/itree.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,6 +11,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
@@ -39,9 +41,16 @@ static struct {
     util_list_t clients;
     bool clients_ready;
     _Atomic uint64_t events;
+    /* Every live watch, by its pages, so that a page is unregistered only
+     * when no watch covers it; `watch_lock` guards the tree and orders the
+     * register and unregister calls (the monitor thread never needs it). */
+    pthread_mutex_t watch_lock;
+    mem_itree_t watches;
+    bool watches_ready;
 } mon = {
     .setup = PTHREAD_MUTEX_INITIALIZER,
     .lock = PTHREAD_MUTEX_INITIALIZER,
+    .watch_lock = PTHREAD_MUTEX_INITIALIZER,
     .uffd = -1,
     .wake = {-1, -1},
 };
@@ -87,12 +96,12 @@ static int uffd_open(int *err_out)
     return fd;
 }
 
-static void dispatch(uintptr_t start, uintptr_t end)
+static void dispatch(mem_monitor_event_t event, uintptr_t start, uintptr_t end)
 {
     for (util_list_item_t *it = util_list_first(&mon.clients); it != NULL;
          it = util_list_next(&mon.clients, it)) {
         mem_monitor_client_t *c = UTIL_CONTAINER_OF(it, mem_monitor_client_t, link);
-        c->invalidate(c, start, end);
+        c->invalidate(c, event, start, end);
     }
 }
 
@@ -108,13 +117,15 @@ static void drain(void)
             const struct uffd_msg *m = &msgs[i];
             switch (m->event) {
             case UFFD_EVENT_UNMAP:
-                dispatch((uintptr_t)m->arg.remove.start, (uintptr_t)m->arg.remove.end);
+                dispatch(MEM_MONITOR_UNMAP, (uintptr_t)m->arg.remove.start,
+                         (uintptr_t)m->arg.remove.end);
                 break;
             case UFFD_EVENT_REMOVE:
-                dispatch((uintptr_t)m->arg.remove.start, (uintptr_t)m->arg.remove.end);
+                dispatch(MEM_MONITOR_DISCARD, (uintptr_t)m->arg.remove.start,
+                         (uintptr_t)m->arg.remove.end);
                 break;
             case UFFD_EVENT_REMAP:
-                dispatch((uintptr_t)m->arg.remap.from,
+                dispatch(MEM_MONITOR_MOVE, (uintptr_t)m->arg.remap.from,
                          (uintptr_t)(m->arg.remap.from + m->arg.remap.len));
                 break;
             case UFFD_EVENT_PAGEFAULT: {
@@ -254,19 +265,31 @@ void mem_monitor_detach(mem_monitor_client_t *client)
         while (write(mon.wake[1], &c, 1) < 0 && errno == EINTR)
             ;
         pthread_join(mon.thread, NULL);
-        /* Closing the descriptor unwatches every range. */
+        /* Closing the descriptor unwatches every range; watches still
+         * held are then only freed. */
+        pthread_mutex_lock(&mon.watch_lock);
         monitor_close();
+        pthread_mutex_unlock(&mon.watch_lock);
     }
     pthread_mutex_unlock(&mon.setup);
 }
 
-int mem_monitor_watch(uintptr_t start, uintptr_t end)
+struct mem_monitor_watch {
+    mem_itree_node_t node; /* the pages watched */
+};
+
+int mem_monitor_watch(uintptr_t start, uintptr_t end, mem_monitor_watch_t **watch_out)
 {
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t lo = start & ~(page - 1);
     uintptr_t hi = end > UINTPTR_MAX - (page - 1) ? 0 : (end + page - 1) & ~(page - 1);
     if (hi <= lo)
         return FERRY_ERR_NOT_SUPPORTED;
+    mem_monitor_watch_t *w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    w->node.start = lo;
+    w->node.end = hi;
     /* Exactly the pages of the range, never a neighbour's: a mapping next
      * to it may belong to an allocator (a sanitizer's, or the monitor
      * thread's own trace buffers) that unmaps it while holding a lock the
@@ -277,7 +300,60 @@ int mem_monitor_watch(uintptr_t start, uintptr_t end)
         .range = {.start = lo, .len = hi - lo},
         .mode = UFFDIO_REGISTER_MODE_WP,
     };
-    if (ioctl(mon.uffd, UFFDIO_REGISTER, &reg) != 0)
-        return FERRY_ERR_NOT_SUPPORTED;
+    pthread_mutex_lock(&mon.watch_lock);
+    if (!mon.watches_ready) {
+        mem_itree_init(&mon.watches);
+        mon.watches_ready = true;
+    }
+    int rc = mon.uffd >= 0 && ioctl(mon.uffd, UFFDIO_REGISTER, &reg) == 0
+                 ? FERRY_OK
+                 : FERRY_ERR_NOT_SUPPORTED;
+    if (rc == FERRY_OK)
+        mem_itree_insert(&mon.watches, &w->node);
+    pthread_mutex_unlock(&mon.watch_lock);
+    if (rc != FERRY_OK) {
+        free(w);
+        return rc;
+    }
+    *watch_out = w;
     return FERRY_OK;
+}
+
+/* Unregisters the pages of [cur, hi) that no remaining watch covers,
+ * visiting the watches that overlap it in start order. */
+typedef struct uncover {
+    uintptr_t cur, hi;
+} uncover_t;
+
+static void unregister_pages(uintptr_t lo, uintptr_t hi)
+{
+    if (hi <= lo || mon.uffd < 0)
+        return;
+    struct uffdio_range r = {.start = lo, .len = hi - lo};
+    /* Fails harmlessly where the range is no longer mapped. */
+    (void)ioctl(mon.uffd, UFFDIO_UNREGISTER, &r);
+}
+
+static bool uncover_visit(mem_itree_node_t *n, void *arg)
+{
+    uncover_t *u = arg;
+    if (n->start > u->cur)
+        unregister_pages(u->cur, n->start < u->hi ? n->start : u->hi);
+    if (n->end > u->cur)
+        u->cur = n->end;
+    return u->cur < u->hi;
+}
+
+void mem_monitor_unwatch(mem_monitor_watch_t *w)
+{
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&mon.watch_lock);
+    mem_itree_remove(&mon.watches, &w->node);
+    uncover_t u = {.cur = w->node.start, .hi = w->node.end};
+    mem_itree_overlaps(&mon.watches, u.cur, u.hi, uncover_visit, &u);
+    if (u.cur < u.hi)
+        unregister_pages(u.cur, u.hi);
+    pthread_mutex_unlock(&mon.watch_lock);
+    free(w);
 }

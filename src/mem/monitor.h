@@ -32,8 +32,9 @@
  * - Needs userfaultfd: root, CAP_SYS_PTRACE, vm.unprivileged_userfaultfd=1,
  *   or access to /dev/userfaultfd. Without it caches release unused
  *   registrations at once (leave-pinned off), which is always correct.
- * - Watched ranges stay watched until unmapped; unmapping one costs the
- *   unmapping thread a wake-up of the monitor thread.
+ * - A watched range stays watched until unmapped or unwatched (by its last
+ *   watcher); unmapping one costs the unmapping thread a wake-up of the
+ *   monitor thread.
  * - Watching the pages of a registration splits the mapping holding them at
  *   those pages, and mremap refuses (EFAULT) a range spanning two parts: an
  *   application that mremaps a whole buffer of which ferry registered only
@@ -51,13 +52,27 @@
 
 #include "util/list.h"
 
+/* How a range lost its memory. */
+typedef enum {
+    MEM_MONITOR_UNMAP,   /* unmapped (munmap, brk shrinking, a mapping placed over it) */
+    MEM_MONITOR_MOVE,    /* moved elsewhere by mremap: nothing is mapped here any more */
+    MEM_MONITOR_DISCARD  /* still mapped, but its pages were discarded (madvise
+                            DONTNEED/REMOVE/FREE): it reads as zeros or as new pages */
+} mem_monitor_event_t;
+
 /* A cache that wants to hear about unmapped ranges. */
 typedef struct mem_monitor_client {
     /* Called from the monitor thread with the monitor lock held, for a range
      * [start, end) that no longer holds the memory it held. It must not
      * allocate, free, log or call a transport: any of those may unmap memory
-     * and wait for this very thread. */
-    void (*invalidate)(struct mem_monitor_client *client, uintptr_t start, uintptr_t end);
+     * and wait for this very thread.
+     * Timing: for UNMAP and MOVE the kernel reports after the pages are gone
+     * (the unmapping thread then waits until the event is read), for DISCARD
+     * before they go. So the lock orders a lookup after the invalidation of
+     * anything unmapped before the lookup began, but cannot stop an
+     * unmapping that races an access already under way in another thread. */
+    void (*invalidate)(struct mem_monitor_client *client, mem_monitor_event_t event,
+                       uintptr_t start, uintptr_t end);
     util_list_item_t link;
 } mem_monitor_client_t;
 
@@ -69,10 +84,19 @@ int mem_monitor_attach(mem_monitor_client_t *client, char *why, size_t why_len);
 /* Removes client; the last one stops the thread. */
 void mem_monitor_detach(mem_monitor_client_t *client);
 
-/* Watches the pages holding [start, end) for unmapping. FERRY_OK, or
- * FERRY_ERR_NOT_SUPPORTED when the range cannot be watched (see above).
- * Only while attached. */
-int mem_monitor_watch(uintptr_t start, uintptr_t end);
+/* A watched range, for mem_monitor_unwatch. */
+typedef struct mem_monitor_watch mem_monitor_watch_t;
+
+/* Watches the pages holding [start, end) for unmapping; *watch_out is set
+ * on success. FERRY_OK, FERRY_ERR_NO_MEMORY, or FERRY_ERR_NOT_SUPPORTED
+ * when the range cannot be watched (see above). Only while attached. */
+int mem_monitor_watch(uintptr_t start, uintptr_t end, mem_monitor_watch_t **watch_out);
+
+/* Ends a watch: its pages stop being watched unless another watch covers
+ * them too (so that watching does not keep splitting the process's
+ * mappings for ranges nobody registers any more). Frees watch; safe on
+ * NULL and after the monitor stopped. Never with the monitor lock held. */
+void mem_monitor_unwatch(mem_monitor_watch_t *watch);
 
 /* The lock the monitor holds while reading and handling events; caches hold
  * it while they look up, insert or drop registrations. Never allocate, free

@@ -66,10 +66,14 @@ static bool first_overlap(mem_itree_node_t *n, void *arg)
     return false;
 }
 
-/* Monitor thread, lock held: drop every registration overlapping the range.
- * Unused ones go to the dead list for the owner to release. */
-static void rcache_invalidate(mem_monitor_client_t *client, uintptr_t start, uintptr_t end)
+/* Monitor thread, lock held: drop every registration overlapping the range
+ * (whatever happened to it: a discarded range holds other pages now, which
+ * a transport with hardware translation would not see). Unused ones go to
+ * the dead list for the owner to release. */
+static void rcache_invalidate(mem_monitor_client_t *client, mem_monitor_event_t event,
+                              uintptr_t start, uintptr_t end)
 {
+    (void)event;
     mem_rcache_t *c = UTIL_CONTAINER_OF(client, mem_rcache_t, client);
     for (;;) {
         struct drop_arg a = {NULL};
@@ -130,6 +134,7 @@ static void release_list(mem_rcache_t *c, util_list_t *list)
     while ((it = util_list_pop_front(list)) != NULL) {
         mem_reg_t *r = UTIL_CONTAINER_OF(it, mem_reg_t, link);
         c->p.dereg(c->p.arg, r->handle);
+        mem_monitor_unwatch(r->watch);
         free(r);
     }
 }
@@ -268,7 +273,7 @@ int mem_rcache_get(mem_rcache_t *c, void *addr, size_t len, uint32_t access, mem
     r->node.end = start + len;
     /* Kept unused only if its memory is watched, or unwatched by choice. */
     r->keep = c->leave_pinned &&
-              (!c->monitored || mem_monitor_watch(start, start + len) == FERRY_OK);
+              (!c->monitored || mem_monitor_watch(start, start + len, &r->watch) == FERRY_OK);
 
     mem_monitor_lock();
     mem_itree_insert(&c->tree, &r->node);
@@ -328,6 +333,7 @@ int mem_rcache_destroy(mem_rcache_t *c)
         mem_reg_t *r = UTIL_CONTAINER_OF(c->tree.root, mem_reg_t, node);
         mem_itree_remove(&c->tree, &r->node);
         c->p.dereg(c->p.arg, r->handle);
+        mem_monitor_unwatch(r->watch);
         free(r);
     }
     if (busy > 0) {

@@ -84,6 +84,7 @@ typedef struct mem_reg {
     bool keep;      /* may stay registered unused (watched, or unwatched by choice) */
     bool on_list;   /* on the idle (LRU) or dead list */
     util_list_item_t link;
+    struct mem_monitor_watch *watch; /* its pages watched for unmapping, or NULL */
 } mem_reg_t;
 
 typedef struct mem_rcache {

@@ -2,7 +2,7 @@
 # Attacks on ferryrun, one case per CTest entry:
 #   test_attack.sh CASE VAR=VALUE...
 # with FERRYRUN, HELPER (fr_helper), ATTACK (fr_attack), HELLO, STRESS,
-# KILL_PEER, FERRY_INFO and AGENT_DIR (tests/multihost, for local_agent.sh)
+# KILL_PEER, INFO_TOOL and AGENT_DIR (tests/multihost, for local_agent.sh)
 # naming what a case needs. Each case tries an attack and checks that it
 # fails, that the job is not harmed, and that ferryrun says so in a bounded
 # number of lines. docs/security.md lists which case shows what.
@@ -207,7 +207,7 @@ secret)
     expect_err "draws the job's secret itself"
     ;;
 ofi_shm)
-    if ! "$FERRY_INFO" | grep -q '^ofi: '; then
+    if ! "$INFO_TOOL" | grep -q '^ofi: '; then
         echo "SKIPPED: this ferry has no ofi transport (libfabric not found)"
         exit 77
     fi

@@ -1,5 +1,5 @@
 #!/bin/sh
-# usage: run_modules.sh CASE HELLO=... FERRY_INFO=... LIB=... MODDIR=... FAKES=...
+# usage: run_modules.sh CASE HELLO=... INFO_TOOL=... LIB=... MODDIR=... FAKES=...
 #                       HAVE_OFI=0|1 HAVE_PMIX=0|1 BUILD=... SRC=... LIBDIR=...
 #                       MANDIR=... CMAKE=... CC=... CFLAGS=...
 # One case of the module loader's tests (CMakeLists.txt). LIB is the built
@@ -128,7 +128,7 @@ unloaded_vars)
     ;;
 info_missing)
     need_ofi
-    run "$alone" "$FERRY_INFO"
+    run "$alone" "$INFO_TOOL"
     [ "$STATUS" -eq 0 ] || fail "exited $STATUS"
     grep -q "^  ofi    transport      not loaded: ferry_btl_ofi.so is in none" "$OUT" ||
         fail "ferry_info does not say why ofi is missing"
@@ -181,7 +181,7 @@ installed)
     ;;
 info_found)
     need_ofi
-    run "$FERRY_INFO"
+    run "$INFO_TOOL"
     [ "$STATUS" -eq 0 ] || fail "exited $STATUS"
     grep -q "^  ofi    transport      $MODDIR/ferry_btl_ofi.so" "$OUT" ||
         fail "ferry_info does not list the ofi module"

@@ -1,9 +1,9 @@
 /*
  * A process outside the job that tries to talk to a rank's tcp listener:
  *   mh_foreign ADDR PORT
- * 1. a well-formed hello (right magic and version, claiming rank 1) with a
- *    key it made up, then a data frame: the rank must close the connection
- *    without answering with the job's key or accepting the frame;
+ * 1. a well-formed OPEN (right magic and version, claiming rank 1 and
+ *    wanting rank 0) of a job it made up, then a data frame: the rank must
+ *    close the connection without answering or accepting the frame;
  * 2. bytes that are no hello at all;
  * 3. a connection that says nothing and closes.
  * It prints what happened to each and exits 0 when the rank gave nothing
@@ -68,16 +68,12 @@ int main(int argc, char **argv)
     unsigned char buf[4096];
     int closed;
 
-    /* 1: a hello with a made-up key, then a frame. */
+    /* 1: an OPEN of a made-up job, then a frame. */
     int fd = dial(argv[1], port);
     tcp_hello_t h;
-    memset(&h, 0, sizeof(h));
-    h.magic = TCP_MAGIC;
-    h.version = TCP_VERSION;
-    h.rank = 1;
-    h.size = 2;
-    for (size_t i = 0; i < sizeof(h.key); i++)
-        h.key[i] = (uint8_t)(0xa5 ^ i);
+    tcp_hello_fill(&h, TCP_HELLO_OPEN, 1, 0, 2, tcp_job_hash("a-job-made-up"));
+    for (size_t i = 0; i < sizeof(h.nonce); i++)
+        h.nonce[i] = (uint8_t)(0xa5 ^ i);
     (void)send(fd, &h, sizeof(h), MSG_NOSIGNAL);
     tcp_hdr_t hdr = {.len = 8, .type = TCP_T_DATA, .tag = 40};
     unsigned char frame[sizeof(hdr) + 8];
@@ -85,19 +81,14 @@ int main(int argc, char **argv)
     memset(frame + sizeof(hdr), 0x42, 8);
     (void)send(fd, frame, sizeof(frame), MSG_NOSIGNAL);
     size_t n = drain(fd, buf, sizeof(buf), &closed);
-    printf("mh_foreign: wrong key: %zu bytes back, %s\n", n,
+    printf("mh_foreign: hello of another job: %zu bytes back, %s\n", n,
            closed ? "connection closed" : "connection left open");
-    if (n >= sizeof(tcp_hello_t)) {
-        tcp_hello_t reply;
-        memcpy(&reply, buf, sizeof(reply));
-        static const uint8_t zero[TCP_KEY_LEN];
-        if (reply.status == TCP_HELLO_OK || memcmp(reply.key, zero, TCP_KEY_LEN) != 0) {
-            printf("mh_foreign: the rank accepted the hello or sent a key\n");
-            bad = 1;
-        }
+    if (n > 0) {
+        printf("mh_foreign: the rank answered a hello of another job\n");
+        bad = 1;
     }
     if (!closed) {
-        printf("mh_foreign: the rank kept a connection that showed a wrong key\n");
+        printf("mh_foreign: the rank kept a connection of another job\n");
         bad = 1;
     }
     close(fd);
@@ -109,7 +100,8 @@ int main(int argc, char **argv)
     n = drain(fd, buf, sizeof(buf), &closed);
     printf("mh_foreign: garbage: %zu bytes back, %s\n", n,
            closed ? "connection closed" : "connection left open");
-    if (n > 0 && n >= sizeof(tcp_hello_t)) {
+    if (n > 0) {
+        printf("mh_foreign: the rank answered garbage\n");
         bad = 1;
     }
     close(fd);

@@ -144,6 +144,7 @@ static int ofi_progress(ferry_btl_module_t *btl)
     }
     if (!util_list_empty(&mod->completed))
         n += run_completions(mod);
+    n += btl_base_progress_reports(&mod->super);
     return n;
 }
 
@@ -262,6 +263,7 @@ static int ofi_finalize(ferry_btl_module_t *btl)
     free(mod->regs);
     if (mod->info != NULL)
         fi_freeinfo(mod->info);
+    btl_base_reports_fini(&mod->super);
     free(mod);
     return rc;
 }

@@ -30,15 +30,19 @@
 
 #include "btl/base.h"
 #include "btl/frag.h"
+#include "mem/itree.h"
+#include "mem/monitor.h"
 #include "util/list.h"
 #include "util/pool.h"
 
 #define SM_MAGIC 0x316d737972726566ull /* "ferrysm1" */
-#define SM_VERSION 1
+#define SM_VERSION 2
 #define SM_LINE 64
 /* Messages start on this boundary in the ring. */
 #define SM_ALIGN 64
 #define SM_HDR_SIZE 8
+/* Longest segment name, with its leading '/' and its NUL. */
+#define SM_NAME_MAX 320
 
 /* Message types in a ring header. */
 enum {
@@ -50,7 +54,10 @@ enum {
 };
 
 /* Shared layout. Fields written once before the segment is published need
- * no atomics; the rest are marked. */
+ * no atomics; the rest are marked. Every process of the user can write
+ * anywhere in it, so neither its owner nor a peer trusts what it holds:
+ * each reads a field once into its own memory, checks it there and uses
+ * only the copy. */
 typedef struct sm_seg_hdr {
     uint64_t magic;
     uint32_t version;
@@ -62,8 +69,14 @@ typedef struct sm_seg_hdr {
     uint64_t chan_stride; /* bytes from one channel to the next */
     uint64_t reg_off;     /* offset of the registration table */
     uint32_t reg_slots;
-    uint32_t reserved;
+    /* Ring gets each peer may have outstanding here (FERRY_SM_GET_SLOTS of
+     * the owner): what a peer sends beyond it waits in its ring. */
+    uint32_t get_slots;
     uint64_t seg_size;
+    /* The segment's name (without the leading '/') and the length of its
+     * job part ("ferry-JOBID"), for the sweep of crashed jobs' leftovers. */
+    uint32_t job_len;
+    char name[SM_NAME_MAX];
     /* Bumped by a sender after it marks its channel connected, so the owner
      * finds new senders by reading one line. */
     _Alignas(SM_LINE) _Atomic uint64_t connect_seq;
@@ -123,23 +136,33 @@ typedef struct sm_chan {
 
 /* What a process publishes in the modex under "btl.sm". */
 typedef struct sm_addr {
-    char name[320];
+    char name[SM_NAME_MAX];
     uint64_t seg_size;
     int32_t pid;
     uint32_t version;
 } sm_addr_t;
 
-/* Key of a registration as peers see it. */
+/* Key of a registration as peers see it. slot and gen name the table entry
+ * (gen changes with every registration of the slot); nonce is drawn from
+ * the kernel's random source for each registration and lives only in the
+ * owner's private memory and in the keys it hands out, so a key cannot be
+ * made up from the table or from an earlier key. */
 typedef struct sm_key {
     uint32_t slot;
     uint32_t gen;
+    uint64_t nonce;
 } sm_key_t;
 
+/* A chunk of a put through the ring. Chunks of one put follow each other
+ * among puts (other messages may come between); the last has SM_PUT_LAST,
+ * and the target writes the put's outcome into its status before its tail
+ * passes it, which is where the initiator reads it on completion. */
+#define SM_PUT_LAST 1u
 typedef struct sm_put_hdr {
     uint64_t raddr;
     sm_key_t key;
-    uint32_t ack; /* the receiver publishes its tail at once */
-    uint32_t reserved;
+    uint32_t flags;
+    int32_t status; /* written by the target on the last chunk: 0 or FERRY_ERR_ACCESS */
 } sm_put_hdr_t;
 
 typedef struct sm_get_req {
@@ -166,12 +189,12 @@ typedef struct sm_reg sm_reg_t;
  * it, but nobody is told of a failure. */
 typedef enum { SM_EP_NEW, SM_EP_CONNECTED, SM_EP_FAILED, SM_EP_CLOSED } sm_ep_state_t;
 
-/* A get answered through the ring, on the target. */
+/* A get answered through the ring, on the target: one of the
+ * FERRY_SM_GET_SLOTS an endpoint holds, never allocated per request. */
 typedef struct sm_get_job {
-    util_list_item_t link;
     sm_get_req_t req;
     uint64_t sent;
-    int status;
+    bool refused; /* the next answer says FERRY_ERR_ACCESS and ends the job */
 } sm_get_job_t;
 
 struct ferry_btl_endpoint {
@@ -183,6 +206,12 @@ struct ferry_btl_endpoint {
     size_t peer_size;
     sm_seg_hdr_t *peer_hdr;
     sm_chan_t *out;
+    /* What we use of the peer's header, copied once and checked at connect
+     * (the header itself may change under us). */
+    uint64_t peer_reg_off;
+    uint32_t peer_reg_slots;
+    uint32_t peer_get_slots;
+    char peer_name[SM_NAME_MAX];
     uint64_t head;        /* bytes written into out */
     uint64_t cached_tail; /* last tail read from out */
     /* One bit per slot of out: set where the word in memory is a header (of
@@ -193,11 +222,20 @@ struct ferry_btl_endpoint {
     util_list_t queue;    /* fragments waiting for credits, in order */
     util_list_t ring_puts; /* puts written, waiting for the peer to consume them */
     util_list_t gets;      /* ring gets waiting for their data */
-    util_list_t get_jobs;  /* gets this process answers for the peer */
+    uint32_t gets_out;     /* how many: at most peer_get_slots */
+    /* Gets this process answers for the peer, oldest first, in a ring of
+     * FERRY_SM_GET_SLOTS (allocated with the first request). */
+    sm_get_job_t *jobs;
+    uint32_t job_head, njobs;
     /* Receiving: the peer's channel in our segment. */
     sm_chan_t *in;
     uint64_t rpos;
     uint64_t published_tail;
+    /* The lap headers at rpos carry, for positions from rlap_start to the
+     * end of that lap (so that polling computes it once a lap). */
+    uint64_t rlap_start;
+    uint16_t rlap;
+    bool put_refused; /* a chunk of the put being received was refused */
     bool polled; /* in the module's poll list */
     bool sending; /* in the module's sending list */
     bool deleted; /* del_procs ran: refuse new work until added again */
@@ -211,10 +249,21 @@ struct ferry_btl_endpoint {
     int nheaps;
 };
 
+/* A registration of ours. What peers may do with it is decided from this
+ * private copy only, never from the shared table. */
 struct sm_reg {
     ferry_btl_reg_t base;
     uint32_t magic;
     uint32_t slot;
+    uint32_t gen;
+    uint64_t nonce;
+    /* Watched by the unmap monitor (watch is not NULL): node is in the
+     * module's tree of watched ranges, and revoked is set (by the monitor
+     * thread, under the monitor lock) once the memory is unmapped or
+     * moved. */
+    mem_monitor_watch_t *watch;
+    bool revoked;
+    mem_itree_node_t node;
 };
 
 typedef struct sm_params {
@@ -227,16 +276,21 @@ typedef struct sm_params {
     size_t reg_slots;
     size_t free_list_num, free_list_max, free_list_inc;
     long long max_eager_rdma_peers;
+    size_t get_slots;
+    bool copy_checked;
 } sm_params_t;
 
 struct sm_module {
     ferry_btl_module_t super;
     sm_params_t p;
-    /* Our segment. */
-    char seg_name[320];
+    /* Our segment, and our own layout kept apart from the copy in its
+     * header (which peers can overwrite). */
+    char seg_name[SM_NAME_MAX];
     unsigned char *seg;
     size_t seg_size;
     sm_seg_hdr_t *hdr;
+    uint64_t chan_off, chan_stride;
+    int seg_fd; /* kept open: its lock says we are alive (sm_sweep.c) */
     sm_reg_entry_t *reg_table;
     sm_reg_t **regs;       /* local objects by slot */
     uint64_t seen_connect_seq;
@@ -253,6 +307,14 @@ struct sm_module {
     sm_heap_t *heaps; /* ours, from mem_alloc */
     int nheaps;
     uint32_t next_heap_id;
+    /* Target-side copies for peers (sm_reg.c). */
+    int mon_state; /* 0: not tried, 1: attached to the unmap monitor, -1: unavailable */
+    mem_monitor_client_t mon_client;
+    mem_itree_t watched; /* registrations the monitor watches; under the monitor lock */
+    bool self_cma; /* process_vm_readv/writev on ourselves works */
+    pid_t self_pid;
+    uint64_t nonces[16]; /* random bits for keys, drawn in batches */
+    unsigned nonces_left;
     /* Failure checks. */
     uint32_t progress_calls;
     uint64_t next_check_ns;
@@ -275,9 +337,10 @@ static inline uint16_t sm_lap(uint64_t pos, uint64_t ring_size)
     return (uint16_t)((pos / ring_size) % 65535u + 1u);
 }
 
-static inline sm_chan_t *sm_chan_at(unsigned char *seg, const sm_seg_hdr_t *hdr, int rank)
+/* The channel from rank in our own segment, from our private layout. */
+static inline sm_chan_t *sm_chan_of(const sm_module_t *mod, int rank)
 {
-    return (sm_chan_t *)(seg + hdr->chan_off + (uint64_t)rank * hdr->chan_stride);
+    return (sm_chan_t *)(mod->seg + mod->chan_off + (uint64_t)rank * mod->chan_stride);
 }
 
 /* sm_endpoint.c */
@@ -296,17 +359,45 @@ bool sm_ring_reserve(ferry_btl_endpoint_t *ep, size_t len, unsigned char **slot_
                      uint64_t *pos_out);
 void sm_ring_commit(ferry_btl_endpoint_t *ep, uint64_t pos, uint32_t len, uint8_t tag,
                     uint8_t type);
+/* Reads the peer's tail of our channel, checks it (failing the endpoint when
+ * corrupt) and completes the ring puts it passed, before any of their space
+ * can be written again. Returns the puts completed, or -1 when it failed. */
+int sm_ring_refresh_tail(ferry_btl_endpoint_t *ep);
 int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep);
 int sm_drain_queue(sm_module_t *mod, ferry_btl_endpoint_t *ep);
 void sm_complete(sm_module_t *mod, btl_frag_t *frag, int status);
 void sm_mark_sending(sm_module_t *mod, ferry_btl_endpoint_t *ep);
 
-/* sm_rdma.c */
-int sm_put(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
-int sm_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
+/* sm_reg.c */
 int sm_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *base, size_t len,
                     uint32_t access, ferry_btl_reg_t **reg_out);
 int sm_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
+/* Checks a peer's key against our own registration state (never the shared
+ * table) and copies len bytes between our memory at addr and buf: into our
+ * memory for a put (to_mem), out of it for a get. Every chunk of a ring
+ * put or get goes through here at the moment of its copy. FERRY_OK, or
+ * FERRY_ERR_ACCESS with nothing (or, for memory that vanished during the
+ * copy, part) copied. */
+int sm_target_copy(sm_module_t *mod, const sm_key_t *key, uint64_t addr, void *buf, size_t len,
+                   bool to_mem);
+/* The key, bounds and rights part of sm_target_copy alone (for sizing an
+ * answer before the copy, which checks again). */
+int sm_target_check(const sm_module_t *mod, const sm_key_t *key, uint64_t addr, size_t len,
+                    bool to_mem);
+/* Checks [addr, addr + len) against the entry a key names in a peer's
+ * table of nslots, and copies the entry to *view (a sequence-locked read:
+ * a consistent copy or a refusal). The nonce is not in the table: only the
+ * owner checks it. */
+int sm_check_peer_key(const sm_reg_entry_t *table, uint32_t nslots, const uint8_t *keybytes,
+                      uint64_t addr, size_t len, uint32_t need, sm_reg_view_t *view);
+/* Is the entry the key names still the one the key was made for? */
+bool sm_peer_key_live(const sm_reg_entry_t *table, uint32_t nslots, const uint8_t *keybytes);
+/* Detaches from the unmap monitor and frees every registration. */
+void sm_regs_release(sm_module_t *mod);
+
+/* sm_rdma.c */
+int sm_put(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
+int sm_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
 int sm_mem_alloc(ferry_btl_module_t *btl, size_t len, uint32_t access, void **addr_out,
                  ferry_btl_reg_t **reg_out);
 int sm_mem_free(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
@@ -315,10 +406,28 @@ void sm_ep_unmap_heaps(ferry_btl_endpoint_t *ep);
 /* Writes as much of a queued ring put or get request as credits allow;
  * returns true when the fragment has left the queue's head. */
 bool sm_rdma_push(sm_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag);
-void sm_rdma_handle(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint8_t type,
-                    const unsigned char *msg, uint32_t len);
+/* A ring-path message arrived from ep; msg and len are the peer's (msg is
+ * writable: a put's status goes back there). Returns false when the message
+ * must wait in the ring (the peer is past its get budget): the channel is
+ * not read further until a job slot frees. */
+bool sm_rdma_handle(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint8_t type, unsigned char *msg,
+                    uint32_t len);
+/* Completes the ring puts the peer's tail has passed, each with the status
+ * the target left in its last chunk. */
+int sm_rdma_puts_done(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint64_t tail);
 int sm_rdma_progress(sm_module_t *mod, ferry_btl_endpoint_t *ep);
+bool sm_rdma_busy(const ferry_btl_endpoint_t *ep);
 void sm_rdma_fail(sm_module_t *mod, ferry_btl_endpoint_t *ep, int status);
+/* Frees what an endpoint holds for the ring path (its job slots). */
+void sm_rdma_ep_fini(ferry_btl_endpoint_t *ep);
 
+/* sm_sweep.c */
+/* Creates our segment file under name (O_EXCL), locked for our lifetime;
+ * a file of that name left by a dead ferry process is removed first, a
+ * live one's is never touched (FERRY_ERR_BUSY). Returns the descriptor. */
+int sm_seg_create_file(const char *name, int *fd_out);
+/* Removes the segments (and their heaps) of jobs whose processes are all
+ * gone, as far as this user can tell; returns how many files went. */
+int sm_sweep(rt_log_t *log);
 
 #endif /* BTL_SM_H */

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,8 @@ static int open_pidfd(pid_t pid)
 #endif
 }
 
-/* Checks a mapped peer header against what we expect of it. */
+/* Checks a copy of a peer's header against what we expect of it. The copy
+ * is ours: the header in the segment may change while we look. */
 static int check_peer_hdr(sm_module_t *mod, ferry_btl_endpoint_t *ep, const sm_seg_hdr_t *h,
                           size_t size)
 {
@@ -47,8 +49,12 @@ static int check_peer_hdr(sm_module_t *mod, ferry_btl_endpoint_t *ep, const sm_s
              h->chan_stride < sizeof(sm_chan_t) + h->ring_size ||
              (size - h->chan_off) / h->chan_stride < h->nchan ||
              h->reg_off > size ||
-             (size - h->reg_off) / sizeof(sm_reg_entry_t) < h->reg_slots)
+             (size - h->reg_off) / sizeof(sm_reg_entry_t) < h->reg_slots ||
+             h->reg_off % _Alignof(sm_reg_entry_t) != 0 || h->chan_off % SM_LINE != 0 ||
+             h->chan_stride % SM_LINE != 0)
         what = "has an inconsistent layout";
+    else if (h->get_slots == 0)
+        what = "offers no get slots";
     if (what != NULL) {
         rt_log(&mod->super.ctx->log, RT_LOG_ERROR, "sm: segment of rank %d %s", ep->rank, what);
         return FERRY_ERR_PROTO;
@@ -68,6 +74,7 @@ int sm_ep_connect(sm_module_t *mod, ferry_btl_endpoint_t *ep)
         ep->peer_base = mod->seg;
         ep->peer_size = mod->seg_size;
         ep->pid = getpid();
+        snprintf(ep->peer_name, sizeof(ep->peer_name), "%s", mod->seg_name);
     } else {
         void *val = NULL;
         size_t len = 0;
@@ -101,15 +108,24 @@ int sm_ep_connect(sm_module_t *mod, ferry_btl_endpoint_t *ep)
         ep->peer_base = base;
         ep->peer_size = addr.seg_size;
         ep->pid = addr.pid;
-        int crc = check_peer_hdr(mod, ep, base, addr.seg_size);
-        if (crc != FERRY_OK) {
-            munmap(base, addr.seg_size);
-            ep->peer_base = NULL;
-            return crc;
-        }
+        snprintf(ep->peer_name, sizeof(ep->peer_name), "%s", addr.name);
+    }
+    /* Read once, checked, and used only from here on (our own header too:
+     * peers can write it). */
+    sm_seg_hdr_t h;
+    memcpy(&h, ep->peer_base, sizeof(h));
+    int crc = check_peer_hdr(mod, ep, &h, ep->peer_size);
+    if (crc != FERRY_OK) {
+        if (ep->peer_base != mod->seg)
+            munmap(ep->peer_base, ep->peer_size);
+        ep->peer_base = NULL;
+        return crc;
     }
     ep->peer_hdr = (sm_seg_hdr_t *)ep->peer_base;
-    ep->out = sm_chan_at(ep->peer_base, ep->peer_hdr, ctx->rank);
+    ep->peer_reg_off = h.reg_off;
+    ep->peer_reg_slots = h.reg_slots;
+    ep->peer_get_slots = h.get_slots;
+    ep->out = (sm_chan_t *)(ep->peer_base + h.chan_off + (uint64_t)ctx->rank * h.chan_stride);
     /* Resume where an earlier connection of ours stopped (rings outlive
      * del_procs): the receiver's position is exactly what we wrote. */
     ep->cached_tail = atomic_load_explicit(&ep->out->tail, memory_order_acquire);
@@ -128,7 +144,9 @@ void sm_poll_add(sm_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     if (ep->polled)
         return;
-    ep->in = sm_chan_at(mod->seg, mod->hdr, ep->rank);
+    ep->in = sm_chan_of(mod, ep->rank);
+    ep->rlap_start = ep->rpos & ~(uint64_t)(mod->p.ring_size - 1);
+    ep->rlap = sm_lap(ep->rpos, mod->p.ring_size);
     mod->poll[mod->npoll++] = ep;
     ep->polled = true;
 }
@@ -155,7 +173,7 @@ int sm_scan_new_senders(sm_module_t *mod)
     mod->seen_connect_seq = seq;
     for (int r = 0; r < mod->nranks; r++) {
         ferry_btl_endpoint_t *ep = mod->eps[r];
-        sm_chan_t *ch = sm_chan_at(mod->seg, mod->hdr, r);
+        sm_chan_t *ch = sm_chan_of(mod, r);
         if (ep == NULL || ep->polled || ep->state == SM_EP_FAILED || ep->state == SM_EP_CLOSED ||
             !atomic_load_explicit(&ch->connected, memory_order_acquire))
             continue;
@@ -190,6 +208,7 @@ static bool ep_has_work(const ferry_btl_endpoint_t *ep)
     return !util_list_empty(&ep->queue) || !util_list_empty(&ep->ring_puts) ||
            !util_list_empty(&ep->gets) || ep->rdma_inflight > 0;
 }
+
 
 void sm_announce_close(sm_module_t *mod)
 {
@@ -230,6 +249,7 @@ void sm_ep_release(sm_module_t *mod, ferry_btl_endpoint_t *ep)
         munmap(ep->peer_base, ep->peer_size);
     if (ep->pidfd >= 0)
         close(ep->pidfd);
+    sm_rdma_ep_fini(ep);
     free(ep->hdr_bits);
     free(ep);
 }

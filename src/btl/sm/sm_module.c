@@ -40,7 +40,6 @@ static ferry_btl_endpoint_t *ep_new(sm_module_t *mod, int rank)
     util_list_init(&ep->queue);
     util_list_init(&ep->ring_puts);
     util_list_init(&ep->gets);
-    util_list_init(&ep->get_jobs);
     return ep;
 }
 
@@ -214,11 +213,10 @@ static int sm_progress(ferry_btl_module_t *btl)
         if (ep->state == SM_EP_CONNECTED) {
             n += sm_drain_queue(mod, ep);
             n += sm_rdma_progress(mod, ep);
-        } else if (!util_list_empty(&ep->get_jobs) && ep->state == SM_EP_NEW) {
+        } else if (ep->njobs > 0 && ep->state == SM_EP_NEW) {
             n += sm_rdma_progress(mod, ep);
         }
-        if (util_list_empty(&ep->queue) && util_list_empty(&ep->ring_puts) &&
-            util_list_empty(&ep->gets) && util_list_empty(&ep->get_jobs)) {
+        if (!sm_rdma_busy(ep)) {
             util_list_remove(&mod->sending, &ep->sending_link);
             ep->sending = false;
         }
@@ -227,6 +225,7 @@ static int sm_progress(ferry_btl_module_t *btl)
         n += run_completions(mod);
     if ((mod->progress_calls & 15) == 0)
         n += sm_check_peers(mod);
+    n += btl_base_progress_reports(&mod->super);
     return n;
 }
 
@@ -255,11 +254,11 @@ static void sm_dump(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, int verbo
             continue;
         rt_log(&btl->ctx->log, RT_LOG_ERROR,
                "sm: rank %d state %d head %llu tail %llu rpos %llu queued %zu puts %zu gets %zu "
-               "jobs %zu rdma %zu",
+               "jobs %u rdma %zu",
                r, (int)e->state, (unsigned long long)e->head,
                (unsigned long long)e->cached_tail, (unsigned long long)e->rpos,
                util_list_len(&e->queue), util_list_len(&e->ring_puts), util_list_len(&e->gets),
-               util_list_len(&e->get_jobs), e->rdma_inflight);
+               e->njobs, e->rdma_inflight);
     }
 }
 
@@ -278,16 +277,17 @@ static int sm_finalize(ferry_btl_module_t *btl)
     run_completions(mod);
     sm_heaps_release(mod);
     int rc = btl_frags_fini(&mod->frags);
-    if (mod->regs != NULL)
-        for (size_t i = 0; i < mod->p.reg_slots; i++)
-            free(mod->regs[i]);
-    free(mod->regs);
+    sm_regs_release(mod);
     free(mod->eps);
     free(mod->poll);
     if (mod->seg != NULL) {
         munmap(mod->seg, mod->seg_size);
         shm_unlink(mod->seg_name);
     }
+    /* (A module whose init never ran has nranks 0 and no descriptor.) */
+    if (mod->nranks > 0 && mod->seg_fd >= 0)
+        close(mod->seg_fd);
+    btl_base_reports_fini(&mod->super);
     free(mod);
     return rc;
 }
@@ -358,7 +358,17 @@ static int sm_read_params(ferry_ctx_t *ctx, sm_params_t *p)
                                      &p->free_list_max)) != FERRY_OK ||
         (rc = rt_param_register_size(r, "sm_free_list_inc", 64, 1, 1u << 20,
                                      "Descriptors added when an sm pool runs dry",
-                                     &p->free_list_inc)) != FERRY_OK)
+                                     &p->free_list_inc)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "sm_get_slots", 16, 1, 4096,
+                                     "Gets through the ring each local peer may have "
+                                     "outstanding at this process; more wait in its ring",
+                                     &p->get_slots)) != FERRY_OK ||
+        (rc = rt_param_register_bool(r, "sm_copy_checked", false,
+                                     "Make the copies of peers' ring puts and gets on this "
+                                     "process's memory with process_vm_readv/writev on itself, "
+                                     "so that memory another thread unmaps meanwhile cannot "
+                                     "crash it (slower)",
+                                     &p->copy_checked)) != FERRY_OK)
         return rc;
     const char *bad = NULL;
     if ((p->ring_size & (p->ring_size - 1)) != 0)
@@ -400,24 +410,38 @@ static int segment_create(sm_module_t *mod)
         return FERRY_ERR_NO_MEMORY;
     size_t size = chan_off + nranks * chan_stride;
 
-    snprintf(mod->seg_name, sizeof(mod->seg_name), "/ferry-%s-%d",
-             rt_modex_job_id(ctx->modex), ctx->rank);
-    int fd = shm_open(mod->seg_name, O_RDWR | O_CREAT | O_EXCL, 0600);
-    if (fd < 0 && errno == EEXIST) {
-        /* A leftover of a crashed job with the same id: ours now. */
-        shm_unlink(mod->seg_name);
-        fd = shm_open(mod->seg_name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    mod->self_pid = getpid();
+    mod->self_cma = true; /* until the kernel says otherwise */
+    /* Leftovers of crashed jobs go before we add ours. */
+    sm_sweep(&ctx->log);
+    int n = snprintf(mod->seg_name, sizeof(mod->seg_name), "/ferry-%s-%d",
+                     rt_modex_job_id(ctx->modex), ctx->rank);
+    size_t job_len = strlen("ferry-") + strlen(rt_modex_job_id(ctx->modex));
+    int fd = -1;
+    int rc = n > 0 && (size_t)n < sizeof(mod->seg_name) ? sm_seg_create_file(mod->seg_name, &fd)
+                                                         : FERRY_ERR_INVALID;
+    /* The name is taken by a live process (another context of ours, or a
+     * job that reuses an id): take the next free one; peers learn it from
+     * the modex. */
+    for (int alt = 1; rc == FERRY_ERR_BUSY && alt < 64; alt++) {
+        n = snprintf(mod->seg_name, sizeof(mod->seg_name), "/ferry-%s-%d.%d",
+                     rt_modex_job_id(ctx->modex), ctx->rank, alt);
+        rc = n > 0 && (size_t)n < sizeof(mod->seg_name) ? sm_seg_create_file(mod->seg_name, &fd)
+                                                        : FERRY_ERR_INVALID;
     }
-    if (fd < 0)
-        return rt_log_errno(&ctx->log, "sm: creating the shared segment", errno);
+    if (rc != FERRY_OK) {
+        mod->seg_name[0] = '\0';
+        rt_log(&ctx->log, RT_LOG_ERROR, "sm: creating the shared segment for job %s: %s",
+               rt_modex_job_id(ctx->modex), ferry_strerror(rc));
+        return rc;
+    }
+    mod->seg_fd = fd;
     if (ftruncate(fd, (off_t)size) != 0) {
         int err = errno;
-        close(fd);
         shm_unlink(mod->seg_name);
         return rt_log_errno(&ctx->log, "sm: sizing the shared segment", err);
     }
     void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
     if (base == MAP_FAILED) {
         int err = errno;
         shm_unlink(mod->seg_name);
@@ -425,9 +449,9 @@ static int segment_create(sm_module_t *mod)
     }
     mod->seg = base;
     mod->seg_size = size;
+    mod->chan_off = chan_off;
+    mod->chan_stride = chan_stride;
     mod->hdr = base;
-    mod->hdr->magic = SM_MAGIC;
-    mod->hdr->version = SM_VERSION;
     mod->hdr->rank = ctx->rank;
     mod->hdr->pid = (int32_t)getpid();
     mod->hdr->nchan = (uint32_t)nranks;
@@ -436,7 +460,14 @@ static int segment_create(sm_module_t *mod)
     mod->hdr->chan_stride = chan_stride;
     mod->hdr->reg_off = reg_off;
     mod->hdr->reg_slots = (uint32_t)mod->p.reg_slots;
+    mod->hdr->get_slots = (uint32_t)mod->p.get_slots;
     mod->hdr->seg_size = size;
+    mod->hdr->job_len = (uint32_t)job_len;
+    snprintf(mod->hdr->name, sizeof(mod->hdr->name), "%s", mod->seg_name + 1);
+    mod->hdr->version = SM_VERSION;
+    /* The magic last: a sweep takes only a finished header for ferry's. */
+    atomic_thread_fence(memory_order_release);
+    mod->hdr->magic = SM_MAGIC;
     mod->reg_table = (sm_reg_entry_t *)(mod->seg + reg_off);
 
     sm_addr_t addr = {.seg_size = size, .pid = (int32_t)getpid(), .version = SM_VERSION};
@@ -450,6 +481,7 @@ static int sm_init(ferry_btl_module_t *btl, void *arg)
 {
     sm_module_t *mod = sm_of(btl);
     const sm_params_t *p = arg;
+    mod->seg_fd = -1;
     mod->p = *p;
     mod->cma_ok = p->cma;
     mod->nranks = btl->ctx->size;

@@ -1,9 +1,9 @@
 /*
- * Registration and one-sided operations over shared memory.
+ * One-sided operations over shared memory.
  *
- * A registration is an entry in our segment's table, so an initiator checks
- * the key, bounds and access of a remote range itself, before any byte
- * moves. Data then goes one of two ways:
+ * A registration is an entry in our segment's table (sm_reg.c), so an
+ * initiator checks the key, bounds and access of a remote range itself,
+ * before any byte moves. Data then goes one of three ways:
  * - single copy through cross-memory attach (process_vm_writev/readv) above
  *   FERRY_SM_CMA_THRESHOLD, when the kernel allows it;
  * - a plain copy, when the target's memory came from ferry_mem_alloc: it is
@@ -12,6 +12,16 @@
  *   (and completes once the target's tail passes it); a get is a request the
  *   target answers with data messages. This path serves small transfers and
  *   every transfer when cross-memory attach is refused (FERRY_SM_CMA=0).
+ *   The target checks every chunk against its own registration state at the
+ *   moment it copies it (sm_target_copy), so a registration withdrawn or
+ *   unmapped meanwhile is refused there, and the refusal reaches the
+ *   initiator: a put's through the status word of its last chunk, read
+ *   when the tail passes it (so no OK can overtake it), a get's as an error
+ *   answer.
+ * Each peer may have at most the target's FERRY_SM_GET_SLOTS ring gets
+ * outstanding there; the target answers them from as many slots, and a
+ * request beyond them waits in the peer's ring, holding back everything
+ * behind it, until a slot frees: a peer flooding requests slows itself.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,113 +37,10 @@
 #include "btl/sm/sm.h"
 #include "rt/modex.h"
 
-#define SM_REG_MAGIC 0x534d5247u
-
-/* ---- registration ---- */
-
-int sm_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *base, size_t len,
-                    uint32_t access, ferry_btl_reg_t **reg_out)
+/* A heap object's name: its owner's segment name, then the heap's id. */
+static void heap_name(char *buf, size_t size, const char *seg_name, uint32_t id)
 {
-    sm_module_t *mod = (sm_module_t *)btl;
-    int rc = btl_base_check_register(btl, base, len, access, reg_out);
-    if (rc != FERRY_OK)
-        return rc;
-    uint32_t slot = 0;
-    while (slot < mod->p.reg_slots && mod->regs[slot] != NULL)
-        slot++;
-    if (slot == mod->p.reg_slots) {
-        /* Not an error yet: the registration cache evicts and retries, and
-         * names the limit if that fails too. */
-        rt_log(&btl->ctx->log, RT_LOG_DEBUG,
-               "sm: all %zu registration slots in use (FERRY_SM_REG_SLOTS)", mod->p.reg_slots);
-        return FERRY_ERR_NO_RESOURCE;
-    }
-    sm_reg_t *reg = calloc(1, sizeof(*reg));
-    if (reg == NULL)
-        return FERRY_ERR_NO_MEMORY;
-    sm_reg_entry_t *e = &mod->reg_table[slot];
-    /* Sequence lock: odd while the entry changes. */
-    uint32_t gen = atomic_load_explicit(&e->gen, memory_order_relaxed);
-    gen += (gen & 1) ? 1 : 2; /* the next even value, never 0 */
-    atomic_store_explicit(&e->gen, gen - 1, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
-    e->access = access;
-    e->base = (uint64_t)(uintptr_t)base;
-    e->len = len;
-    e->heap_id = 0;
-    e->heap_off = 0;
-    e->heap_len = 0;
-    for (int h = 0; h < mod->nheaps; h++) {
-        const sm_heap_t *heap = &mod->heaps[h];
-        if ((unsigned char *)base >= heap->base &&
-            (size_t)((unsigned char *)base - heap->base) <= heap->len &&
-            len <= heap->len - (size_t)((unsigned char *)base - heap->base)) {
-            e->heap_id = heap->id;
-            e->heap_off = (uint64_t)((unsigned char *)base - heap->base);
-            e->heap_len = heap->len;
-        }
-    }
-    atomic_store_explicit(&e->gen, gen, memory_order_release);
-
-    reg->magic = SM_REG_MAGIC;
-    reg->slot = slot;
-    reg->base.base = base;
-    reg->base.len = len;
-    reg->base.access = access;
-    sm_key_t key = {.slot = slot, .gen = gen};
-    memcpy(reg->base.key, &key, sizeof(key));
-    mod->regs[slot] = reg;
-    *reg_out = &reg->base;
-    return FERRY_OK;
-}
-
-int sm_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *breg)
-{
-    sm_module_t *mod = (sm_module_t *)btl;
-    sm_reg_t *reg = (sm_reg_t *)breg;
-    if (btl == NULL || reg == NULL || reg->magic != SM_REG_MAGIC ||
-        reg->slot >= mod->p.reg_slots || mod->regs[reg->slot] != reg)
-        return FERRY_ERR_INVALID;
-    sm_reg_entry_t *e = &mod->reg_table[reg->slot];
-    /* An odd generation matches no key: later accesses are refused. */
-    atomic_fetch_add_explicit(&e->gen, 1, memory_order_release);
-    mod->regs[reg->slot] = NULL;
-    reg->magic = 0;
-    free(reg);
-    return FERRY_OK;
-}
-
-/* Checks [addr, addr + len) against the entry a key names in a table of
- * nslots (ours or a peer's), and copies the entry to *view. */
-static int check_key(const sm_reg_entry_t *table, uint32_t nslots, const uint8_t *keybytes,
-                     uint64_t addr, size_t len, uint32_t need, sm_reg_view_t *view)
-{
-    sm_key_t key;
-    memcpy(&key, keybytes, sizeof(key));
-    if (key.slot >= nslots || (key.gen & 1) || key.gen == 0)
-        return FERRY_ERR_ACCESS;
-    sm_reg_entry_t *e = (sm_reg_entry_t *)&table[key.slot];
-    uint32_t g1 = atomic_load_explicit(&e->gen, memory_order_acquire);
-    view->reg.base = (void *)(uintptr_t)e->base;
-    view->reg.len = e->len;
-    view->reg.access = e->access;
-    view->heap_id = e->heap_id;
-    view->heap_off = e->heap_off;
-    view->heap_len = e->heap_len;
-    atomic_thread_fence(memory_order_acquire);
-    uint32_t g2 = atomic_load_explicit(&e->gen, memory_order_relaxed);
-    if (g1 != key.gen || g2 != g1)
-        return FERRY_ERR_ACCESS;
-    /* The owner's word on where its heap lies is checked like the rest. */
-    if (view->heap_id != 0 &&
-        (view->heap_off > view->heap_len || view->reg.len > view->heap_len - view->heap_off))
-        return FERRY_ERR_ACCESS;
-    return btl_base_check_access(&view->reg, addr, len, need);
-}
-
-static void heap_name(char *buf, size_t size, const sm_module_t *mod, int rank, uint32_t id)
-{
-    snprintf(buf, size, "/ferry-%s-%d-h%u", rt_modex_job_id(mod->super.ctx->modex), rank, id);
+    snprintf(buf, size, "%s-h%u", seg_name, id);
 }
 
 /* Our mapping of a peer's heap, mapping it on first use; NULL if it cannot
@@ -144,8 +51,8 @@ static unsigned char *heap_map(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint3
     for (int i = 0; i < ep->nheaps; i++)
         if (ep->heaps[i].id == id && ep->heaps[i].len == len)
             return ep->heaps[i].base;
-    char name[400];
-    heap_name(name, sizeof(name), mod, ep->rank, id);
+    char name[SM_NAME_MAX + 16];
+    heap_name(name, sizeof(name), ep->peer_name, id);
     int fd = shm_open(name, O_RDWR, 0);
     if (fd < 0)
         return NULL;
@@ -186,8 +93,8 @@ int sm_mem_alloc(ferry_btl_module_t *btl, size_t len, uint32_t access, void **ad
         return FERRY_ERR_NO_MEMORY;
     mod->heaps = heaps;
     uint32_t id = ++mod->next_heap_id;
-    char name[400];
-    heap_name(name, sizeof(name), mod, ctx->rank, id);
+    char name[SM_NAME_MAX + 16];
+    heap_name(name, sizeof(name), mod->seg_name, id);
     int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd < 0)
         return rt_log_errno(&ctx->log, "sm: creating a shared heap", errno);
@@ -233,8 +140,8 @@ int sm_mem_alloc(ferry_btl_module_t *btl, size_t len, uint32_t access, void **ad
 
 static void heap_destroy(sm_module_t *mod, sm_heap_t *heap)
 {
-    char name[400];
-    heap_name(name, sizeof(name), mod, mod->super.ctx->rank, heap->id);
+    char name[SM_NAME_MAX + 16];
+    heap_name(name, sizeof(name), mod->seg_name, heap->id);
     munmap(heap->base, heap->len);
     shm_unlink(name);
 }
@@ -266,9 +173,10 @@ void sm_heaps_release(sm_module_t *mod)
     mod->nheaps = 0;
 }
 
+/* The peer's table, where the header said at connect (checked then). */
 static const sm_reg_entry_t *peer_table(const ferry_btl_endpoint_t *ep)
 {
-    return (const sm_reg_entry_t *)(ep->peer_base + ep->peer_hdr->reg_off);
+    return (const sm_reg_entry_t *)(ep->peer_base + ep->peer_reg_off);
 }
 
 /* ---- starting operations ---- */
@@ -291,8 +199,9 @@ static int rdma_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_desc
     size_t len = remote->len;
     sm_reg_view_t view = {.heap_id = 0};
     if (len > 0) {
-        rc = check_key(peer_table(ep), ep->peer_hdr->reg_slots, remote->key, remote->addr, len,
-                       put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ, &view);
+        rc = sm_check_peer_key(peer_table(ep), ep->peer_reg_slots, remote->key, remote->addr,
+                               len, put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ,
+                               &view);
         if (rc != FERRY_OK)
             return rc;
     }
@@ -326,7 +235,12 @@ static int rdma_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_desc
             memcpy(there, ferry_btl_seg_ptr(local), len);
         else
             memcpy(ferry_btl_seg_ptr(local), there, len);
-        sm_complete(mod, frag, FERRY_OK);
+        /* The target may have withdrawn the registration during the copy:
+         * then the copy does not count (a get's data is not to be used). */
+        sm_complete(mod, frag,
+                    sm_peer_key_live(peer_table(ep), ep->peer_reg_slots, remote->key)
+                        ? FERRY_OK
+                        : FERRY_ERR_ACCESS);
         return FERRY_OK;
     }
     if (mod->cma_ok && len >= mod->p.cma_threshold) {
@@ -359,15 +273,17 @@ static int rdma_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_desc
             riov.iov_len -= (size_t)n;
         }
         if (moved == len) {
-            sm_complete(mod, frag, FERRY_OK);
+            sm_complete(mod, frag,
+                        sm_peer_key_live(peer_table(ep), ep->peer_reg_slots, remote->key)
+                            ? FERRY_OK
+                            : FERRY_ERR_ACCESS);
             return FERRY_OK;
         }
         /* Refused on the first call: nothing moved; go through the ring. */
     }
     util_list_append(&ep->queue, &frag->link);
     sm_drain_queue(mod, ep);
-    if (!util_list_empty(&ep->queue) || !util_list_empty(&ep->ring_puts) ||
-        !util_list_empty(&ep->gets))
+    if (sm_rdma_busy(ep))
         sm_mark_sending(mod, ep);
     return FERRY_OK;
 }
@@ -394,6 +310,12 @@ static size_t chunk_max(const sm_module_t *mod, size_t hdr)
     return mod->super.attr.max_send_size - hdr;
 }
 
+bool sm_rdma_busy(const ferry_btl_endpoint_t *ep)
+{
+    return !util_list_empty(&ep->queue) || !util_list_empty(&ep->ring_puts) ||
+           !util_list_empty(&ep->gets) || ep->njobs > 0;
+}
+
 bool sm_rdma_push(sm_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag)
 {
     ferry_btl_desc_t *des = &frag->base;
@@ -408,19 +330,29 @@ bool sm_rdma_push(sm_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag)
                 n = chunk_max(mod, sizeof(sm_put_hdr_t));
             if (!sm_ring_reserve(ep, sizeof(sm_put_hdr_t) + n, &slot, &pos))
                 return false;
-            sm_put_hdr_t hdr = {.raddr = remote->addr + frag->done};
+            bool last = frag->done + n == remote->len;
+            sm_put_hdr_t hdr = {.raddr = remote->addr + frag->done,
+                                .flags = last ? SM_PUT_LAST : 0,
+                                .status = FERRY_OK};
             memcpy(&hdr.key, remote->key, sizeof(hdr.key));
-            hdr.ack = frag->done + n == remote->len;
             memcpy(slot, &hdr, sizeof(hdr));
             memcpy(slot + sizeof(hdr), src + frag->done, n);
             sm_ring_commit(ep, pos, (uint32_t)(sizeof(hdr) + n), 0, SM_T_PUT);
             frag->done += n;
+            if (last)
+                /* Where the target leaves the outcome: read back when the
+                 * tail passes end_pos, before we may write there again. */
+                frag->cookie = (uint64_t)(slot - ep->out->ring) + offsetof(sm_put_hdr_t, status);
         }
         frag->end_pos = ep->head;
         util_list_remove(&ep->queue, &frag->link);
         util_list_append(&ep->ring_puts, &frag->link);
         return true;
     }
+    /* The target answers at most peer_get_slots of our gets at a time; more
+     * would wait in its ring and hold back what we send behind them. */
+    if (ep->gets_out >= ep->peer_get_slots)
+        return false;
     if (!sm_ring_reserve(ep, sizeof(sm_get_req_t), &slot, &pos))
         return false;
     sm_get_req_t req = {.raddr = des->src[0].addr, .len = des->src[0].len};
@@ -430,97 +362,180 @@ bool sm_rdma_push(sm_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag)
     sm_ring_commit(ep, pos, sizeof(req), 0, SM_T_GET_REQ);
     util_list_remove(&ep->queue, &frag->link);
     util_list_append(&ep->gets, &frag->link);
+    ep->gets_out++;
     return true;
 }
 
-/* A message of the ring path arrived from ep; msg and len are the peer's. */
-void sm_rdma_handle(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint8_t type,
-                    const unsigned char *msg, uint32_t len)
+int sm_rdma_puts_done(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint64_t tail)
 {
-    ferry_ctx_t *ctx = mod->super.ctx;
-    if (type == SM_T_PUT) {
-        sm_put_hdr_t hdr;
-        if (len < sizeof(hdr)) {
-            sm_ep_fail(mod, ep, "it sent a truncated put");
-            return;
+    int n = 0;
+    util_list_item_t *it;
+    while ((it = util_list_first(&ep->ring_puts)) != NULL) {
+        btl_frag_t *frag = UTIL_CONTAINER_OF(it, btl_frag_t, link);
+        if (frag->end_pos > tail)
+            break;
+        /* The target wrote the status before it published this tail
+         * (release); our acquire load of the tail makes it visible. Any
+         * value but 0 is a refusal, whatever the target wrote. */
+        int32_t status;
+        memcpy(&status, ep->out->ring + frag->cookie, sizeof(status));
+        util_list_remove(&ep->ring_puts, it);
+        sm_complete(mod, frag, status == FERRY_OK ? FERRY_OK : FERRY_ERR_ACCESS);
+        n++;
+    }
+    return n;
+}
+
+/* A chunk of a put arrived: copy it in if its key allows, now. */
+static void handle_put(sm_module_t *mod, ferry_btl_endpoint_t *ep, unsigned char *msg,
+                       uint32_t len)
+{
+    sm_put_hdr_t hdr;
+    if (len < sizeof(hdr)) {
+        sm_ep_fail(mod, ep, "it sent a truncated put");
+        return;
+    }
+    memcpy(&hdr, msg, sizeof(hdr));
+    size_t n = len - sizeof(hdr);
+    if (sm_target_copy(mod, &hdr.key, hdr.raddr, msg + sizeof(hdr), n, true) != FERRY_OK) {
+        /* The initiator checked too: the registration was withdrawn or its
+         * memory unmapped while the put was on its way (or the peer made
+         * the key up). The initiator learns it from the last chunk. */
+        if (!ep->put_refused)
+            rt_log(&mod->super.ctx->log, RT_LOG_DEBUG,
+                   "sm: put of %zu bytes at 0x%llx from rank %d refused", n,
+                   (unsigned long long)hdr.raddr, ep->rank);
+        ep->put_refused = true;
+    }
+    if (hdr.flags & SM_PUT_LAST) {
+        int32_t status = ep->put_refused ? FERRY_ERR_ACCESS : FERRY_OK;
+        /* Written before our tail passes this message (publish_tail is a
+         * release store), read by the initiator after it sees the tail. */
+        memcpy(msg + offsetof(sm_put_hdr_t, status), &status, sizeof(status));
+        ep->put_refused = false;
+    }
+}
+
+/* A get request arrived: take a job slot, or leave it in the ring. */
+static bool handle_get_req(sm_module_t *mod, ferry_btl_endpoint_t *ep, const unsigned char *msg,
+                           uint32_t len)
+{
+    sm_get_req_t req;
+    if (len != sizeof(req)) {
+        sm_ep_fail(mod, ep, "it sent a malformed get request");
+        return true;
+    }
+    uint32_t slots = (uint32_t)mod->p.get_slots;
+    if (ep->njobs == slots)
+        return false; /* past its budget: back pressure */
+    if (ep->jobs == NULL) {
+        /* Once per peer, never per request. */
+        ep->jobs = calloc(slots, sizeof(*ep->jobs));
+        if (ep->jobs == NULL) {
+            rt_log(&mod->super.ctx->log, RT_LOG_WARN,
+                   "sm: out of memory for rank %d's get slots; its gets wait", ep->rank);
+            return false;
         }
-        memcpy(&hdr, msg, sizeof(hdr));
-        size_t n = len - sizeof(hdr);
-        uint8_t key[FERRY_BTL_KEY_MAX] = {0};
-        memcpy(key, &hdr.key, sizeof(hdr.key));
-        sm_reg_view_t view;
-        if (check_key(mod->reg_table, (uint32_t)mod->p.reg_slots, key, hdr.raddr, n,
-                      FERRY_ACCESS_REMOTE_WRITE, &view) != FERRY_OK) {
-            /* The initiator checked too; this is a registration withdrawn
-             * while the put was on its way. */
-            rt_log(&ctx->log, RT_LOG_WARN,
-                   "sm: put of %zu bytes from rank %d outside any registration refused", n,
-                   ep->rank);
-            return;
+    }
+    memcpy(&req, msg, sizeof(req));
+    sm_get_job_t *job = &ep->jobs[(ep->job_head + ep->njobs) % slots];
+    *job = (sm_get_job_t){.req = req, .sent = 0, .refused = req.len > SIZE_MAX};
+    ep->njobs++;
+    sm_mark_sending(mod, ep);
+    return true;
+}
+
+static void handle_get_resp(sm_module_t *mod, ferry_btl_endpoint_t *ep, const unsigned char *msg,
+                            uint32_t len)
+{
+    sm_get_resp_t resp;
+    if (len < sizeof(resp)) {
+        sm_ep_fail(mod, ep, "it sent a truncated get response");
+        return;
+    }
+    memcpy(&resp, msg, sizeof(resp));
+    size_t n = len - sizeof(resp);
+    btl_frag_t *frag = NULL;
+    for (util_list_item_t *it = util_list_first(&ep->gets); it != NULL;
+         it = util_list_next(&ep->gets, it)) {
+        btl_frag_t *f = UTIL_CONTAINER_OF(it, btl_frag_t, link);
+        if (f->cookie == resp.cookie) {
+            frag = f;
+            break;
         }
-        memcpy((void *)(uintptr_t)hdr.raddr, msg + sizeof(hdr), n);
-    } else if (type == SM_T_GET_REQ) {
-        sm_get_req_t req;
-        if (len != sizeof(req)) {
-            sm_ep_fail(mod, ep, "it sent a malformed get request");
-            return;
+    }
+    if (frag == NULL) {
+        sm_ep_fail(mod, ep, "it answered a get nobody asked for");
+        return;
+    }
+    ferry_btl_segment_t *local = &frag->base.dst[0];
+    if (resp.status == FERRY_OK &&
+        (resp.offset != frag->done || n > local->len - frag->done)) {
+        sm_ep_fail(mod, ep, "it answered a get with data out of place");
+        return;
+    }
+    if (resp.status == FERRY_OK) {
+        memcpy((char *)ferry_btl_seg_ptr(local) + frag->done, msg + sizeof(resp), n);
+        frag->done += n;
+    }
+    if (resp.status != FERRY_OK || frag->done == local->len) {
+        util_list_remove(&ep->gets, &frag->link);
+        ep->gets_out--;
+        sm_complete(mod, frag, resp.status == FERRY_OK ? FERRY_OK
+                               : resp.status < 0 && resp.status > FERRY_ERR_LAST
+                                   ? resp.status
+                                   : FERRY_ERR_PROTO);
+    }
+}
+
+bool sm_rdma_handle(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint8_t type, unsigned char *msg,
+                    uint32_t len)
+{
+    if (type == SM_T_PUT)
+        handle_put(mod, ep, msg, len);
+    else if (type == SM_T_GET_REQ)
+        return handle_get_req(mod, ep, msg, len);
+    else
+        handle_get_resp(mod, ep, msg, len);
+    return true;
+}
+
+/* Writes the answers of the job at the head while credits last; true when
+ * the job is done. Each chunk is checked and copied at the moment it is
+ * written, so a registration withdrawn or unmapped meanwhile ends the job
+ * with FERRY_ERR_ACCESS instead of a copy from memory no longer offered. */
+static bool answer_job(sm_module_t *mod, ferry_btl_endpoint_t *ep, sm_get_job_t *job)
+{
+    for (;;) {
+        size_t chunk = job->refused ? 0 : (size_t)(job->req.len - job->sent);
+        if (chunk > chunk_max(mod, sizeof(sm_get_resp_t)))
+            chunk = chunk_max(mod, sizeof(sm_get_resp_t));
+        /* A chunk the key does not cover is not given ring space... */
+        if (!job->refused &&
+            sm_target_check(mod, &job->req.key, job->req.raddr + job->sent, chunk, false) !=
+                FERRY_OK) {
+            job->refused = true;
+            chunk = 0;
         }
-        memcpy(&req, msg, sizeof(req));
-        sm_get_job_t *job = calloc(1, sizeof(*job));
-        if (job == NULL) {
-            rt_log(&ctx->log, RT_LOG_ERROR, "sm: out of memory answering a get from rank %d",
-                   ep->rank);
-            return;
-        }
-        uint8_t key[FERRY_BTL_KEY_MAX] = {0};
-        memcpy(key, &req.key, sizeof(req.key));
-        sm_reg_view_t view;
-        job->req = req;
-        job->status = req.len > SIZE_MAX
-                          ? FERRY_ERR_ACCESS
-                          : check_key(mod->reg_table, (uint32_t)mod->p.reg_slots, key,
-                                      req.raddr, (size_t)req.len, FERRY_ACCESS_REMOTE_READ,
-                                      &view);
-        util_list_append(&ep->get_jobs, &job->link);
-        sm_mark_sending(mod, ep);
-    } else {
-        sm_get_resp_t resp;
-        if (len < sizeof(resp)) {
-            sm_ep_fail(mod, ep, "it sent a truncated get response");
-            return;
-        }
-        memcpy(&resp, msg, sizeof(resp));
-        size_t n = len - sizeof(resp);
-        btl_frag_t *frag = NULL;
-        for (util_list_item_t *it = util_list_first(&ep->gets); it != NULL;
-             it = util_list_next(&ep->gets, it)) {
-            btl_frag_t *f = UTIL_CONTAINER_OF(it, btl_frag_t, link);
-            if (f->cookie == resp.cookie) {
-                frag = f;
-                break;
-            }
-        }
-        if (frag == NULL) {
-            sm_ep_fail(mod, ep, "it answered a get nobody asked for");
-            return;
-        }
-        ferry_btl_segment_t *local = &frag->base.dst[0];
-        if (resp.status == FERRY_OK &&
-            (resp.offset != frag->done || n > local->len - frag->done)) {
-            sm_ep_fail(mod, ep, "it answered a get with data out of place");
-            return;
-        }
-        if (resp.status == FERRY_OK) {
-            memcpy((char *)ferry_btl_seg_ptr(local) + frag->done, msg + sizeof(resp), n);
-            frag->done += n;
-        }
-        if (resp.status != FERRY_OK || frag->done == local->len) {
-            util_list_remove(&ep->gets, &frag->link);
-            sm_complete(mod, frag, resp.status == FERRY_OK ? FERRY_OK
-                                   : resp.status < 0 && resp.status > FERRY_ERR_LAST
-                                       ? resp.status
-                                       : FERRY_ERR_PROTO);
-        }
+        unsigned char *slot;
+        uint64_t pos;
+        if (!sm_ring_reserve(ep, sizeof(sm_get_resp_t) + chunk, &slot, &pos))
+            return false;
+        /* ...and the copy checks again, at the moment it reads: memory
+         * withdrawn between the two is refused here (the answer then
+         * carries the error and its data is not used). */
+        if (!job->refused &&
+            sm_target_copy(mod, &job->req.key, job->req.raddr + job->sent,
+                           slot + sizeof(sm_get_resp_t), chunk, false) != FERRY_OK)
+            job->refused = true;
+        sm_get_resp_t resp = {.cookie = job->req.cookie,
+                              .offset = job->sent,
+                              .status = job->refused ? FERRY_ERR_ACCESS : FERRY_OK};
+        memcpy(slot, &resp, sizeof(resp));
+        sm_ring_commit(ep, pos, (uint32_t)(sizeof(resp) + chunk), 0, SM_T_GET_RESP);
+        job->sent += chunk;
+        if (job->refused || job->sent == job->req.len)
+            return true;
     }
 }
 
@@ -529,45 +544,20 @@ void sm_rdma_handle(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint8_t type,
 int sm_rdma_progress(sm_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     int n = 0;
-    util_list_item_t *it;
     if (!util_list_empty(&ep->ring_puts)) {
-        uint64_t tail = atomic_load_explicit(&ep->out->tail, memory_order_acquire);
-        while ((it = util_list_first(&ep->ring_puts)) != NULL) {
-            btl_frag_t *frag = UTIL_CONTAINER_OF(it, btl_frag_t, link);
-            if (frag->end_pos > tail)
-                break;
-            util_list_remove(&ep->ring_puts, it);
-            sm_complete(mod, frag, FERRY_OK);
-            n++;
-        }
+        int done = sm_ring_refresh_tail(ep);
+        if (done < 0)
+            return n;
+        n += done;
     }
-    while ((it = util_list_first(&ep->get_jobs)) != NULL) {
-        sm_get_job_t *job = UTIL_CONTAINER_OF(it, sm_get_job_t, link);
+    while (ep->njobs > 0) {
         if (sm_ep_connect(mod, ep) != FERRY_OK)
             break;
-        bool blocked = false;
-        do {
-            size_t chunk = job->status == FERRY_OK ? (size_t)(job->req.len - job->sent) : 0;
-            if (chunk > chunk_max(mod, sizeof(sm_get_resp_t)))
-                chunk = chunk_max(mod, sizeof(sm_get_resp_t));
-            unsigned char *slot;
-            uint64_t pos;
-            if (!sm_ring_reserve(ep, sizeof(sm_get_resp_t) + chunk, &slot, &pos)) {
-                blocked = true;
-                break;
-            }
-            sm_get_resp_t resp = {
-                .cookie = job->req.cookie, .offset = job->sent, .status = job->status};
-            memcpy(slot, &resp, sizeof(resp));
-            memcpy(slot + sizeof(resp), (const char *)(uintptr_t)job->req.raddr + job->sent,
-                   chunk);
-            sm_ring_commit(ep, pos, (uint32_t)(sizeof(resp) + chunk), 0, SM_T_GET_RESP);
-            job->sent += chunk;
-        } while (job->status == FERRY_OK && job->sent < job->req.len);
-        if (blocked)
+        sm_get_job_t *job = &ep->jobs[ep->job_head];
+        if (!answer_job(mod, ep, job))
             break;
-        util_list_remove(&ep->get_jobs, it);
-        free(job);
+        ep->job_head = (ep->job_head + 1) % (uint32_t)mod->p.get_slots;
+        ep->njobs--;
         n++;
     }
     return n;
@@ -580,6 +570,13 @@ void sm_rdma_fail(sm_module_t *mod, ferry_btl_endpoint_t *ep, int status)
         sm_complete(mod, UTIL_CONTAINER_OF(it, btl_frag_t, link), status);
     while ((it = util_list_pop_front(&ep->gets)) != NULL)
         sm_complete(mod, UTIL_CONTAINER_OF(it, btl_frag_t, link), status);
-    while ((it = util_list_pop_front(&ep->get_jobs)) != NULL)
-        free(UTIL_CONTAINER_OF(it, sm_get_job_t, link));
+    ep->gets_out = 0;
+    ep->njobs = 0;
+    ep->job_head = 0;
+}
+
+void sm_rdma_ep_fini(ferry_btl_endpoint_t *ep)
+{
+    free(ep->jobs);
+    ep->jobs = NULL;
 }

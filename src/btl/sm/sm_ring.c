@@ -16,6 +16,21 @@ static inline bool slot_is_hdr(const uint64_t *bits, uint64_t slot)
     return (bits[slot / 64] >> (slot % 64)) & 1;
 }
 
+/* Out of cached credits: reads the tail (completing the ring puts it
+ * passed) and tries again. Kept out of line, and entered only by a tail
+ * call, so that the common case pays nothing for what it does. */
+static bool __attribute__((noinline)) reserve_slow(ferry_btl_endpoint_t *ep, size_t len,
+                                                   unsigned char **slot_out, uint64_t *pos_out)
+{
+    const uint64_t ring = ep->mod->p.ring_size;
+    const uint64_t size = sm_align(SM_HDR_SIZE + len);
+    uint64_t off = ep->head & (ring - 1);
+    uint64_t need = (off + size > ring ? ring - off : 0) + size + SM_ALIGN;
+    if (sm_ring_refresh_tail(ep) < 0 || ep->head + need - ep->cached_tail > ring)
+        return false;
+    return sm_ring_reserve(ep, len, slot_out, pos_out);
+}
+
 bool sm_ring_reserve(ferry_btl_endpoint_t *ep, size_t len, unsigned char **slot_out,
                      uint64_t *pos_out)
 {
@@ -27,17 +42,8 @@ bool sm_ring_reserve(ferry_btl_endpoint_t *ep, size_t len, unsigned char **slot_
      * because sm_ring_commit zeroes it. */
     uint64_t need = skip + size + SM_ALIGN;
 
-    if (ep->head + need - ep->cached_tail > ring) {
-        uint64_t tail = atomic_load_explicit(&ep->out->tail, memory_order_acquire);
-        /* The tail is the peer's word: it may never pass what we wrote. */
-        if (tail > ep->head || tail < ep->cached_tail) {
-            sm_ep_fail(ep->mod, ep, "its channel's tail is corrupt");
-            return false;
-        }
-        ep->cached_tail = tail;
-        if (ep->head + need - tail > ring)
-            return false;
-    }
+    if (ep->head + need - ep->cached_tail > ring)
+        return reserve_slow(ep, len, slot_out, pos_out);
     if (skip > 0) {
         /* The message goes to the ring's start; see sm_ring_commit. */
         if (!slot_is_hdr(ep->hdr_bits, 0)) {
@@ -84,6 +90,21 @@ void sm_ring_commit(ferry_btl_endpoint_t *ep, uint64_t pos, uint32_t len, uint8_
                           memory_order_release);
 }
 
+int sm_ring_refresh_tail(ferry_btl_endpoint_t *ep)
+{
+    uint64_t tail = atomic_load_explicit(&ep->out->tail, memory_order_acquire);
+    /* The tail is the peer's word: it may never pass what we wrote, nor go
+     * back. */
+    if (tail > ep->head || tail < ep->cached_tail) {
+        sm_ep_fail(ep->mod, ep, "its channel's tail is corrupt");
+        return -1;
+    }
+    ep->cached_tail = tail;
+    /* Ring puts it passed are read back now: their status words are in
+     * space we may reuse as soon as we return. */
+    return util_list_empty(&ep->ring_puts) ? 0 : sm_rdma_puts_done(ep->mod, ep, tail);
+}
+
 static void publish_tail(ferry_btl_endpoint_t *ep)
 {
     atomic_store_explicit(&ep->in->tail, ep->rpos, memory_order_release);
@@ -101,8 +122,13 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
 
     while (n < 64 && ep->polled) {
         uint64_t off = ep->rpos & (ring - 1);
+        if (ep->rpos - ep->rlap_start >= ring) {
+            /* A new lap (or a position set from outside): once a lap. */
+            ep->rlap_start = ep->rpos - off;
+            ep->rlap = sm_lap(ep->rpos, ring);
+        }
         uint64_t h = atomic_load_explicit(hdr_at(base, off), memory_order_acquire);
-        if ((uint16_t)(h >> 48) != sm_lap(ep->rpos, ring))
+        if ((uint16_t)(h >> 48) != ep->rlap)
             break;
         uint32_t len = (uint32_t)h;
         uint8_t tag = (uint8_t)(h >> 32);
@@ -112,7 +138,7 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
             sm_ep_fail(mod, ep, "it sent a message longer than the ring");
             return n;
         }
-        const unsigned char *msg = base + off + SM_HDR_SIZE;
+        unsigned char *msg = base + off + SM_HDR_SIZE;
         switch (type) {
         case SM_T_SKIP:
             ep->rpos += ring - off;
@@ -131,7 +157,8 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
         case SM_T_PUT:
         case SM_T_GET_REQ:
         case SM_T_GET_RESP:
-            sm_rdma_handle(mod, ep, type, msg, len);
+            if (!sm_rdma_handle(mod, ep, type, msg, len))
+                goto out; /* a get past the peer's budget waits where it is */
             /* A ring put completes at its initiator when our tail passes it. */
             publish_now = publish_now || type == SM_T_PUT;
             break;
@@ -144,6 +171,7 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
         ep->rpos += sm_align(SM_HDR_SIZE + len);
         n++;
     }
+out:
     /* Credits go back in batches (the seed's sr_win), or at once when an
      * initiator waits on them. */
     if (ep->rpos - ep->published_tail >= ring / 8 || (publish_now && ep->rpos != ep->published_tail))

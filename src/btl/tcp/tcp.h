@@ -4,14 +4,15 @@
  * Each process listens on every selected interface (FERRY_TCP_IF_INCLUDE /
  * FERRY_TCP_IF_EXCLUDE) and publishes the addresses under "btl.tcp". A peer
  * is connected on first use, with a non-blocking connect whose deadline
- * (FERRY_TCP_CONNECT_TIMEOUT) progress checks. Both sides then exchange a
- * hello carrying a magic, the protocol version, the rank and the job's
- * secret key; rank 0 draws that key from getrandom and publishes it in the
- * modex ("btl.tcp.jobkey"), so only processes of the job that learned it
- * through the launcher can talk to us. The acceptor answers only after the
- * initiator has shown the key, so the key never goes to a stranger. When two
- * ranks connect to each other at once, the connection the lower rank
- * initiated is kept.
+ * (FERRY_TCP_CONNECT_TIMEOUT) progress checks. The two sides then prove to
+ * each other that they hold the job's key, which never travels
+ * (tcp_hello.c): each sends a fresh nonce, the listener proves itself first
+ * with a MAC over both nonces, both ranks, the job and the address dialed,
+ * then the connector, then the listener says whether it keeps the
+ * connection. The key comes from the job secret ferryrun gives every rank,
+ * or, under other launchers, from rank 0 through the modex
+ * ("btl.tcp.jobkey"). When two ranks connect to each other at once, the
+ * connection the lower rank initiated is kept.
  *
  * After the hello, a connection carries frames: a 16-byte header
  * (tcp_hdr_t) and len bytes. Every field is checked before use; a bad frame
@@ -26,7 +27,23 @@
  * against its registration table before a byte moves, and answers every
  * request in order (PUT_ACK, GET_RESP), so the initiator matches answers with
  * the head of its list of requests in flight. Put data and get answers are
- * read from the socket straight into the destination memory.
+ * read from the socket straight into the destination memory. A key is the
+ * registration's slot and generation and 16 random bytes drawn when it was
+ * made, so it cannot be guessed from another key.
+ *
+ * A get answer is read from the registered memory only while it is written
+ * to the socket, and the registration is looked up again each time; its
+ * status comes last, so memory deregistered while its answer is still going
+ * out is never read: the rest of the answer goes out as zeros and the status
+ * says FERRY_ERR_ACCESS. Each peer's target-side work is bounded: a peer
+ * owed more answers than an initiator may have in flight
+ * (FERRY_TCP_RDMA_MAX_INFLIGHT, FERRY_TCP_SENDQ_MAX) is not read from until
+ * it has taken them.
+ *
+ * Deadlines: a frame whose bytes stop arriving half-way
+ * (FERRY_TCP_FRAME_TIMEOUT) and a put or get the target does not answer
+ * (FERRY_TCP_REQUEST_TIMEOUT) fail the peer, and everything pending to it
+ * completes with an error.
  */
 #ifndef BTL_TCP_H
 #define BTL_TCP_H
@@ -38,11 +55,16 @@
 
 #include "btl/base.h"
 #include "btl/frag.h"
+#include "rt/auth.h"
+#include "rt/log.h"
 #include "util/list.h"
 
 #define TCP_MAGIC 0x317063747972726full /* "ferrytc1" */
-#define TCP_VERSION 1
-#define TCP_KEY_LEN 32
+#define TCP_VERSION 2
+#define TCP_KEY_LEN RT_AUTH_KEY_LEN
+#define TCP_NONCE_LEN RT_AUTH_NONCE_LEN
+#define TCP_MAC_LEN RT_AUTH_MAC_LEN
+#define TCP_KEY_SECRET 16
 #define TCP_MAX_ADDRS 16
 #define TCP_MAX_RDMA ((size_t)1 << 30)
 
@@ -55,13 +77,21 @@
  * RDMA body, enough to know where its payload goes before reading it. */
 #define TCP_LOOKAHEAD (sizeof(tcp_hdr_t) + sizeof(tcp_rdma_body_t))
 
+/* Checks of deadlines run on progress's tick (every 16th call while some
+ * peer is not connected, else every 1024th) and at most every
+ * TCP_STALL_TICK_NS, so the data path reads no clock. */
+#define TCP_STALL_TICK_NS (10u * 1000u * 1000u)
+/* A longer time between checks means this process did not progress: the
+ * deadlines start again rather than blame the peers. */
+#define TCP_STALL_GAP_NS (1000u * 1000u * 1000u)
+
 /* Frame types. */
 enum {
     TCP_T_DATA = 1,     /* active message: tag, len payload bytes */
     TCP_T_PUT = 2,      /* tcp_rdma_body_t (length unused), then the data */
     TCP_T_PUT_ACK = 3,  /* tcp_status_body_t */
     TCP_T_GET_REQ = 4,  /* tcp_rdma_body_t */
-    TCP_T_GET_RESP = 5, /* tcp_status_body_t, then the data when status is 0 */
+    TCP_T_GET_RESP = 5, /* the data (none when refused), then tcp_status_body_t */
     TCP_T_FIN = 6       /* the sender finalizes: its close is no failure */
 };
 
@@ -73,29 +103,23 @@ typedef struct tcp_hdr {
     uint64_t cookie; /* names an RDMA request; 0 for DATA and FIN */
 } tcp_hdr_t;
 
+/* A registration's key, as peers name it (ferry_btl_reg_t.key). */
+typedef struct tcp_key {
+    uint32_t slot; /* the registration's place in the table */
+    uint32_t gen;  /* the slot's generation: odd while in use */
+    uint8_t secret[TCP_KEY_SECRET]; /* random, drawn when it was registered */
+} tcp_key_t;
+
 typedef struct tcp_rdma_body {
     uint64_t raddr;
-    uint32_t slot; /* the key: slot and generation of the registration */
-    uint32_t gen;
     uint64_t length; /* GET_REQ: bytes wanted; PUT: 0 */
+    tcp_key_t key;
 } tcp_rdma_body_t;
 
 typedef struct tcp_status_body {
     int32_t status;
     uint32_t zero;
 } tcp_status_body_t;
-
-/* The hello both sides send; a reply carries status, and the key only when
- * it accepts. */
-enum { TCP_HELLO_OK = 0, TCP_HELLO_DUP = 1 };
-typedef struct tcp_hello {
-    uint64_t magic;
-    uint32_t version;
-    int32_t rank;
-    int32_t size;
-    int32_t status;
-    uint8_t key[TCP_KEY_LEN];
-} tcp_hello_t;
 
 /* One published address. */
 typedef struct tcp_addr_entry {
@@ -112,6 +136,45 @@ typedef struct tcp_addr_blob {
     tcp_addr_entry_t entry[TCP_MAX_ADDRS];
 } tcp_addr_blob_t;
 
+/* The hello: four messages of one shape, in this order. */
+enum {
+    TCP_HELLO_OPEN = 1,   /* connector: its rank, the rank it wants, its nonce */
+    TCP_HELLO_PROVE = 2,  /* listener: its nonce and its MAC (it proves itself first) */
+    TCP_HELLO_ANSWER = 3, /* connector: its MAC */
+    TCP_HELLO_VERDICT = 4 /* listener: whether it keeps the connection, and a MAC of that */
+};
+/* VERDICT status: kept; the listener keeps its own connection to us (the
+ * lower rank's wins); refused for good (it saw us fail or close before). */
+enum { TCP_HELLO_OK = 0, TCP_HELLO_DUP = 1, TCP_HELLO_REFUSED = 2 };
+typedef struct tcp_hello {
+    uint64_t magic;
+    uint32_t version;
+    uint8_t step;   /* TCP_HELLO_* */
+    uint8_t status; /* VERDICT only, else 0 */
+    uint16_t zero;
+    int32_t from;   /* the sender's rank */
+    int32_t to;     /* the rank it talks to */
+    int32_t size;   /* ranks in the job */
+    uint32_t zero2;
+    uint64_t job;   /* FNV-1a of the job's id, to name a hello from another job */
+    uint8_t nonce[TCP_NONCE_LEN]; /* OPEN and PROVE, else zero */
+    uint8_t mac[TCP_MAC_LEN];     /* PROVE, ANSWER and VERDICT, else zero */
+} tcp_hello_t;
+
+/* What both ends of one hello agree on; every MAC covers all of it. */
+typedef struct tcp_session {
+    int32_t rank_c, rank_l; /* connector, listener */
+    uint8_t nonce_c[TCP_NONCE_LEN], nonce_l[TCP_NONCE_LEN];
+    tcp_addr_entry_t at;    /* the listener's address, as the connector dialed it */
+} tcp_session_t;
+
+/* What an incoming hello must be. from < 0: any rank of the job but me. */
+typedef struct tcp_hello_want {
+    uint8_t step;
+    int32_t from, me, size;
+    uint64_t job;
+} tcp_hello_want_t;
+
 /* What an epoll event points to. */
 typedef enum { TCP_POLL_LISTENER, TCP_POLL_CONN, TCP_POLL_EP } tcp_poll_kind_t;
 typedef struct tcp_pollable {
@@ -121,24 +184,31 @@ typedef struct tcp_pollable {
 
 typedef struct tcp_module tcp_module_t;
 
-/* An accepted socket before its hello has arrived. */
+/* An accepted socket before its hello has completed. */
 typedef struct tcp_conn {
     tcp_pollable_t poll;
-    util_list_item_t link;
+    util_list_item_t link; /* in mod->conns, oldest first */
     uint64_t deadline_ns;
-    tcp_hello_t hello;
+    tcp_addr_entry_t peer; /* family and address (no port): for the per-address limit */
+    tcp_addr_entry_t at;   /* the listener's address, which the connector dialed */
+    uint8_t want;          /* the step expected next: OPEN, then ANSWER */
+    tcp_session_t session;
+    tcp_hello_t hello;     /* being read */
     size_t got;
     char from[64]; /* the peer's address, for the log */
 } tcp_conn_t;
 
-/* NEW: no socket. CONNECTING: connect in flight. HELLO: ours sent, waiting
- * for the answer. WAIT: the peer keeps its own connection to us (it has the
- * lower rank); waiting for it. CLOSED: the peer finalized. */
+/* NEW: no socket. CONNECTING: connect in flight. HELLO: the hello under
+ * way (hello_want says which message is expected). WAIT: the peer keeps its own connection to us (it has the
+ * lower rank); waiting for it. RETRY: the peer closed our connection before
+ * the hello completed (it had no room for one more, or evicted it); we
+ * connect again at retry_at_ns. CLOSED: the peer finalized. */
 typedef enum {
     TCP_EP_NEW,
     TCP_EP_CONNECTING,
     TCP_EP_HELLO,
     TCP_EP_WAIT,
+    TCP_EP_RETRY,
     TCP_EP_CONNECTED,
     TCP_EP_FAILED,
     TCP_EP_CLOSED
@@ -164,8 +234,13 @@ struct ferry_btl_endpoint {
     int ncand;
     int icand;
     uint64_t deadline_ns;
+    bool retry_wanted;    /* an address closed our connection during the hello */
+    unsigned retries;
+    uint64_t retry_at_ns;
     util_list_item_t connecting_link; /* in mod->connecting while a deadline runs */
     bool connecting_listed;
+    tcp_session_t session;
+    uint8_t hello_want;   /* PROVE, then VERDICT */
     tcp_hello_t hello_rx;
     size_t hello_got;
     tcp_hello_t hello_tx;
@@ -175,6 +250,14 @@ struct ferry_btl_endpoint {
     size_t queued_bytes;  /* wire bytes in queue not yet written */
     util_list_t rdma_wait; /* puts and gets written, waiting for their answer */
     size_t rdma_inflight;  /* puts and gets not yet completed */
+    size_t get_inflight_bytes; /* bytes of the gets among them */
+    /* Target side: answers queued to this peer and not yet written, and the
+     * data bytes of the get answers among them. */
+    size_t owed;
+    size_t owed_bytes;
+    bool rx_paused;        /* the peer is owed too much: its socket is not read */
+    bool resume_listed;    /* in mod->resume: parse again once progress runs */
+    util_list_item_t resume_link;
     bool sending;          /* in mod->sending */
     util_list_item_t sending_link;
     bool hot;              /* in mod->hot: polled with recv directly */
@@ -191,23 +274,35 @@ struct ferry_btl_endpoint {
     int32_t rx_status;
     uint32_t rx_slot;      /* PUT: the registration written to */
     btl_frag_t *rx_frag;   /* GET_RESP: the get being answered */
-    /* A failure to report from progress (never from the failing call). */
-    bool report_pending;
-    int report_status;
-    char report_msg[160];
-    util_list_item_t report_link;
+    bool rx_trailer;       /* GET_RESP: its data is in; its status comes next */
+    bool rx_after_direct;  /* the last read ended a payload read directly */
+    /* Deadlines, checked every few progress calls (tcp_check_stalls). */
+    uint64_t rx_total;     /* bytes received */
+    uint64_t tx_total;     /* bytes written from the queue */
+    uint64_t answers;      /* answers received to our puts and gets */
+    uint64_t rx_seen, tx_seen, answers_seen; /* the counts at the last check */
+    uint64_t rx_since_ns;  /* since when no byte of a partial frame came */
+    uint64_t req_since_ns; /* since when no request of ours moved */
+    /* The failure's report, numbered (mod->report_seq); delivered once the
+     * module's reports_done reaches it. */
+    uint64_t report_seq;
 };
 
 /* A frame of our own (an RDMA answer, FIN, or the rest of a sendi that did
  * not fit), queued like a fragment: frag.op is TCP_OP_CTL. The header and
- * body are in bytes[]; data (a get's answer) follows from data. */
+ * body are in bytes[]. A get answer's data_len bytes follow, read from the
+ * registration (slot, gen) at raddr only while they are written, then its
+ * status (trailer). */
 typedef struct tcp_ctl {
     btl_frag_t frag;
     size_t hlen;
-    const unsigned char *data;
     size_t data_len;
-    uint32_t slot;     /* registration data points into, or UINT32_MAX */
-    unsigned char *owned; /* data copied here when its registration went away */
+    uint64_t raddr;
+    uint32_t slot, gen;
+    bool answer;  /* counts in the endpoint's owed answers */
+    bool revoked; /* the registration went away: the rest is zeros */
+    bool has_trailer;
+    tcp_status_body_t trailer;
     unsigned char bytes[];
 } tcp_ctl_t;
 
@@ -217,14 +312,17 @@ enum { TCP_OP_SEND, TCP_OP_PUT, TCP_OP_GET, TCP_OP_CTL };
 typedef struct tcp_reg {
     ferry_btl_reg_t base;
     uint32_t magic;
-    uint32_t slot;
-    uint32_t gen;
+    tcp_key_t key; /* also in base.key */
 } tcp_reg_t;
 
 typedef struct tcp_params {
     const char *if_include;
     const char *if_exclude;
     long long connect_timeout_ms;
+    size_t pending_max, pending_per_addr;
+    long long frame_timeout_ms;   /* 0: none */
+    long long request_timeout_ms; /* 0: none */
+    size_t rdma_max_inflight;
     size_t eager_limit;
     size_t max_send_size;
     size_t sendq_max;
@@ -253,25 +351,57 @@ struct tcp_module {
     int nlocal;
     uint8_t jobkey[TCP_KEY_LEN];
     bool have_jobkey;
+    const char *job_id;    /* rt_modex_job_id, which the MACs cover */
+    uint64_t job_hash;     /* tcp_job_hash(job_id), in every hello */
+    rt_ratelimit_t refuse_rl; /* log lines about refused and evicted connections */
     int nranks;
     ferry_btl_endpoint_t **eps; /* by rank, made on first use */
     bool *same_host;            /* by rank, from add_procs */
-    util_list_t conns;      /* accepted sockets waiting for their hello */
+    util_list_t conns;      /* accepted sockets waiting for their hello, oldest first */
+    uint64_t evicted;       /* of those, closed to make room for newer ones */
+    util_list_t evicted_conns; /* closed, to be freed after the epoll batch */
     util_list_t connecting; /* endpoints with a deadline */
     util_list_t sending;    /* endpoints with queued bytes */
     util_list_t completed;  /* fragments whose completion is due */
-    util_list_t reports;    /* endpoints with a failure to report */
+    /* Failures reported (btl_base_report_error queues them for progress)
+     * and those delivered; ep->report_seq names an endpoint's. */
+    uint64_t report_seq, reports_done;
+    util_list_t resume;     /* endpoints no longer paused, to parse again */
     ferry_btl_endpoint_t **hot; /* connected endpoints, polled directly */
     int nhot;
     btl_frags_t frags;
     tcp_reg_t **regs;
     uint32_t *reg_gen;
+    /* Random bytes for keys, drawn from getrandom a pool at a time. */
+    uint8_t key_pool[16 * TCP_KEY_SECRET];
+    size_t key_pool_left;
+    uint64_t stall_scan_ns; /* when the deadlines were last checked */
     uint64_t next_cookie;
     uint32_t progress_calls;
     bool finalizing;
 };
 
 uint64_t tcp_now_ns(void);
+
+/* tcp_hello.c */
+uint64_t tcp_job_hash(const char *job_id);
+/* The transport's key from the job secret the launcher gave. */
+int tcp_jobkey_derive(const uint8_t secret[TCP_KEY_LEN], uint8_t key_out[TCP_KEY_LEN]);
+/* A hello message of that step with every other field zero. */
+void tcp_hello_fill(tcp_hello_t *h, uint8_t step, int32_t from, int32_t to, int32_t size,
+                    uint64_t job);
+/* Checks every field of an incoming hello but its MAC: NULL when it is as
+ * w says, else what is wrong with it. */
+const char *tcp_hello_check(const tcp_hello_t *h, const tcp_hello_want_t *w);
+/* The MAC a message of step (PROVE, ANSWER or VERDICT with status) of the
+ * session carries. */
+int tcp_hello_mac(const uint8_t key[TCP_KEY_LEN], const char *job_id, int32_t size,
+                  const tcp_session_t *s, uint8_t step, uint8_t status,
+                  uint8_t mac_out[TCP_MAC_LEN]);
+/* Whether h carries the MAC its step and status call for (compared in
+ * constant time); an OPEN never does. */
+bool tcp_hello_proves(const uint8_t key[TCP_KEY_LEN], const char *job_id, int32_t size,
+                      const tcp_session_t *s, const tcp_hello_t *h);
 
 /* tcp_endpoint.c */
 /* Sets FERRY_TCP_SNDBUF and FERRY_TCP_RCVBUF on a socket (when not 0). */
@@ -288,9 +418,23 @@ int tcp_check_deadlines(tcp_module_t *mod);
 int tcp_accept(tcp_module_t *mod, tcp_listener_t *l);
 int tcp_conn_progress(tcp_module_t *mod, tcp_conn_t *conn);
 void tcp_conn_close(tcp_module_t *mod, tcp_conn_t *conn);
+/* Frees the connections evicted while an epoll batch was handled. */
+void tcp_conn_reap(tcp_module_t *mod);
+/* The job's key: from the launcher's secret, else rank 0's in the modex. */
 int tcp_load_jobkey(tcp_module_t *mod);
+/* At open: rank 0 draws and publishes a key when the launcher gave no
+ * secret (hydra, Slurm, mpirun: their channel is trusted as it is). */
+int tcp_jobkey_publish(tcp_module_t *mod);
 /* Queues FIN to a connected peer and starts writing it. */
 void tcp_ep_goodbye(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
+
+/* Whether the endpoint's failure is not yet in the error callback's hands:
+ * until it is, new work is taken and fails after it, so that no caller
+ * learns of a failure before its error callback does. */
+static inline bool tcp_ep_report_pending(const tcp_module_t *mod, const ferry_btl_endpoint_t *ep)
+{
+    return ep->report_seq > mod->reports_done;
+}
 
 /* tcp_io.c */
 void tcp_complete(tcp_module_t *mod, btl_frag_t *frag, int status);
@@ -298,11 +442,22 @@ void tcp_enqueue(tcp_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag, 
 size_t tcp_frag_wire_len(const btl_frag_t *frag);
 int tcp_push(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
 int tcp_recv(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
+/* Takes bytes as if they had come from the endpoint's socket, through the
+ * same receive path as tcp_recv (for the fuzz harness: no socket needed);
+ * returns how many it took (fewer once the endpoint failed or paused). */
+size_t tcp_rx_feed(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const unsigned char *bytes,
+                   size_t len);
 int tcp_sendi_now(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const void *header,
                   size_t header_len, const void *payload, size_t payload_len, uint8_t tag);
 int tcp_queue_ctl(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const tcp_hdr_t *hdr,
-                  const void *body, size_t body_len, const unsigned char *data, size_t data_len,
-                  uint32_t slot);
+                  const void *body, size_t body_len);
+/* Fails peers whose half-received frame or unanswered request ran out of
+ * time (FERRY_TCP_FRAME_TIMEOUT, FERRY_TCP_REQUEST_TIMEOUT). */
+int tcp_check_stalls(tcp_module_t *mod);
+/* Starts the deadlines of a newly connected endpoint. */
+void tcp_stall_reset(ferry_btl_endpoint_t *ep);
+/* Parses what a paused endpoint has buffered once it is owed less. */
+int tcp_resume(tcp_module_t *mod);
 void tcp_fail_pending(tcp_module_t *mod, ferry_btl_endpoint_t *ep, int status);
 void tcp_hot_add(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
 void tcp_hot_remove(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
@@ -315,7 +470,12 @@ int tcp_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *ba
 int tcp_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
 /* The registration a key names if [addr, addr+len) lies inside it with need
  * rights; FERRY_ERR_ACCESS otherwise. */
-int tcp_reg_lookup(tcp_module_t *mod, uint32_t slot, uint32_t gen, uint64_t addr, size_t len,
+int tcp_reg_lookup(tcp_module_t *mod, const tcp_key_t *key, uint64_t addr, size_t len,
                    uint32_t need, tcp_reg_t **reg_out);
+/* Whether the registration (slot, gen) still exists. */
+static inline bool tcp_reg_alive(const tcp_module_t *mod, uint32_t slot, uint32_t gen)
+{
+    return slot < mod->p.reg_slots && mod->reg_gen[slot] == gen && mod->regs[slot] != NULL;
+}
 
 #endif /* BTL_TCP_H */

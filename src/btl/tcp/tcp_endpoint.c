@@ -17,10 +17,6 @@
 #include "btl/tcp/tcp.h"
 #include "rt/modex.h"
 
-/* Most accepted sockets waiting for their hello; more are closed at once,
- * so a flood of strangers cannot take every descriptor. */
-#define TCP_MAX_CONNS 256
-
 static const rt_log_t *logger(tcp_module_t *mod)
 {
     return &mod->super.ctx->log;
@@ -70,8 +66,6 @@ void tcp_ep_free(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     ep_close_socket(mod, ep);
     connecting_remove(mod, ep);
-    if (ep->report_pending)
-        util_list_remove(&mod->reports, &ep->report_link);
     free(ep->rx);
     free(ep);
 }
@@ -97,16 +91,19 @@ void tcp_ep_fail(tcp_module_t *mod, ferry_btl_endpoint_t *ep, int status, const 
     tcp_hot_remove(mod, ep);
     ep->state = TCP_EP_FAILED;
     tcp_fail_pending(mod, ep, FERRY_ERR_UNREACH);
-    if (mod->finalizing || ep->report_pending)
+    if (mod->finalizing)
         return;
+    char msg[192];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ep->report_msg, sizeof(ep->report_msg), fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    /* Reported from progress: never from inside the call that saw it. */
-    ep->report_status = status;
-    ep->report_pending = true;
-    util_list_append(&mod->reports, &ep->report_link);
+    rt_log(logger(mod), RT_LOG_DEBUG, "tcp: rank %d failed: %s", ep->rank, msg);
+    /* The report waits in the module (btl/base.c) for the next progress:
+     * never from inside the call that saw the failure. Until then the
+     * endpoint takes work, which fails with it (tcp_ep_report_pending). */
+    btl_base_report_error(&mod->super, status, ep->rank, "rank %d: %s", ep->rank, msg);
+    ep->report_seq = ++mod->report_seq;
 }
 
 void tcp_ep_peer_closed(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
@@ -120,37 +117,85 @@ void tcp_ep_peer_closed(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
     tcp_fail_pending(mod, ep, FERRY_ERR_UNREACH);
 }
 
+/* The job and its key. With a secret from the launcher (ferryrun) the key
+ * is made from it and never published; otherwise rank 0's key comes
+ * through the launcher's key-value store, whose channel the launcher
+ * (hydra, Slurm, mpirun) keeps to the job. */
 int tcp_load_jobkey(tcp_module_t *mod)
 {
     if (mod->have_jobkey)
         return FERRY_OK;
+    rt_modex_t *mx = mod->super.ctx->modex;
+    mod->job_id = rt_modex_job_id(mx);
+    mod->job_hash = tcp_job_hash(mod->job_id);
+    uint8_t secret[TCP_KEY_LEN];
+    int rc = rt_modex_job_secret(mx, secret);
+    if (rc == FERRY_OK) {
+        rc = tcp_jobkey_derive(secret, mod->jobkey);
+        rt_auth_wipe(secret, sizeof(secret));
+        if (rc != FERRY_OK) {
+            rt_log(logger(mod), RT_LOG_ERROR, "tcp: cannot make the job key: %s",
+                   ferry_strerror(rc));
+            return rc;
+        }
+        mod->have_jobkey = true;
+        return FERRY_OK;
+    }
     void *val = NULL;
     size_t len = 0;
-    int rc = rt_modex_get(mod->super.ctx->modex, 0, "btl.tcp.jobkey", &val, &len);
+    rc = rt_modex_get(mx, 0, "btl.tcp.jobkey", &val, &len);
     if (rc != FERRY_OK) {
         rt_log(logger(mod), RT_LOG_ERROR, "tcp: the job key of rank 0 is unavailable: %s",
                ferry_strerror(rc));
         return FERRY_ERR_UNREACH;
     }
     if (len != TCP_KEY_LEN) {
+        rt_auth_wipe(val, len);
         free(val);
         rt_log(logger(mod), RT_LOG_ERROR, "tcp: rank 0 published a job key of %zu bytes", len);
         return FERRY_ERR_PROTO;
     }
     memcpy(mod->jobkey, val, TCP_KEY_LEN);
+    rt_auth_wipe(val, len);
     free(val);
     mod->have_jobkey = true;
     return FERRY_OK;
 }
 
-/* Compares without an early exit, so timing does not tell how much of a
- * guessed key was right. */
-static bool key_equal(const uint8_t *a, const uint8_t *b)
+int tcp_jobkey_publish(tcp_module_t *mod)
 {
-    uint8_t diff = 0;
-    for (int i = 0; i < TCP_KEY_LEN; i++)
-        diff |= (uint8_t)(a[i] ^ b[i]);
-    return diff == 0;
+    ferry_ctx_t *ctx = mod->super.ctx;
+    uint8_t secret[TCP_KEY_LEN];
+    if (rt_modex_job_secret(ctx->modex, secret) == FERRY_OK) {
+        rt_auth_wipe(secret, sizeof(secret));
+        return FERRY_OK; /* every rank makes the key from the secret */
+    }
+    if (ctx->rank != 0)
+        return FERRY_OK;
+    int rc = rt_auth_random(mod->jobkey, TCP_KEY_LEN);
+    if (rc != FERRY_OK) {
+        rt_log(logger(mod), RT_LOG_ERROR, "tcp: no random bytes for the job key");
+        return rc;
+    }
+    mod->job_id = rt_modex_job_id(ctx->modex);
+    mod->job_hash = tcp_job_hash(mod->job_id);
+    mod->have_jobkey = true;
+    return rt_modex_put(ctx->modex, "btl.tcp.jobkey", mod->jobkey, TCP_KEY_LEN);
+}
+
+/* Refusals and evictions are caused from outside: a flood of strangers
+ * must not flood the log (rt_log_limited counts what it holds back). */
+static void log_refusal(tcp_module_t *mod, bool evicted, const char *from, const char *why)
+{
+    if (mod->refuse_rl.burst == 0)
+        rt_ratelimit_init(&mod->refuse_rl, RT_RATELIMIT_BURST, RT_RATELIMIT_INTERVAL_MS);
+    if (evicted)
+        rt_log_limited(logger(mod), &mod->refuse_rl, RT_LOG_WARN,
+                       "tcp: closed the connection from %s, the oldest without a hello: %s",
+                       from, why);
+    else
+        rt_log_limited(logger(mod), &mod->refuse_rl, RT_LOG_WARN,
+                       "tcp: refused a connection from %s: %s", from, why);
 }
 
 void tcp_set_bufs(tcp_module_t *mod, int fd)
@@ -296,8 +341,41 @@ static socklen_t to_sockaddr(const tcp_addr_entry_t *e, struct sockaddr_storage 
     return sizeof(*sin6);
 }
 
-/* Starts a connect to the next candidate address; fails the endpoint when
- * none is left. */
+/* How long to wait before connecting again: 10 ms, doubling with each
+ * retry up to 640 ms, and up to half as much again at random, so that
+ * ranks turned away together do not come back together. */
+static uint64_t retry_delay_ns(const ferry_btl_endpoint_t *ep, uint64_t now)
+{
+    unsigned shift = ep->retries < 6 ? ep->retries : 6;
+    uint64_t delay = (10u * 1000u * 1000u) << shift;
+    return delay + (now ^ (uint64_t)ep->rank * 0x9e3779b97f4a7c15ull) % (delay / 2 + 1);
+}
+
+/* Every address has been tried. An address that closed our connection
+ * before the hello completed belongs to a peer that had no room for it
+ * (strangers may hold its slots): the addresses are tried again after a
+ * while, until the deadline. Returns whether a retry was scheduled. */
+static bool schedule_retry(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    if (!ep->retry_wanted)
+        return false;
+    uint64_t now = tcp_now_ns();
+    uint64_t delay = retry_delay_ns(ep, now);
+    if (now + delay >= ep->deadline_ns)
+        return false;
+    ep->retry_wanted = false;
+    ep->retries++;
+    ep->state = TCP_EP_RETRY;
+    ep->retry_at_ns = now + delay;
+    rt_log(logger(mod), RT_LOG_DEBUG,
+           "tcp: rank %d closed our connection before the hello completed; connecting again in "
+           "%llu ms (retry %u)",
+           ep->rank, (unsigned long long)(delay / 1000000u), ep->retries);
+    return true;
+}
+
+/* Starts a connect to the next candidate address; when none is left, waits
+ * to try them all again (schedule_retry) or fails the endpoint. */
 static int try_next(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const char *why)
 {
     ep_close_socket(mod, ep);
@@ -328,9 +406,17 @@ static int try_next(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const char *why
         ep_close_socket(mod, ep);
         ep->icand++;
     }
+    if (schedule_retry(mod, ep))
+        return FERRY_OK;
     tcp_ep_fail(mod, ep, FERRY_ERR_UNREACH, "no address of rank %d answered (last: %s)",
                 ep->rank, why != NULL ? why : "none");
     return FERRY_ERR_UNREACH;
+}
+
+/* A connection the peer closed or reset during the hello. */
+static bool closed_by_peer(ssize_t n, int err)
+{
+    return n == 0 || err == ECONNRESET || err == EPIPE;
 }
 
 int tcp_ep_connect(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
@@ -347,6 +433,8 @@ int tcp_ep_connect(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
         return FERRY_ERR_UNREACH;
     }
     ep->icand = 0;
+    ep->retries = 0;
+    ep->retry_wanted = false;
     ep->deadline_ns = tcp_now_ns() + (uint64_t)mod->p.connect_timeout_ms * 1000000u;
     if (!ep->connecting_listed) {
         util_list_append(&mod->connecting, &ep->connecting_link);
@@ -354,18 +442,6 @@ int tcp_ep_connect(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
     }
     rc = try_next(mod, ep, NULL);
     return rc == FERRY_OK ? FERRY_OK : FERRY_ERR_UNREACH;
-}
-
-static void hello_fill(tcp_module_t *mod, tcp_hello_t *h, int status, bool with_key)
-{
-    memset(h, 0, sizeof(*h));
-    h->magic = TCP_MAGIC;
-    h->version = TCP_VERSION;
-    h->rank = mod->super.ctx->rank;
-    h->size = mod->nranks;
-    h->status = status;
-    if (with_key)
-        memcpy(h->key, mod->jobkey, TCP_KEY_LEN);
 }
 
 /* The endpoint has a working, authenticated socket. */
@@ -385,6 +461,7 @@ static int ep_established(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
     ep->rx_len = ep->rx_off = 0;
     ep->rx_mode = TCP_RX_FRAMES;
     ep->state = TCP_EP_CONNECTED;
+    tcp_stall_reset(ep);
     connecting_remove(mod, ep);
     int rc = tcp_ep_set_events(mod, ep, EPOLLIN);
     if (rc != FERRY_OK) {
@@ -397,24 +474,93 @@ static int ep_established(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
     return FERRY_OK;
 }
 
-/* Checks a hello from the peer; NULL when good, else what is wrong. */
-static const char *hello_check(tcp_module_t *mod, const tcp_hello_t *h, bool need_key)
+/* ---- the connecting side ---- */
+
+/* The hello from our side: OPEN out, PROVE in and checked, ANSWER out,
+ * VERDICT in. Nothing of ours that proves the key leaves before the
+ * listener has proven it. */
+static void hello_start(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
 {
-    if (h->magic != TCP_MAGIC)
-        return "not a ferry tcp hello";
-    if (h->version != TCP_VERSION)
-        return "another protocol version";
-    if (h->size != mod->nranks || h->rank < 0 || h->rank >= mod->nranks ||
-        h->rank == mod->super.ctx->rank)
-        return "a rank outside this job";
-    if (h->status != TCP_HELLO_OK && h->status != TCP_HELLO_DUP)
-        return "a bad status";
-    if (need_key && !key_equal(h->key, mod->jobkey))
-        return "the wrong job key";
-    return NULL;
+    int me = mod->super.ctx->rank;
+    tcp_session_t *s = &ep->session;
+    memset(s, 0, sizeof(*s));
+    s->rank_c = me;
+    s->rank_l = ep->rank;
+    s->at.family = ep->cand[ep->icand].family;
+    s->at.port = ep->cand[ep->icand].port;
+    memcpy(s->at.addr, ep->cand[ep->icand].addr, sizeof(s->at.addr));
+    rt_auth_random(s->nonce_c, sizeof(s->nonce_c));
+    tcp_hello_fill(&ep->hello_tx, TCP_HELLO_OPEN, me, ep->rank, mod->nranks, mod->job_hash);
+    memcpy(ep->hello_tx.nonce, s->nonce_c, sizeof(s->nonce_c));
+    ep->state = TCP_EP_HELLO;
+    ep->hello_want = TCP_HELLO_PROVE;
+    ep->hello_sent = ep->hello_got = 0;
 }
 
-/* Our side of the connect: connect done, hello out, answer in. */
+/* This address failed us: the next one, or a retry, or the end. */
+static void hello_next(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const char *why,
+                       bool closed)
+{
+    ep->retry_wanted |= closed;
+    ep->icand++;
+    try_next(mod, ep, why);
+}
+
+/* A whole message from the listener is in hello_rx. */
+static void hello_answered(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    const tcp_hello_t *h = &ep->hello_rx;
+    tcp_hello_want_t want = {.step = ep->hello_want,
+                             .from = ep->rank,
+                             .me = mod->super.ctx->rank,
+                             .size = mod->nranks,
+                             .job = mod->job_hash};
+    const char *bad = tcp_hello_check(h, &want);
+    if (bad == NULL && h->step == TCP_HELLO_PROVE)
+        memcpy(ep->session.nonce_l, h->nonce, sizeof(h->nonce));
+    if (bad == NULL &&
+        !tcp_hello_proves(mod->jobkey, mod->job_id, mod->nranks, &ep->session, h))
+        bad = "no proof of the job's key";
+    if (bad != NULL) {
+        char text[80];
+        addr_text(&ep->cand[ep->icand], text, sizeof(text));
+        rt_log(logger(mod), RT_LOG_WARN, "tcp: the listener at %s, rank %d's address, sent %s",
+               text, ep->rank, bad);
+        hello_next(mod, ep, bad, false);
+        return;
+    }
+    ep->hello_got = 0;
+    if (h->step == TCP_HELLO_PROVE) {
+        int me = mod->super.ctx->rank;
+        tcp_hello_fill(&ep->hello_tx, TCP_HELLO_ANSWER, me, ep->rank, mod->nranks,
+                       mod->job_hash);
+        if (tcp_hello_mac(mod->jobkey, mod->job_id, mod->nranks, &ep->session,
+                          TCP_HELLO_ANSWER, 0, ep->hello_tx.mac) != FERRY_OK) {
+            tcp_ep_fail(mod, ep, FERRY_ERR_UNREACH, "cannot compute the hello's MAC");
+            return;
+        }
+        ep->hello_sent = 0;
+        ep->hello_want = TCP_HELLO_VERDICT;
+        return;
+    }
+    switch (h->status) {
+    case TCP_HELLO_OK:
+        ep_established(mod, ep);
+        break;
+    case TCP_HELLO_DUP:
+        /* The peer keeps the connection it opened to us; it will arrive
+         * before the deadline or the peer is reported. */
+        ep_close_socket(mod, ep);
+        ep->state = TCP_EP_WAIT;
+        break;
+    default:
+        tcp_ep_fail(mod, ep, FERRY_ERR_UNREACH,
+                    "rank %d refused the connection: it saw this rank fail or close before",
+                    ep->rank);
+        break;
+    }
+}
+
 int tcp_ep_connect_progress(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     if (ep->state == TCP_EP_CONNECTING) {
@@ -425,62 +571,46 @@ int tcp_ep_connect_progress(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
         if (err == EINPROGRESS || err == EALREADY)
             return 0;
         if (err != 0) {
-            ep->icand++;
-            try_next(mod, ep, strerror(err));
+            hello_next(mod, ep, strerror(err), false);
             return 1;
         }
-        hello_fill(mod, &ep->hello_tx, TCP_HELLO_OK, true);
-        ep->state = TCP_EP_HELLO;
-        ep->hello_sent = ep->hello_got = 0;
+        hello_start(mod, ep);
     }
-    if (ep->state != TCP_EP_HELLO)
-        return 0;
-    if (ep->hello_sent < sizeof(ep->hello_tx)) {
-        ssize_t n = send(ep->poll.fd, (char *)&ep->hello_tx + ep->hello_sent,
-                         sizeof(ep->hello_tx) - ep->hello_sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-            ep->icand++;
-            try_next(mod, ep, strerror(errno));
+    int n = 0;
+    while (ep->state == TCP_EP_HELLO) {
+        if (ep->hello_sent < sizeof(ep->hello_tx)) {
+            ssize_t w = send(ep->poll.fd, (char *)&ep->hello_tx + ep->hello_sent,
+                             sizeof(ep->hello_tx) - ep->hello_sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                int err = errno;
+                hello_next(mod, ep, strerror(err), closed_by_peer(w, err));
+                return 1;
+            }
+            if (w > 0)
+                ep->hello_sent += (size_t)w;
+            if (ep->hello_sent < sizeof(ep->hello_tx)) {
+                tcp_ep_set_events(mod, ep, EPOLLOUT);
+                return n;
+            }
+            tcp_ep_set_events(mod, ep, EPOLLIN);
+        }
+        ssize_t r = recv(ep->poll.fd, (char *)&ep->hello_rx + ep->hello_got,
+                         sizeof(ep->hello_rx) - ep->hello_got, MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            int err = r < 0 ? errno : 0;
+            hello_next(mod, ep, r == 0 ? "closed during the hello" : strerror(err),
+                       closed_by_peer(r, err));
             return 1;
         }
-        if (n > 0)
-            ep->hello_sent += (size_t)n;
-        if (ep->hello_sent < sizeof(ep->hello_tx))
-            return 0;
-        tcp_ep_set_events(mod, ep, EPOLLIN);
+        if (r < 0)
+            return n;
+        ep->hello_got += (size_t)r;
+        if (ep->hello_got < sizeof(ep->hello_rx))
+            return n;
+        hello_answered(mod, ep);
+        n++;
     }
-    ssize_t n = recv(ep->poll.fd, (char *)&ep->hello_rx + ep->hello_got,
-                     sizeof(ep->hello_rx) - ep->hello_got, MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        ep->icand++;
-        try_next(mod, ep, n == 0 ? "closed during the hello" : strerror(errno));
-        return 1;
-    }
-    if (n < 0)
-        return 0;
-    ep->hello_got += (size_t)n;
-    if (ep->hello_got < sizeof(ep->hello_rx))
-        return 0;
-    const tcp_hello_t *h = &ep->hello_rx;
-    const char *bad = hello_check(mod, h, h->status == TCP_HELLO_OK);
-    if (bad == NULL && h->rank != ep->rank)
-        bad = "another rank";
-    if (bad != NULL) {
-        rt_log(logger(mod), RT_LOG_ERROR, "tcp: the answer at rank %d's address has %s",
-               ep->rank, bad);
-        ep->icand++;
-        try_next(mod, ep, bad);
-        return 1;
-    }
-    if (h->status == TCP_HELLO_DUP) {
-        /* The peer keeps the connection it opened to us; it will arrive
-         * before the deadline or the peer is reported. */
-        ep_close_socket(mod, ep);
-        ep->state = TCP_EP_WAIT;
-        return 1;
-    }
-    ep_established(mod, ep);
-    return 1;
+    return n;
 }
 
 int tcp_check_deadlines(tcp_module_t *mod)
@@ -493,8 +623,13 @@ int tcp_check_deadlines(tcp_module_t *mod)
     while (it != NULL) {
         ferry_btl_endpoint_t *ep = UTIL_CONTAINER_OF(it, ferry_btl_endpoint_t, connecting_link);
         it = util_list_next(&mod->connecting, it);
-        if (ep->state == TCP_EP_CONNECTING || ep->state == TCP_EP_HELLO)
+        if (ep->state == TCP_EP_RETRY && now >= ep->retry_at_ns) {
+            ep->icand = 0;
+            try_next(mod, ep, NULL);
+            n++;
+        } else if (ep->state == TCP_EP_CONNECTING || ep->state == TCP_EP_HELLO) {
             n += tcp_ep_connect_progress(mod, ep);
+        }
         if (ep->connecting_listed && now > ep->deadline_ns) {
             tcp_ep_fail(mod, ep, FERRY_ERR_UNREACH,
                         "no connection to rank %d within %lld ms (FERRY_TCP_CONNECT_TIMEOUT)",
@@ -507,9 +642,10 @@ int tcp_check_deadlines(tcp_module_t *mod)
         tcp_conn_t *conn = UTIL_CONTAINER_OF(it, tcp_conn_t, link);
         it = util_list_next(&mod->conns, it);
         if (now > conn->deadline_ns) {
-            rt_log(logger(mod), RT_LOG_ERROR,
-                   "tcp: refused a connection from %s: no hello within %lld ms", conn->from,
-                   mod->p.connect_timeout_ms);
+            char why[96];
+            snprintf(why, sizeof(why), "no hello within %lld ms (FERRY_TCP_CONNECT_TIMEOUT)",
+                     mod->p.connect_timeout_ms);
+            log_refusal(mod, false, conn->from, why);
             tcp_conn_close(mod, conn);
             n++;
         }
@@ -529,6 +665,63 @@ void tcp_conn_close(tcp_module_t *mod, tcp_conn_t *conn)
     free(conn);
 }
 
+/* Closes a connection other than the one whose event is being handled: an
+ * event for it may still wait in the batch epoll returned, so it is freed
+ * only once the batch is done (tcp_conn_reap); until then its fd is -1. */
+static void conn_evict(tcp_module_t *mod, tcp_conn_t *conn)
+{
+    epoll_ctl(mod->epfd, EPOLL_CTL_DEL, conn->poll.fd, NULL);
+    close(conn->poll.fd);
+    conn->poll.fd = -1;
+    util_list_remove(&mod->conns, &conn->link);
+    util_list_append(&mod->evicted_conns, &conn->link);
+}
+
+void tcp_conn_reap(tcp_module_t *mod)
+{
+    util_list_item_t *it;
+    while ((it = util_list_pop_front(&mod->evicted_conns)) != NULL)
+        free(UTIL_CONTAINER_OF(it, tcp_conn_t, link));
+}
+
+static bool same_addr(const tcp_addr_entry_t *a, const tcp_addr_entry_t *b)
+{
+    return a->family == b->family && memcmp(a->addr, b->addr, a->family == 4 ? 4 : 16) == 0;
+}
+
+/* Makes room for one more connection from peer: when that address already
+ * has FERRY_TCP_PENDING_PER_ADDR connections waiting for their hello, its
+ * oldest is closed; when all have FERRY_TCP_PENDING_MAX, the oldest of
+ * all. The newest stays, so a stranger holding slots cannot keep a genuine
+ * rank out: the rank's connection is the newest when it comes (and a rank
+ * whose connection is closed before its hello completes tries again). */
+static void make_room(tcp_module_t *mod, const tcp_addr_entry_t *peer)
+{
+    tcp_conn_t *oldest_here = NULL;
+    size_t here = 0;
+    for (util_list_item_t *it = util_list_first(&mod->conns); it != NULL;
+         it = util_list_next(&mod->conns, it)) {
+        tcp_conn_t *c = UTIL_CONTAINER_OF(it, tcp_conn_t, link);
+        if (same_addr(&c->peer, peer) && here++ == 0)
+            oldest_here = c;
+    }
+    tcp_conn_t *victim = NULL;
+    const char *why = NULL;
+    if (here >= mod->p.pending_per_addr) {
+        victim = oldest_here;
+        why = "its address has the most connections waiting for a hello "
+              "(FERRY_TCP_PENDING_PER_ADDR)";
+    } else if (util_list_len(&mod->conns) >= mod->p.pending_max) {
+        victim = UTIL_CONTAINER_OF(util_list_first(&mod->conns), tcp_conn_t, link);
+        why = "the most connections wait for a hello (FERRY_TCP_PENDING_MAX)";
+    }
+    if (victim == NULL)
+        return;
+    mod->evicted++;
+    log_refusal(mod, true, victim->from, why);
+    conn_evict(mod, victim);
+}
+
 int tcp_accept(tcp_module_t *mod, tcp_listener_t *l)
 {
     int n = 0;
@@ -542,25 +735,20 @@ int tcp_accept(tcp_module_t *mod, tcp_listener_t *l)
                 rt_log(logger(mod), RT_LOG_WARN, "tcp: accept: %s", strerror(errno));
             return n;
         }
-        char ip[INET6_ADDRSTRLEN] = "?";
+        tcp_addr_entry_t peer = {0};
         unsigned port = 0;
         if (ss.ss_family == AF_INET) {
             struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
-            inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip));
+            peer.family = 4;
+            memcpy(peer.addr, &sin->sin_addr, 4);
             port = ntohs(sin->sin_port);
         } else if (ss.ss_family == AF_INET6) {
             struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
-            inet_ntop(AF_INET6, &sin6->sin6_addr, ip, sizeof(ip));
+            peer.family = 6;
+            memcpy(peer.addr, &sin6->sin6_addr, 16);
             port = ntohs(sin6->sin6_port);
         }
-        if (util_list_len(&mod->conns) >= TCP_MAX_CONNS) {
-            rt_log(logger(mod), RT_LOG_ERROR,
-                   "tcp: refused a connection from %s:%u: %d connections already wait for "
-                   "their hello",
-                   ip, port, TCP_MAX_CONNS);
-            close(fd);
-            continue;
-        }
+        make_room(mod, &peer);
         tcp_conn_t *conn = calloc(1, sizeof(*conn));
         if (conn == NULL) {
             close(fd);
@@ -568,7 +756,12 @@ int tcp_accept(tcp_module_t *mod, tcp_listener_t *l)
         }
         conn->poll.kind = TCP_POLL_CONN;
         conn->poll.fd = fd;
-        snprintf(conn->from, sizeof(conn->from), "%s:%u", ip, port);
+        conn->peer = peer;
+        conn->at = l->addr;
+        conn->at.prefix = 0;
+        conn->want = TCP_HELLO_OPEN;
+        peer.port = (uint16_t)port;
+        addr_text(&peer, conn->from, sizeof(conn->from));
         conn->deadline_ns = tcp_now_ns() + (uint64_t)mod->p.connect_timeout_ms * 1000000u;
         set_sockopts(mod, fd);
         util_list_append(&mod->conns, &conn->link);
@@ -584,79 +777,93 @@ int tcp_accept(tcp_module_t *mod, tcp_listener_t *l)
 
 static void conn_refuse(tcp_module_t *mod, tcp_conn_t *conn, const char *why)
 {
-    rt_log(logger(mod), RT_LOG_ERROR, "tcp: refused a connection from %s: %s", conn->from, why);
+    log_refusal(mod, false, conn->from, why);
     tcp_conn_close(mod, conn);
 }
 
-/* The hello of an accepted socket: check it, then adopt the socket for the
- * peer's endpoint or answer that we keep our own. */
-int tcp_conn_progress(tcp_module_t *mod, tcp_conn_t *conn)
+/* Whether we keep a connection from rank c that has proven itself: not
+ * from a rank we saw fail or close; while our own connection to it is
+ * under way, the one the lower rank opened; not a second one. */
+static uint8_t verdict_for(tcp_module_t *mod, const ferry_btl_endpoint_t *ep)
 {
-    ssize_t n = recv(conn->poll.fd, (char *)&conn->hello + conn->got,
-                     sizeof(conn->hello) - conn->got, MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        rt_log(logger(mod), RT_LOG_DEBUG, "tcp: connection from %s closed before its hello",
-               conn->from);
-        tcp_conn_close(mod, conn);
-        return 1;
+    if (ep->deleted || ep->state == TCP_EP_FAILED || ep->state == TCP_EP_CLOSED)
+        return TCP_HELLO_REFUSED;
+    switch (ep->state) {
+    case TCP_EP_NEW:
+    case TCP_EP_WAIT:
+    case TCP_EP_RETRY:
+        return TCP_HELLO_OK;
+    case TCP_EP_CONNECTING:
+    case TCP_EP_HELLO:
+        return ep->rank < mod->super.ctx->rank ? TCP_HELLO_OK : TCP_HELLO_DUP;
+    default:
+        return TCP_HELLO_DUP;
     }
-    if (n < 0)
-        return 0;
-    conn->got += (size_t)n;
-    if (conn->got < sizeof(conn->hello))
-        return 0;
-    if (tcp_load_jobkey(mod) != FERRY_OK) {
-        conn_refuse(mod, conn, "this process does not know the job key");
-        return 1;
-    }
+}
+
+/* Sends one whole hello message on a fresh socket (it always has room). */
+static bool conn_reply(tcp_conn_t *conn, const tcp_hello_t *h)
+{
+    return send(conn->poll.fd, h, sizeof(*h), MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof(*h);
+}
+
+/* OPEN came: prove the key over both nonces, first. */
+static int conn_open(tcp_module_t *mod, tcp_conn_t *conn)
+{
     const tcp_hello_t *h = &conn->hello;
-    const char *bad = hello_check(mod, h, true);
-    if (bad == NULL && h->status != TCP_HELLO_OK)
-        bad = "a bad status";
-    if (bad != NULL) {
-        char why[96];
-        snprintf(why, sizeof(why), "it presented %s", bad);
-        conn_refuse(mod, conn, why);
+    int me = mod->super.ctx->rank;
+    tcp_session_t *s = &conn->session;
+    s->rank_c = h->from;
+    s->rank_l = me;
+    memcpy(s->nonce_c, h->nonce, sizeof(s->nonce_c));
+    s->at = conn->at;
+    tcp_hello_t reply;
+    tcp_hello_fill(&reply, TCP_HELLO_PROVE, me, h->from, mod->nranks, mod->job_hash);
+    if (rt_auth_random(s->nonce_l, sizeof(s->nonce_l)) != FERRY_OK ||
+        tcp_hello_mac(mod->jobkey, mod->job_id, mod->nranks, s, TCP_HELLO_PROVE, 0, reply.mac) !=
+            FERRY_OK) {
+        conn_refuse(mod, conn, "no MAC could be computed");
         return 1;
     }
-    ferry_btl_endpoint_t *ep = tcp_ep_get(mod, h->rank);
+    memcpy(reply.nonce, s->nonce_l, sizeof(reply.nonce));
+    if (!conn_reply(conn, &reply)) {
+        conn_refuse(mod, conn, "it could not be answered");
+        return 1;
+    }
+    conn->want = TCP_HELLO_ANSWER;
+    return 1;
+}
+
+/* ANSWER came and proves the key: the verdict, and the socket moves to
+ * the rank's endpoint when it is kept. */
+static int conn_answer(tcp_module_t *mod, tcp_conn_t *conn)
+{
+    int from = conn->session.rank_c;
+    ferry_btl_endpoint_t *ep = tcp_ep_get(mod, from);
     if (ep == NULL) {
         conn_refuse(mod, conn, "out of memory");
         return 1;
     }
-    int me = mod->super.ctx->rank;
-    bool adopt;
-    switch (ep->state) {
-    case TCP_EP_NEW:
-    case TCP_EP_WAIT:
-        adopt = true;
-        break;
-    case TCP_EP_CONNECTING:
-    case TCP_EP_HELLO:
-        /* Both connect at once: the lower rank's connection is kept. */
-        adopt = h->rank < me;
-        break;
-    default:
-        adopt = false;
-        break;
-    }
-    if (ep->deleted || ep->state == TCP_EP_FAILED || ep->state == TCP_EP_CLOSED) {
-        rt_log(logger(mod), RT_LOG_WARN,
-               "tcp: refused a connection from rank %d (%s): it failed or closed before",
-               h->rank, conn->from);
-        tcp_conn_close(mod, conn);
-        return 1;
-    }
+    uint8_t verdict = verdict_for(mod, ep);
     tcp_hello_t reply;
-    hello_fill(mod, &reply, adopt ? TCP_HELLO_OK : TCP_HELLO_DUP, adopt);
-    ssize_t w = send(conn->poll.fd, &reply, sizeof(reply), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (!adopt || w != (ssize_t)sizeof(reply)) {
-        if (adopt)
-            rt_log(logger(mod), RT_LOG_WARN, "tcp: could not answer rank %d's hello", h->rank);
+    tcp_hello_fill(&reply, TCP_HELLO_VERDICT, mod->super.ctx->rank, from, mod->nranks,
+                   mod->job_hash);
+    reply.status = verdict;
+    bool sent = tcp_hello_mac(mod->jobkey, mod->job_id, mod->nranks, &conn->session,
+                              TCP_HELLO_VERDICT, verdict, reply.mac) == FERRY_OK &&
+                conn_reply(conn, &reply);
+    if (verdict == TCP_HELLO_REFUSED)
+        rt_log(logger(mod), RT_LOG_WARN,
+               "tcp: refused a connection from rank %d (%s): it failed or closed before", from,
+               conn->from);
+    if (verdict != TCP_HELLO_OK || !sent) {
+        if (verdict == TCP_HELLO_OK)
+            rt_log(logger(mod), RT_LOG_WARN, "tcp: could not answer rank %d's hello", from);
         tcp_conn_close(mod, conn);
         return 1;
     }
-    /* The socket moves from the connection to the endpoint. */
+    /* The socket moves from the connection to the endpoint; a connect of
+     * our own to the rank, if one is under way, gives way. */
     ep_close_socket(mod, ep);
     int fd = conn->poll.fd;
     epoll_ctl(mod->epfd, EPOLL_CTL_DEL, fd, NULL);
@@ -667,6 +874,48 @@ int tcp_conn_progress(tcp_module_t *mod, tcp_conn_t *conn)
     return 1;
 }
 
+/* The hello of an accepted socket: OPEN in, PROVE out, ANSWER in and
+ * checked, VERDICT out. No endpoint is touched before the ANSWER proves
+ * the key, so a stranger cannot disturb a rank's own connects. */
+int tcp_conn_progress(tcp_module_t *mod, tcp_conn_t *conn)
+{
+    ssize_t n = recv(conn->poll.fd, (char *)&conn->hello + conn->got,
+                     sizeof(conn->hello) - conn->got, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        rt_log(logger(mod), RT_LOG_DEBUG, "tcp: connection from %s closed during its hello",
+               conn->from);
+        tcp_conn_close(mod, conn);
+        return 1;
+    }
+    if (n < 0)
+        return 0;
+    conn->got += (size_t)n;
+    if (conn->got < sizeof(conn->hello))
+        return 0;
+    conn->got = 0;
+    if (tcp_load_jobkey(mod) != FERRY_OK) {
+        conn_refuse(mod, conn, "this process does not know the job key");
+        return 1;
+    }
+    const tcp_hello_t *h = &conn->hello;
+    tcp_hello_want_t want = {.step = conn->want,
+                             .from = conn->want == TCP_HELLO_ANSWER ? conn->session.rank_c : -1,
+                             .me = mod->super.ctx->rank,
+                             .size = mod->nranks,
+                             .job = mod->job_hash};
+    const char *bad = tcp_hello_check(h, &want);
+    if (bad == NULL && h->step == TCP_HELLO_ANSWER &&
+        !tcp_hello_proves(mod->jobkey, mod->job_id, mod->nranks, &conn->session, h))
+        bad = "no proof of the job's key";
+    if (bad != NULL) {
+        char why[96];
+        snprintf(why, sizeof(why), "it sent %s", bad);
+        conn_refuse(mod, conn, why);
+        return 1;
+    }
+    return h->step == TCP_HELLO_OPEN ? conn_open(mod, conn) : conn_answer(mod, conn);
+}
+
 /* ---- finalize ---- */
 
 void tcp_ep_goodbye(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
@@ -674,7 +923,7 @@ void tcp_ep_goodbye(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
     if (ep->state != TCP_EP_CONNECTED)
         return;
     tcp_hdr_t h = {.type = TCP_T_FIN};
-    if (tcp_queue_ctl(mod, ep, &h, NULL, 0, NULL, 0, UINT32_MAX) != FERRY_OK)
+    if (tcp_queue_ctl(mod, ep, &h, NULL, 0) != FERRY_OK)
         return;
     tcp_push(mod, ep);
 }

@@ -45,9 +45,11 @@ static tcp_ctl_t *ctl_of(btl_frag_t *frag)
 
 static void ctl_free(tcp_ctl_t *ctl)
 {
-    free(ctl->owned);
     free(ctl);
 }
+
+/* What a get answer's data is replaced with once its registration is gone. */
+static const unsigned char tcp_zeros[64 * 1024];
 
 void tcp_complete(tcp_module_t *mod, btl_frag_t *frag, int status)
 {
@@ -66,7 +68,7 @@ size_t tcp_frag_wire_len(const btl_frag_t *frag)
         return sizeof(tcp_hdr_t) + sizeof(tcp_rdma_body_t);
     default: {
         const tcp_ctl_t *ctl = UTIL_CONTAINER_OF(frag, const tcp_ctl_t, frag);
-        return ctl->hlen + ctl->data_len;
+        return ctl->hlen + ctl->data_len + (ctl->has_trailer ? sizeof(ctl->trailer) : 0);
     }
     }
 }
@@ -108,33 +110,151 @@ void tcp_enqueue(tcp_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag, 
     mark_sending(mod, ep);
 }
 
-int tcp_queue_ctl(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const tcp_hdr_t *hdr,
-                  const void *body, size_t body_len, const unsigned char *data, size_t data_len,
-                  uint32_t slot)
+/* A frame of our own holding extra bytes after its fixed part, not queued. */
+static tcp_ctl_t *ctl_new(ferry_btl_endpoint_t *ep, size_t extra)
 {
-    tcp_ctl_t *ctl = malloc(sizeof(*ctl) + sizeof(*hdr) + body_len);
+    tcp_ctl_t *ctl = malloc(sizeof(*ctl) + extra);
     if (ctl == NULL)
-        return FERRY_ERR_NO_MEMORY;
-    memset(&ctl->frag, 0, sizeof(ctl->frag));
+        return NULL;
+    memset(ctl, 0, sizeof(*ctl));
     ctl->frag.op = TCP_OP_CTL;
     ctl->frag.ep = ep;
+    return ctl;
+}
+
+static tcp_ctl_t *ctl_fill(ferry_btl_endpoint_t *ep, const tcp_hdr_t *hdr, const void *body,
+                           size_t body_len)
+{
+    tcp_ctl_t *ctl = ctl_new(ep, sizeof(*hdr) + body_len);
+    if (ctl == NULL)
+        return NULL;
     ctl->hlen = sizeof(*hdr) + body_len;
     memcpy(ctl->bytes, hdr, sizeof(*hdr));
     if (body_len > 0)
         memcpy(ctl->bytes + sizeof(*hdr), body, body_len);
-    ctl->data = data;
-    ctl->data_len = data_len;
-    ctl->slot = slot;
-    ctl->owned = NULL;
-    tcp_enqueue(mod, ep, &ctl->frag, ctl->hlen + ctl->data_len);
+    return ctl;
+}
+
+int tcp_queue_ctl(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const tcp_hdr_t *hdr,
+                  const void *body, size_t body_len)
+{
+    tcp_ctl_t *ctl = ctl_fill(ep, hdr, body, body_len);
+    if (ctl == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    tcp_enqueue(mod, ep, &ctl->frag, tcp_frag_wire_len(&ctl->frag));
     return FERRY_OK;
 }
 
-/* The iovecs of a whole fragment; hdr is scratch for its header. */
-static int frag_iov(btl_frag_t *frag, unsigned char hdr[64], struct iovec *iov)
+/* Queues an answer to one of the peer's requests; it counts in what the
+ * peer is owed until it is written. */
+static void queue_answer(tcp_module_t *mod, ferry_btl_endpoint_t *ep, tcp_ctl_t *ctl)
+{
+    ctl->answer = true;
+    ep->owed++;
+    ep->owed_bytes += ctl->data_len;
+    tcp_enqueue(mod, ep, &ctl->frag, tcp_frag_wire_len(&ctl->frag));
+}
+
+/* Whether the peer is owed so much that a request of len more answer bytes
+ * must wait: more answers than an initiator may have in flight, or more
+ * bytes than it may get at once beyond the first (tcp_rdma.c, rdma_start,
+ * keeps every initiator within this, so only a peer that breaks it waits). */
+static bool owed_over(const tcp_module_t *mod, const ferry_btl_endpoint_t *ep, size_t len)
+{
+    size_t max = mod->p.sendq_max;
+    return ep->owed >= mod->p.rdma_max_inflight ||
+           (ep->owed_bytes > 0 && (ep->owed_bytes > max || len > max - ep->owed_bytes));
+}
+
+/* An answer left the queue. A peer paused for what it was owed is read
+ * again (from progress, tcp_resume) once it is owed less. */
+static void answer_written(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const tcp_ctl_t *ctl)
+{
+    ep->owed--;
+    ep->owed_bytes -= ctl->data_len;
+    if (ep->rx_paused && !owed_over(mod, ep, 0)) {
+        ep->rx_paused = false;
+        if (!ep->resume_listed) {
+            util_list_append(&mod->resume, &ep->resume_link);
+            ep->resume_listed = true;
+        }
+    }
+}
+
+/* Drops the first skip bytes of iov[0..n); returns the iovecs left. */
+static int iov_skip(struct iovec *iov, int n, size_t skip)
+{
+    int k = 0;
+    while (k < n && skip >= iov[k].iov_len) {
+        skip -= iov[k].iov_len;
+        k++;
+    }
+    if (k > 0)
+        memmove(iov, iov + k, (size_t)(n - k) * sizeof(iov[0]));
+    n -= k;
+    if (n > 0) {
+        iov[0].iov_base = (char *)iov[0].iov_base + skip;
+        iov[0].iov_len -= skip;
+    }
+    return n;
+}
+
+/* The iovecs of a frame of our own from byte skip on. A get answer's data
+ * comes from its registration only if the registration is still there, now
+ * that the kernel is about to copy it; once it is gone, the rest of the
+ * data goes out as zeros (a zero buffer at a time: *whole_out false) and the
+ * status after it says FERRY_ERR_ACCESS. */
+static int ctl_iov(tcp_module_t *mod, tcp_ctl_t *ctl, size_t skip, struct iovec *iov,
+                   bool *whole_out)
+{
+    int n = 0;
+    if (skip < ctl->hlen) {
+        iov[n++] = (struct iovec){ctl->bytes + skip, ctl->hlen - skip};
+        skip = 0;
+    } else {
+        skip -= ctl->hlen;
+    }
+    if (skip < ctl->data_len) {
+        size_t len = ctl->data_len - skip;
+        if (!ctl->revoked && !tcp_reg_alive(mod, ctl->slot, ctl->gen)) {
+            ctl->revoked = true;
+            rt_log(&mod->super.ctx->log, RT_LOG_DEBUG,
+                   "tcp: memory deregistered while its get answer to rank %d went out: the "
+                   "last %zu of %zu bytes go as zeros, the get fails with an access error",
+                   ctl->frag.ep->rank, len, ctl->data_len);
+        }
+        if (!ctl->revoked) {
+            iov[n++] = (struct iovec){(void *)(uintptr_t)(ctl->raddr + skip), len};
+        } else {
+            if (len > sizeof(tcp_zeros)) {
+                len = sizeof(tcp_zeros);
+                *whole_out = false;
+            }
+            iov[n++] = (struct iovec){(void *)tcp_zeros, len};
+            if (!*whole_out)
+                return n;
+        }
+        skip = 0;
+    } else {
+        skip -= ctl->data_len;
+    }
+    if (ctl->has_trailer) {
+        /* Every data byte is out (or in these iovecs) by now. */
+        ctl->trailer.status = ctl->revoked ? FERRY_ERR_ACCESS : FERRY_OK;
+        iov[n++] = (struct iovec){(unsigned char *)&ctl->trailer + skip,
+                                  sizeof(ctl->trailer) - skip};
+    }
+    return n;
+}
+
+/* The iovecs of a fragment from byte skip on (at most 3); hdr is scratch
+ * for its header. *whole_out says whether they reach the fragment's end. */
+static int frag_iov(tcp_module_t *mod, btl_frag_t *frag, unsigned char hdr[64], size_t skip,
+                    struct iovec *iov, bool *whole_out)
 {
     tcp_hdr_t h = {0};
     ferry_btl_desc_t *des = &frag->base;
+    *whole_out = true;
     switch (frag->op) {
     case TCP_OP_SEND:
         h.len = (uint32_t)des->src[0].len;
@@ -143,14 +263,13 @@ static int frag_iov(btl_frag_t *frag, unsigned char hdr[64], struct iovec *iov)
         memcpy(hdr, &h, sizeof(h));
         iov[0] = (struct iovec){hdr, sizeof(h)};
         iov[1] = (struct iovec){ferry_btl_seg_ptr(&des->src[0]), des->src[0].len};
-        return 2;
+        return iov_skip(iov, 2, skip);
     case TCP_OP_PUT:
     case TCP_OP_GET: {
         bool put = frag->op == TCP_OP_PUT;
         const ferry_btl_segment_t *remote = put ? &des->dst[0] : &des->src[0];
         tcp_rdma_body_t body = {.raddr = remote->addr, .length = put ? 0 : remote->len};
-        memcpy(&body.slot, remote->key, sizeof(body.slot));
-        memcpy(&body.gen, remote->key + sizeof(body.slot), sizeof(body.gen));
+        memcpy(&body.key, remote->key, sizeof(body.key));
         h.len = (uint32_t)(sizeof(body) + (put ? des->src[0].len : 0));
         h.type = put ? TCP_T_PUT : TCP_T_GET_REQ;
         h.cookie = frag->cookie;
@@ -158,19 +277,12 @@ static int frag_iov(btl_frag_t *frag, unsigned char hdr[64], struct iovec *iov)
         memcpy(hdr + sizeof(h), &body, sizeof(body));
         iov[0] = (struct iovec){hdr, sizeof(h) + sizeof(body)};
         if (!put)
-            return 1;
+            return iov_skip(iov, 1, skip);
         iov[1] = (struct iovec){ferry_btl_seg_ptr(&des->src[0]), des->src[0].len};
-        return 2;
+        return iov_skip(iov, 2, skip);
     }
-    default: {
-        tcp_ctl_t *ctl = ctl_of(frag);
-        iov[0] = (struct iovec){ctl->bytes, ctl->hlen};
-        if (ctl->data_len == 0)
-            return 1;
-        iov[1] = (struct iovec){(void *)(ctl->owned != NULL ? ctl->owned : ctl->data),
-                                ctl->data_len};
-        return 2;
-    }
+    default:
+        return ctl_iov(mod, ctl_of(frag), skip, iov, whole_out);
     }
 }
 
@@ -185,9 +297,13 @@ static void frag_written(tcp_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t
     case TCP_OP_GET:
         util_list_append(&ep->rdma_wait, &frag->link);
         break;
-    default:
-        ctl_free(ctl_of(frag));
+    default: {
+        tcp_ctl_t *ctl = ctl_of(frag);
+        if (ctl->answer)
+            answer_written(mod, ep, ctl);
+        ctl_free(ctl);
         break;
+    }
     }
 }
 
@@ -195,27 +311,19 @@ int tcp_push(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     int events = 0;
     while (ep->state == TCP_EP_CONNECTED && !util_list_empty(&ep->queue)) {
-        struct iovec iov[2 * TCP_BATCH];
+        struct iovec iov[3 * TCP_BATCH];
         unsigned char hdrs[TCP_BATCH][64];
         int cnt = 0, nfrag = 0;
         for (util_list_item_t *it = util_list_first(&ep->queue); it != NULL && nfrag < TCP_BATCH;
-             it = util_list_next(&ep->queue, it), nfrag++) {
+             it = util_list_next(&ep->queue, it)) {
             btl_frag_t *frag = UTIL_CONTAINER_OF(it, btl_frag_t, link);
-            int n = frag_iov(frag, hdrs[nfrag], &iov[cnt]);
-            if (nfrag == 0 && frag->done > 0) {
-                /* Skip what an earlier write took. */
-                size_t skip = frag->done;
-                int k = 0;
-                while (skip >= iov[cnt + k].iov_len) {
-                    skip -= iov[cnt + k].iov_len;
-                    k++;
-                }
-                memmove(&iov[cnt], &iov[cnt + k], (size_t)(n - k) * sizeof(iov[0]));
-                n -= k;
-                iov[cnt].iov_base = (char *)iov[cnt].iov_base + skip;
-                iov[cnt].iov_len -= skip;
-            }
-            cnt += n;
+            bool whole;
+            /* The head may be partly written already. */
+            cnt += frag_iov(mod, frag, hdrs[nfrag], nfrag == 0 ? frag->done : 0, &iov[cnt],
+                            &whole);
+            nfrag++;
+            if (!whole)
+                break; /* nothing may follow bytes that do not reach its end */
         }
         struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
         ssize_t wrote = sendmsg(ep->poll.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -232,6 +340,7 @@ int tcp_push(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
             offered += iov[i].iov_len;
         size_t left = (size_t)wrote;
         ep->queued_bytes -= left;
+        ep->tx_total += left;
         while (left > 0) {
             util_list_item_t *it = util_list_first(&ep->queue);
             btl_frag_t *frag = UTIL_CONTAINER_OF(it, btl_frag_t, link);
@@ -334,14 +443,10 @@ int tcp_sendi_now(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const void *heade
         tcp_ep_fail(mod, ep, FERRY_ERR_NO_MEMORY, "out of memory queueing %zu bytes", rest);
         return FERRY_ERR_UNREACH;
     }
-    memset(&ctl->frag, 0, sizeof(ctl->frag));
+    memset(ctl, 0, sizeof(*ctl));
     ctl->frag.op = TCP_OP_CTL;
     ctl->frag.ep = ep;
     ctl->hlen = rest;
-    ctl->data = NULL;
-    ctl->data_len = 0;
-    ctl->slot = UINT32_MAX;
-    ctl->owned = NULL;
     size_t skip = (size_t)wrote, off = 0;
     for (int i = 0; i < cnt; i++) {
         size_t len = iov[i].iov_len;
@@ -369,12 +474,19 @@ void tcp_fail_pending(tcp_module_t *mod, ferry_btl_endpoint_t *ep, int status)
             tcp_complete(mod, frag, status);
     }
     ep->queued_bytes = 0;
+    ep->owed = ep->owed_bytes = 0;
+    ep->rx_paused = false;
+    if (ep->resume_listed) {
+        util_list_remove(&mod->resume, &ep->resume_link);
+        ep->resume_listed = false;
+    }
     while ((it = util_list_pop_front(&ep->rdma_wait)) != NULL)
         tcp_complete(mod, UTIL_CONTAINER_OF(it, btl_frag_t, link), status);
     if (ep->rx_frag != NULL) {
         tcp_complete(mod, ep->rx_frag, status);
         ep->rx_frag = NULL;
     }
+    ep->rx_trailer = false;
     ep->rx_mode = TCP_RX_FRAMES;
     ep->rx_len = ep->rx_off = 0;
     if (ep->sending) {
@@ -398,8 +510,12 @@ static void put_ack(tcp_module_t *mod, ferry_btl_endpoint_t *ep, uint64_t cookie
 {
     tcp_hdr_t h = {.len = sizeof(tcp_status_body_t), .type = TCP_T_PUT_ACK, .cookie = cookie};
     tcp_status_body_t body = {.status = status};
-    if (tcp_queue_ctl(mod, ep, &h, &body, sizeof(body), NULL, 0, UINT32_MAX) != FERRY_OK)
+    tcp_ctl_t *ctl = ctl_fill(ep, &h, &body, sizeof(body));
+    if (ctl == NULL) {
         tcp_ep_fail(mod, ep, FERRY_ERR_NO_MEMORY, "out of memory answering a put");
+        return;
+    }
+    queue_answer(mod, ep, ctl);
 }
 
 /* The payload after a header goes to dst (or nowhere when dst is NULL):
@@ -410,14 +526,10 @@ static void start_direct(tcp_module_t *mod, ferry_btl_endpoint_t *ep, unsigned c
 static void finish_direct(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     ep->rx_mode = TCP_RX_FRAMES;
-    if (ep->rx_type == TCP_T_PUT) {
+    if (ep->rx_type == TCP_T_PUT)
         put_ack(mod, ep, ep->rx_cookie, ep->rx_status);
-    } else {
-        btl_frag_t *frag = ep->rx_frag;
-        ep->rx_frag = NULL;
-        if (frag != NULL)
-            tcp_complete(mod, frag, ep->rx_status);
-    }
+    else if (ep->rx_frag != NULL)
+        ep->rx_trailer = true; /* the get's status follows its data */
 }
 
 static void start_direct(tcp_module_t *mod, ferry_btl_endpoint_t *ep, unsigned char *dst,
@@ -437,11 +549,192 @@ static void start_direct(tcp_module_t *mod, ferry_btl_endpoint_t *ep, unsigned c
     ep->rx_mode = dst != NULL ? TCP_RX_DIRECT : TCP_RX_DISCARD;
 }
 
+/* The peer is owed too much to take another request from it: its socket is
+ * not read (it is slowed, the other peers are not) until answers to it
+ * have been written (answer_written). */
+static int pause_rx(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    ep->rx_paused = true;
+    /* Out of the directly polled set, so that the latency path does not
+     * test for this; tcp_resume puts it back. */
+    tcp_hot_remove(mod, ep);
+    rt_log(&mod->super.ctx->log, RT_LOG_DEBUG,
+           "tcp: rank %d is owed %zu answers (%zu bytes of data): not read until it takes them",
+           ep->rank, ep->owed, ep->owed_bytes);
+    return 0;
+}
+
+/* The parsers below each take one frame whose header h is at rx_off, body
+ * (bavail bytes of it buffered) behind it. They return 1 when the frame was
+ * consumed, 0 when more bytes are needed (or the peer is paused), < 0 when
+ * the connection ended. */
+
+static int parse_data(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const tcp_hdr_t *h,
+                      const unsigned char *body, size_t bavail)
+{
+    if (h->tag >= FERRY_BTL_TAG_BTL_MIN)
+        return proto_error(mod, ep, h, "tag reserved for the transport");
+    if (h->len > mod->super.attr.max_send_size)
+        return proto_error(mod, ep, h, "longer than the largest send");
+    if (h->cookie != 0)
+        return proto_error(mod, ep, h, "cookie on an active message");
+    if (bavail < h->len)
+        return 0;
+    ep->rx_off += sizeof(*h) + h->len;
+    if (ep->deleted)
+        return 1; /* torn down here: nobody listens any more */
+    ferry_btl_segment_t seg = {.addr = (uint64_t)(uintptr_t)body, .len = h->len};
+    ferry_btl_recv_desc_t rd = {
+        .ep = ep, .peer = ep->rank, .tag = h->tag, .segs = &seg, .seg_cnt = 1};
+    btl_base_deliver(&mod->super, &rd);
+    return 1;
+}
+
+static int parse_put(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const tcp_hdr_t *h,
+                     const unsigned char *body, size_t bavail)
+{
+    tcp_rdma_body_t b;
+    if (h->len < sizeof(b) || h->len - sizeof(b) > TCP_MAX_RDMA)
+        return proto_error(mod, ep, h, "put length out of range");
+    if (bavail < sizeof(b))
+        return 0;
+    memcpy(&b, body, sizeof(b));
+    if (b.length != 0)
+        return proto_error(mod, ep, h, "put with a get length");
+    if (owed_over(mod, ep, 0))
+        return pause_rx(mod, ep);
+    size_t len = h->len - sizeof(b);
+    tcp_reg_t *reg = NULL;
+    int st = tcp_reg_lookup(mod, &b.key, b.raddr, len, FERRY_ACCESS_REMOTE_WRITE, &reg);
+    if (st != FERRY_OK)
+        rt_log(&mod->super.ctx->log, RT_LOG_DEBUG,
+               "tcp: put of %zu bytes from rank %d refused: outside a writable registration",
+               len, ep->rank);
+    ep->rx_off += sizeof(*h) + sizeof(b);
+    ep->rx_type = TCP_T_PUT;
+    ep->rx_cookie = h->cookie;
+    ep->rx_status = st;
+    ep->rx_slot = b.key.slot;
+    start_direct(mod, ep, st == FERRY_OK ? (unsigned char *)(uintptr_t)b.raddr : NULL, len);
+    return 1;
+}
+
+static int parse_get_req(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const tcp_hdr_t *h,
+                         const unsigned char *body, size_t bavail)
+{
+    tcp_rdma_body_t b;
+    if (h->len != sizeof(b))
+        return proto_error(mod, ep, h, "get request of the wrong length");
+    if (bavail < sizeof(b))
+        return 0;
+    memcpy(&b, body, sizeof(b));
+    if (b.length > TCP_MAX_RDMA)
+        return proto_error(mod, ep, h, "get length out of range");
+    if (owed_over(mod, ep, (size_t)b.length))
+        return pause_rx(mod, ep);
+    ep->rx_off += sizeof(*h) + sizeof(b);
+    tcp_reg_t *reg = NULL;
+    int st = tcp_reg_lookup(mod, &b.key, b.raddr, (size_t)b.length, FERRY_ACCESS_REMOTE_READ,
+                            &reg);
+    tcp_hdr_t rh = {.type = TCP_T_GET_RESP, .cookie = h->cookie};
+    tcp_status_body_t sb = {.status = st};
+    tcp_ctl_t *ctl;
+    if (st == FERRY_OK) {
+        /* The data is read from the registration as it is written. */
+        rh.len = (uint32_t)(b.length + sizeof(sb));
+        ctl = ctl_fill(ep, &rh, NULL, 0);
+        if (ctl != NULL) {
+            ctl->data_len = (size_t)b.length;
+            ctl->raddr = b.raddr;
+            ctl->slot = reg->key.slot;
+            ctl->gen = reg->key.gen;
+            ctl->has_trailer = true;
+        }
+    } else {
+        rh.len = sizeof(sb);
+        ctl = ctl_fill(ep, &rh, &sb, sizeof(sb));
+    }
+    if (ctl == NULL) {
+        tcp_ep_fail(mod, ep, FERRY_ERR_NO_MEMORY, "out of memory answering a get");
+        return FERRY_ERR_NO_MEMORY;
+    }
+    queue_answer(mod, ep, ctl);
+    return 1;
+}
+
+static bool status_ok(const tcp_status_body_t *sb)
+{
+    return sb->zero == 0 && sb->status <= 0 && sb->status > FERRY_ERR_LAST;
+}
+
+/* PUT_ACK, or the start of a GET_RESP: the answer to the oldest request. */
+static int parse_answer(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const tcp_hdr_t *h,
+                        const unsigned char *body, size_t bavail)
+{
+    bool get = h->type == TCP_T_GET_RESP;
+    tcp_status_body_t sb;
+    if (h->len < sizeof(sb) || (!get && h->len != sizeof(sb)))
+        return proto_error(mod, ep, h, "answer of the wrong length");
+    util_list_item_t *it = util_list_first(&ep->rdma_wait);
+    btl_frag_t *frag = it != NULL ? UTIL_CONTAINER_OF(it, btl_frag_t, link) : NULL;
+    if (frag == NULL || frag->cookie != h->cookie || frag->op != (get ? TCP_OP_GET : TCP_OP_PUT))
+        return proto_error(mod, ep, h, "answers no request in flight");
+    size_t want = get ? frag->base.dst[0].len : 0;
+    if (h->len == sizeof(sb)) {
+        /* A put's answer, or a get's status alone: refused, or no data. */
+        if (bavail < sizeof(sb))
+            return 0;
+        memcpy(&sb, body, sizeof(sb));
+        if (!status_ok(&sb))
+            return proto_error(mod, ep, h, "bad status");
+        if (sb.status == FERRY_OK && want != 0)
+            return proto_error(mod, ep, h, "get answer without its data");
+        util_list_pop_front(&ep->rdma_wait);
+        ep->rx_off += sizeof(*h) + sizeof(sb);
+        ep->answers++;
+        tcp_complete(mod, frag, sb.status);
+        return 1;
+    }
+    if (h->len - sizeof(sb) != want)
+        return proto_error(mod, ep, h, "get answer of the wrong length");
+    util_list_pop_front(&ep->rdma_wait);
+    ep->rx_off += sizeof(*h);
+    ep->answers++;
+    ep->rx_type = TCP_T_GET_RESP;
+    ep->rx_frag = frag;
+    start_direct(mod, ep, ferry_btl_seg_ptr(&frag->base.dst[0]), want);
+    return 1;
+}
+
+/* The status after a get answer's data, which says whether the data is
+ * good: the target's memory may have been deregistered while it went out. */
+static int parse_trailer(tcp_module_t *mod, ferry_btl_endpoint_t *ep, size_t avail)
+{
+    tcp_status_body_t sb;
+    if (avail < sizeof(sb))
+        return 0;
+    memcpy(&sb, ep->rx + ep->rx_off, sizeof(sb));
+    if (!status_ok(&sb)) {
+        tcp_ep_fail(mod, ep, FERRY_ERR_PROTO,
+                    "malformed frame (status %d after a get answer's data); connection closed",
+                    (int)sb.status);
+        return FERRY_ERR_PROTO;
+    }
+    btl_frag_t *frag = ep->rx_frag;
+    ep->rx_frag = NULL;
+    ep->rx_trailer = false;
+    ep->rx_off += sizeof(sb);
+    tcp_complete(mod, frag, sb.status);
+    return 1;
+}
+
 /* Handles the frame at rx_off if it is whole enough; returns 1 when one was
  * consumed, 0 when more bytes are needed, < 0 when the connection ended. */
 static int parse_one(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     size_t avail = ep->rx_len - ep->rx_off;
+    if (ep->rx_trailer)
+        return parse_trailer(mod, ep, avail);
     if (avail < sizeof(tcp_hdr_t))
         return 0;
     tcp_hdr_t h;
@@ -452,106 +745,16 @@ static int parse_one(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
         return proto_error(mod, ep, &h, "reserved field not zero");
     if (h.type != TCP_T_DATA && h.tag != 0)
         return proto_error(mod, ep, &h, "tag on a frame that is not an active message");
-
     switch (h.type) {
-    case TCP_T_DATA: {
-        if (h.tag >= FERRY_BTL_TAG_BTL_MIN)
-            return proto_error(mod, ep, &h, "tag reserved for the transport");
-        if (h.len > mod->super.attr.max_send_size)
-            return proto_error(mod, ep, &h, "longer than the largest send");
-        if (h.cookie != 0)
-            return proto_error(mod, ep, &h, "cookie on an active message");
-        if (bavail < h.len)
-            return 0;
-        ep->rx_off += sizeof(h) + h.len;
-        if (ep->deleted)
-            return 1; /* torn down here: nobody listens any more */
-        ferry_btl_segment_t seg = {.addr = (uint64_t)(uintptr_t)body, .len = h.len};
-        ferry_btl_recv_desc_t rd = {
-            .ep = ep, .peer = ep->rank, .tag = h.tag, .segs = &seg, .seg_cnt = 1};
-        btl_base_deliver(&mod->super, &rd);
-        return 1;
-    }
-    case TCP_T_PUT: {
-        if (h.len < sizeof(tcp_rdma_body_t) || h.len - sizeof(tcp_rdma_body_t) > TCP_MAX_RDMA)
-            return proto_error(mod, ep, &h, "put length out of range");
-        if (bavail < sizeof(tcp_rdma_body_t))
-            return 0;
-        tcp_rdma_body_t b;
-        memcpy(&b, body, sizeof(b));
-        if (b.length != 0)
-            return proto_error(mod, ep, &h, "put with a get length");
-        size_t len = h.len - sizeof(b);
-        tcp_reg_t *reg = NULL;
-        int st = tcp_reg_lookup(mod, b.slot, b.gen, b.raddr, len, FERRY_ACCESS_REMOTE_WRITE, &reg);
-        if (st != FERRY_OK)
-            rt_log(&mod->super.ctx->log, RT_LOG_DEBUG,
-                   "tcp: put of %zu bytes from rank %d refused: outside a writable registration",
-                   len, ep->rank);
-        ep->rx_off += sizeof(h) + sizeof(b);
-        ep->rx_type = TCP_T_PUT;
-        ep->rx_cookie = h.cookie;
-        ep->rx_status = st;
-        ep->rx_slot = b.slot;
-        start_direct(mod, ep, st == FERRY_OK ? (unsigned char *)(uintptr_t)b.raddr : NULL, len);
-        return 1;
-    }
-    case TCP_T_GET_REQ: {
-        if (h.len != sizeof(tcp_rdma_body_t))
-            return proto_error(mod, ep, &h, "get request of the wrong length");
-        if (bavail < sizeof(tcp_rdma_body_t))
-            return 0;
-        tcp_rdma_body_t b;
-        memcpy(&b, body, sizeof(b));
-        if (b.length > TCP_MAX_RDMA)
-            return proto_error(mod, ep, &h, "get length out of range");
-        ep->rx_off += sizeof(h) + sizeof(b);
-        tcp_reg_t *reg = NULL;
-        int st = tcp_reg_lookup(mod, b.slot, b.gen, b.raddr, (size_t)b.length,
-                                FERRY_ACCESS_REMOTE_READ, &reg);
-        tcp_hdr_t rh = {.type = TCP_T_GET_RESP, .cookie = h.cookie};
-        tcp_status_body_t sb = {.status = st};
-        size_t dlen = st == FERRY_OK ? (size_t)b.length : 0;
-        rh.len = (uint32_t)(sizeof(sb) + dlen);
-        if (tcp_queue_ctl(mod, ep, &rh, &sb, sizeof(sb),
-                          st == FERRY_OK ? (const unsigned char *)(uintptr_t)b.raddr : NULL, dlen,
-                          st == FERRY_OK ? b.slot : UINT32_MAX) != FERRY_OK) {
-            tcp_ep_fail(mod, ep, FERRY_ERR_NO_MEMORY, "out of memory answering a get");
-            return FERRY_ERR_NO_MEMORY;
-        }
-        return 1;
-    }
+    case TCP_T_DATA:
+        return parse_data(mod, ep, &h, body, bavail);
+    case TCP_T_PUT:
+        return parse_put(mod, ep, &h, body, bavail);
+    case TCP_T_GET_REQ:
+        return parse_get_req(mod, ep, &h, body, bavail);
     case TCP_T_PUT_ACK:
-    case TCP_T_GET_RESP: {
-        bool get = h.type == TCP_T_GET_RESP;
-        if (h.len < sizeof(tcp_status_body_t) || (!get && h.len != sizeof(tcp_status_body_t)))
-            return proto_error(mod, ep, &h, "answer of the wrong length");
-        util_list_item_t *it = util_list_first(&ep->rdma_wait);
-        btl_frag_t *frag = it != NULL ? UTIL_CONTAINER_OF(it, btl_frag_t, link) : NULL;
-        if (frag == NULL || frag->cookie != h.cookie ||
-            frag->op != (get ? TCP_OP_GET : TCP_OP_PUT))
-            return proto_error(mod, ep, &h, "answers no request in flight");
-        if (bavail < sizeof(tcp_status_body_t))
-            return 0;
-        tcp_status_body_t sb;
-        memcpy(&sb, body, sizeof(sb));
-        if (sb.zero != 0 || sb.status > 0 || sb.status <= FERRY_ERR_LAST)
-            return proto_error(mod, ep, &h, "bad status");
-        size_t dlen = h.len - sizeof(sb);
-        if (get && dlen != (sb.status == FERRY_OK ? frag->base.dst[0].len : 0))
-            return proto_error(mod, ep, &h, "get answer of the wrong length");
-        util_list_pop_front(&ep->rdma_wait);
-        ep->rx_off += sizeof(h) + sizeof(sb);
-        if (!get) {
-            tcp_complete(mod, frag, sb.status);
-            return 1;
-        }
-        ep->rx_type = TCP_T_GET_RESP;
-        ep->rx_status = sb.status;
-        ep->rx_frag = frag;
-        start_direct(mod, ep, ferry_btl_seg_ptr(&frag->base.dst[0]), dlen);
-        return 1;
-    }
+    case TCP_T_GET_RESP:
+        return parse_answer(mod, ep, &h, body, bavail);
     case TCP_T_FIN:
         if (h.len != 0 || h.cookie != 0)
             return proto_error(mod, ep, &h, "FIN with a body");
@@ -607,7 +810,8 @@ static void rx_closed(tcp_module_t *mod, ferry_btl_endpoint_t *ep, ssize_t n, in
  * largest frame this peer sends) when the frame is longer than it. Otherwise
  * the read takes all the room there is, so a burst of small frames costs one
  * system call. */
-static size_t frames_want(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
+static inline __attribute__((always_inline)) size_t frames_want(tcp_module_t *mod,
+                                                                ferry_btl_endpoint_t *ep)
 {
     size_t avail = ep->rx_len - ep->rx_off;
     size_t want = 0;
@@ -637,7 +841,13 @@ static size_t frames_want(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
         ep->rx = rx;
         ep->rx_cap = cap;
     }
-    return want > 0 ? want : ep->rx_cap - ep->rx_len;
+    if (want > 0)
+        return want;
+    /* Right after a payload read straight to its destination, what follows
+     * is often another large transfer (a stream of put data or get
+     * answers with gaps between): only its start is read into the buffer,
+     * so that its payload is not read ahead and copied. */
+    return ep->rx_after_direct ? TCP_LOOKAHEAD : ep->rx_cap - ep->rx_len;
 }
 
 /* Reads up to want bytes: into the buffer at rx_len, or, while a payload
@@ -659,54 +869,66 @@ static ssize_t recv_once(ferry_btl_endpoint_t *ep, size_t want, size_t *got_dire
     return n;
 }
 
+/* How many bytes the next read may take (0: none now). Inlined into both
+ * callers, as frames_want is: this is the latency path. */
+static inline __attribute__((always_inline)) size_t rx_want(tcp_module_t *mod,
+                                                            ferry_btl_endpoint_t *ep)
+{
+    if (ep->rx_mode == TCP_RX_FRAMES)
+        return frames_want(mod, ep);
+    size_t room = ep->rx_cap - ep->rx_len;
+    if (ep->rx_mode == TCP_RX_DIRECT)
+        /* The buffer is empty while a payload is read directly. */
+        return ep->rx_left + (room < TCP_LOOKAHEAD ? room : TCP_LOOKAHEAD);
+    /* Discarding: the buffer (empty here too) is the scratch the bytes go to. */
+    return ep->rx_left < room ? ep->rx_left : room;
+}
+
+/* n bytes arrived where rx_want and recv_once put them (direct of them at
+ * rx_dst); returns the events they completed. */
+static int rx_arrived(tcp_module_t *mod, ferry_btl_endpoint_t *ep, size_t n, size_t direct)
+{
+    int events = 0;
+    ep->rx_total += n;
+    size_t extra = n - direct;
+    if (ep->rx_mode == TCP_RX_DIRECT) {
+        ep->rx_dst += direct;
+        ep->rx_left -= direct;
+        ep->rx_len += extra;
+        if (ep->rx_left == 0) {
+            ep->rx_after_direct = true;
+            finish_direct(mod, ep);
+            events++;
+        }
+    } else if (ep->rx_mode == TCP_RX_DISCARD) {
+        ep->rx_left -= n;
+        if (ep->rx_left == 0) {
+            finish_direct(mod, ep);
+            events++;
+        }
+        extra = 0;
+    } else {
+        ep->rx_len += extra;
+        ep->rx_after_direct = false;
+    }
+    if (extra > 0)
+        events += parse(mod, ep);
+    return events;
+}
+
 int tcp_recv(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     int events = 0;
     for (int round = 0; round < 8 && ep->state == TCP_EP_CONNECTED; round++) {
-        size_t want;
-        switch (ep->rx_mode) {
-        case TCP_RX_DIRECT: {
-            /* The buffer is empty while a payload is read directly. */
-            size_t room = ep->rx_cap - ep->rx_len;
-            want = ep->rx_left + (room < TCP_LOOKAHEAD ? room : TCP_LOOKAHEAD);
-            break;
-        }
-        case TCP_RX_DISCARD: {
-            /* The buffer (empty here too) is the scratch the bytes go to. */
-            size_t room = ep->rx_cap - ep->rx_len;
-            want = ep->rx_left < room ? ep->rx_left : room;
-            break;
-        }
-        default:
-            want = frames_want(mod, ep);
-            if (want == 0)
-                return events;
-            break;
-        }
+        size_t want = rx_want(mod, ep);
+        if (want == 0)
+            return events;
         size_t direct;
         ssize_t n = recv_once(ep, want, &direct);
         if (n > 0) {
-            size_t extra = (size_t)n - direct;
-            if (ep->rx_mode == TCP_RX_DIRECT) {
-                ep->rx_dst += direct;
-                ep->rx_left -= direct;
-                ep->rx_len += extra;
-                if (ep->rx_left == 0) {
-                    finish_direct(mod, ep);
-                    events++;
-                }
-            } else if (ep->rx_mode == TCP_RX_DISCARD) {
-                ep->rx_left -= (size_t)n;
-                if (ep->rx_left == 0) {
-                    finish_direct(mod, ep);
-                    events++;
-                }
-                extra = 0;
-            } else {
-                ep->rx_len += extra;
-            }
-            if (extra > 0)
-                events += parse(mod, ep);
+            events += rx_arrived(mod, ep, (size_t)n, direct);
+            if (ep->rx_paused)
+                break;
             /* A short read emptied the socket: asking again would only
              * cost a system call that says so. */
             if ((size_t)n < want)
@@ -721,4 +943,113 @@ int tcp_recv(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
         break;
     }
     return events;
+}
+
+size_t tcp_rx_feed(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const unsigned char *bytes,
+                   size_t len)
+{
+    size_t used = 0;
+    while (used < len && ep->state == TCP_EP_CONNECTED && !ep->rx_paused) {
+        size_t want = rx_want(mod, ep);
+        if (want == 0)
+            break;
+        size_t n = len - used < want ? len - used : want;
+        /* Where recv_once would have put them. */
+        size_t direct = 0;
+        if (ep->rx_mode == TCP_RX_DIRECT) {
+            direct = n < ep->rx_left ? n : ep->rx_left;
+            memcpy(ep->rx_dst, bytes + used, direct);
+        }
+        memcpy(ep->rx + ep->rx_len, bytes + used + direct, n - direct);
+        used += n;
+        rx_arrived(mod, ep, n, direct);
+    }
+    return used;
+}
+
+/* ---- deadlines and pauses ---- */
+
+/* One endpoint's deadlines at time now: a frame begun and not continued
+ * (nothing read while bytes of it are missing, and the socket is not
+ * paused by us), and puts and gets of ours with no answer and, while none
+ * of them is written yet, no byte of the queue before them written either.
+ * Returns whether the endpoint failed. */
+static bool check_stall(tcp_module_t *mod, ferry_btl_endpoint_t *ep, uint64_t now)
+{
+    bool partial = ep->rx_mode != TCP_RX_FRAMES || ep->rx_trailer || ep->rx_off < ep->rx_len;
+    if (!partial || ep->rx_paused || ep->rx_total != ep->rx_seen)
+        ep->rx_since_ns = now;
+    ep->rx_seen = ep->rx_total;
+    uint64_t frame_ns = (uint64_t)mod->p.frame_timeout_ms * 1000000u;
+    if (frame_ns > 0 && now - ep->rx_since_ns > frame_ns) {
+        tcp_ep_fail(mod, ep, FERRY_ERR_TIMEOUT,
+                    "sent part of a frame and nothing more for %lld ms "
+                    "(FERRY_TCP_FRAME_TIMEOUT); connection closed",
+                    mod->p.frame_timeout_ms);
+        return true;
+    }
+    bool moved = ep->answers != ep->answers_seen ||
+                 (util_list_empty(&ep->rdma_wait) && ep->tx_total != ep->tx_seen);
+    ep->answers_seen = ep->answers;
+    ep->tx_seen = ep->tx_total;
+    if (ep->rdma_inflight == 0 || moved)
+        ep->req_since_ns = now;
+    uint64_t req_ns = (uint64_t)mod->p.request_timeout_ms * 1000000u;
+    if (req_ns > 0 && now - ep->req_since_ns > req_ns) {
+        tcp_ep_fail(mod, ep, FERRY_ERR_TIMEOUT,
+                    "answered none of %zu puts and gets for %lld ms "
+                    "(FERRY_TCP_REQUEST_TIMEOUT); connection closed",
+                    ep->rdma_inflight, mod->p.request_timeout_ms);
+        return true;
+    }
+    return false;
+}
+
+int tcp_check_stalls(tcp_module_t *mod)
+{
+    if (mod->p.frame_timeout_ms == 0 && mod->p.request_timeout_ms == 0)
+        return 0;
+    uint64_t now = tcp_now_ns();
+    uint64_t since = now - mod->stall_scan_ns;
+    if (since < TCP_STALL_TICK_NS)
+        return 0;
+    mod->stall_scan_ns = now;
+    /* After a long time without progress nothing tells whether a peer was
+     * silent or this process did not look: the clocks start again. */
+    bool gap = since > TCP_STALL_GAP_NS;
+    int n = 0;
+    for (int r = 0; r < mod->nranks; r++) {
+        ferry_btl_endpoint_t *ep = mod->eps[r];
+        if (ep == NULL || ep->state != TCP_EP_CONNECTED)
+            continue;
+        if (gap)
+            ep->rx_since_ns = ep->req_since_ns = now;
+        else if (check_stall(mod, ep, now))
+            n++;
+    }
+    return n;
+}
+
+void tcp_stall_reset(ferry_btl_endpoint_t *ep)
+{
+    ep->rx_seen = ep->rx_total;
+    ep->tx_seen = ep->tx_total;
+    ep->answers_seen = ep->answers;
+    ep->rx_since_ns = ep->req_since_ns = tcp_now_ns();
+}
+
+int tcp_resume(tcp_module_t *mod)
+{
+    int n = 0;
+    util_list_item_t *it;
+    while ((it = util_list_pop_front(&mod->resume)) != NULL) {
+        ferry_btl_endpoint_t *ep = UTIL_CONTAINER_OF(it, ferry_btl_endpoint_t, resume_link);
+        ep->resume_listed = false;
+        if (ep->state != TCP_EP_CONNECTED || ep->rx_paused)
+            continue;
+        tcp_hot_add(mod, ep);
+        if (ep->rx_mode == TCP_RX_FRAMES)
+            n += parse(mod, ep);
+    }
+    return n;
 }

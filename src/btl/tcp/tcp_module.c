@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -119,10 +118,10 @@ static int ep_ready(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
     /* A failure not yet reported (it is, from the next progress) is not
      * told to the caller first: the work is taken and fails with it. */
     if (ep->state == TCP_EP_FAILED)
-        return ep->report_pending ? FERRY_OK : FERRY_ERR_UNREACH;
+        return tcp_ep_report_pending(mod, ep) ? FERRY_OK : FERRY_ERR_UNREACH;
     if (ep->state == TCP_EP_NEW) {
         int rc = tcp_ep_connect(mod, ep);
-        return rc != FERRY_OK && ep->report_pending ? FERRY_OK : rc;
+        return rc != FERRY_OK && tcp_ep_report_pending(mod, ep) ? FERRY_OK : rc;
     }
     return FERRY_OK;
 }
@@ -182,29 +181,19 @@ static int tcp_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const vo
 /* A put or get leaves the endpoint's count of operations in flight. */
 static void tcp_completion_done(btl_frag_t *frag)
 {
-    if (frag->op != TCP_OP_SEND && frag->ep != NULL)
-        frag->ep->rdma_inflight--;
+    ferry_btl_endpoint_t *ep = frag->ep;
+    if (frag->op == TCP_OP_SEND || ep == NULL)
+        return;
+    ep->rdma_inflight--;
+    if (frag->op == TCP_OP_GET) {
+        size_t len = frag->base.dst[0].len;
+        ep->get_inflight_bytes -= len < ep->get_inflight_bytes ? len : ep->get_inflight_bytes;
+    }
 }
 
 static int run_completions(tcp_module_t *mod)
 {
     return btl_frags_run_completions(&mod->frags, &mod->completed, tcp_completion_done);
-}
-
-static int run_reports(tcp_module_t *mod)
-{
-    int n = 0;
-    util_list_item_t *it;
-    while ((it = util_list_pop_front(&mod->reports)) != NULL) {
-        ferry_btl_endpoint_t *ep = UTIL_CONTAINER_OF(it, ferry_btl_endpoint_t, report_link);
-        ep->report_pending = false;
-        rt_log(&mod->super.ctx->log, RT_LOG_DEBUG, "tcp: rank %d failed: %s", ep->rank,
-               ep->report_msg);
-        btl_base_report_error(&mod->super, ep->report_status, ep->rank, "rank %d: %s",
-                              ep->rank, ep->report_msg);
-        n++;
-    }
-    return n;
 }
 
 static int poll_events(tcp_module_t *mod, bool direct)
@@ -219,18 +208,21 @@ static int poll_events(tcp_module_t *mod, bool direct)
             n += tcp_accept(mod, UTIL_CONTAINER_OF(p, tcp_listener_t, poll));
             break;
         case TCP_POLL_CONN:
-            n += tcp_conn_progress(mod, UTIL_CONTAINER_OF(p, tcp_conn_t, poll));
+            /* Evicted earlier in this batch: nothing more to do. */
+            if (p->fd >= 0)
+                n += tcp_conn_progress(mod, UTIL_CONTAINER_OF(p, tcp_conn_t, poll));
             break;
         case TCP_POLL_EP: {
             ferry_btl_endpoint_t *ep = UTIL_CONTAINER_OF(p, ferry_btl_endpoint_t, poll);
             if (ep->state == TCP_EP_CONNECTING || ep->state == TCP_EP_HELLO)
                 n += tcp_ep_connect_progress(mod, ep);
-            else if (ep->state == TCP_EP_CONNECTED && !(direct && ep->hot))
+            else if (ep->state == TCP_EP_CONNECTED && !ep->rx_paused && !(direct && ep->hot))
                 n += tcp_recv(mod, ep);
             break;
         }
         }
     }
+    tcp_conn_reap(mod);
     return n;
 }
 
@@ -258,8 +250,8 @@ static int tcp_progress(ferry_btl_module_t *btl)
      * strangers or refused reconnects are left to accept) every 1024th,
      * so the latency path makes no epoll_wait call. */
     uint32_t every = mod->nhot >= mod->nranks - 1 ? 1023u : 15u;
-    if (!direct || !util_list_empty(&mod->connecting) || !util_list_empty(&mod->conns) ||
-        (calls & every) == 0)
+    bool tick = (calls & every) == 0;
+    if (!direct || !util_list_empty(&mod->connecting) || !util_list_empty(&mod->conns) || tick)
         n += poll_events(mod, direct);
 
     util_list_item_t *it = util_list_first(&mod->sending);
@@ -270,10 +262,19 @@ static int tcp_progress(ferry_btl_module_t *btl)
             n += tcp_push(mod, ep);
     }
     n += tcp_check_deadlines(mod);
+    if (!util_list_empty(&mod->resume))
+        n += tcp_resume(mod);
+    /* The deadlines (tcp_io.c) are checked on the same tick, so the clock
+     * is read every 16th or 1024th call, never on the latency path. */
+    if (tick)
+        n += tcp_check_stalls(mod);
     if (!util_list_empty(&mod->completed))
         n += run_completions(mod);
-    if (!util_list_empty(&mod->reports))
-        n += run_reports(mod);
+    /* Failures reported so far (tcp_ep_fail) reach the error callback; a
+     * failure reported by a callback waits for the next call. */
+    uint64_t reported = mod->report_seq;
+    n += btl_base_progress_reports(&mod->super);
+    mod->reports_done = reported;
     return n;
 }
 
@@ -295,8 +296,8 @@ static int tcp_flush(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep)
     return FERRY_OK;
 }
 
-static const char *const state_names[] = {"new",       "connecting", "hello", "wait",
-                                          "connected", "failed",     "closed"};
+static const char *const state_names[] = {"new",   "connecting", "hello",  "wait",
+                                          "retry", "connected",  "failed", "closed"};
 
 static void tcp_dump(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, int verbose)
 {
@@ -374,6 +375,12 @@ static int tcp_finalize(ferry_btl_module_t *btl)
         return FERRY_OK;
     mod->finalizing = true;
     say_goodbye(mod);
+    /* The count of what the rate limiter held back, once. */
+    unsigned long held = rt_ratelimit_take(&mod->refuse_rl);
+    if (held > 0)
+        rt_log(&btl->ctx->log, RT_LOG_WARN,
+               "tcp: %lu more messages about refused or evicted connections were not printed",
+               held);
     if (mod->eps != NULL) {
         for (int r = 0; r < mod->nranks; r++) {
             ferry_btl_endpoint_t *ep = mod->eps[r];
@@ -398,6 +405,7 @@ static int tcp_finalize(ferry_btl_module_t *btl)
             }
     while (!util_list_empty(&mod->conns))
         tcp_conn_close(mod, UTIL_CONTAINER_OF(util_list_first(&mod->conns), tcp_conn_t, link));
+    tcp_conn_reap(mod);
     for (int i = 0; i < mod->nlisteners; i++)
         close(mod->listeners[i].poll.fd);
     if (mod->epfd >= 0)
@@ -411,6 +419,7 @@ static int tcp_finalize(ferry_btl_module_t *btl)
     free(mod->eps);
     free(mod->hot);
     free(mod->same_host);
+    btl_base_reports_fini(&mod->super);
     free(mod);
     return rc;
 }
@@ -457,6 +466,27 @@ static int tcp_read_params(ferry_ctx_t *ctx, tcp_params_t *p)
                                     "Milliseconds a tcp connection (connect and hello) may "
                                     "take before the peer is reported unreachable",
                                     &p->connect_timeout_ms)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "tcp_pending_max", 256, 1, 65536,
+                                     "Accepted tcp connections that may wait for their hello "
+                                     "at once; one more closes the oldest of them",
+                                     &p->pending_max)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "tcp_pending_per_addr", 32, 1, 65536,
+                                     "Of those, how many may come from one address; one more "
+                                     "closes that address's oldest",
+                                     &p->pending_per_addr)) != FERRY_OK ||
+        (rc = rt_param_register_int(r, "tcp_frame_timeout", 30000, 0, 86400000,
+                                    "Milliseconds a tcp peer may leave a frame half sent "
+                                    "before it is reported failed (0: no limit)",
+                                    &p->frame_timeout_ms)) != FERRY_OK ||
+        (rc = rt_param_register_int(r, "tcp_request_timeout", 60000, 0, 86400000,
+                                    "Milliseconds a tcp peer may leave every put and get sent "
+                                    "to it unanswered before it is reported failed (0: no "
+                                    "limit)",
+                                    &p->request_timeout_ms)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "tcp_rdma_max_inflight", 1024, 1, 1u << 20,
+                                     "Puts and gets in flight to one tcp peer; a target does "
+                                     "not read a peer it owes more answers (same on all ranks)",
+                                     &p->rdma_max_inflight)) != FERRY_OK ||
         (rc = rt_param_register_size(r, "tcp_eager_limit", 4096, 64, 1u << 20,
                                      "Largest tcp fragment taken from the eager pool (bytes)",
                                      &p->eager_limit)) != FERRY_OK ||
@@ -466,7 +496,8 @@ static int tcp_read_params(ferry_ctx_t *ctx, tcp_params_t *p)
                                      &p->max_send_size)) != FERRY_OK ||
         (rc = rt_param_register_size(r, "tcp_sendq_max", 4u << 20, 4096, (size_t)1 << 40,
                                      "Bytes queued per tcp peer beyond which alloc, "
-                                     "prepare_src and sendi push back",
+                                     "prepare_src and sendi push back; also the get data "
+                                     "in flight to (and owed to) one peer (same on all ranks)",
                                      &p->sendq_max)) != FERRY_OK ||
         (rc = rt_param_register_size(r, "tcp_rx_buffer", 512 * 1024, 4096, 1u << 30,
                                      "Receive buffer per connected tcp peer (bytes; at least "
@@ -764,20 +795,9 @@ static int publish(tcp_module_t *mod)
     int rc = rt_modex_put(ctx->modex, "btl.tcp", &blob,
                           offsetof(tcp_addr_blob_t, entry) +
                               (size_t)blob.count * sizeof(tcp_addr_entry_t));
-    if (rc != FERRY_OK || ctx->rank != 0)
+    if (rc != FERRY_OK)
         return rc;
-    /* Rank 0 makes the job's secret; the others read it through the
-     * launcher when they first connect or accept. */
-    size_t got = 0;
-    while (got < TCP_KEY_LEN) {
-        ssize_t n = getrandom(mod->jobkey + got, TCP_KEY_LEN - got, 0);
-        if (n < 0 && errno != EINTR)
-            return rt_log_errno(&ctx->log, "tcp: getrandom for the job key", errno);
-        if (n > 0)
-            got += (size_t)n;
-    }
-    mod->have_jobkey = true;
-    return rt_modex_put(ctx->modex, "btl.tcp.jobkey", mod->jobkey, TCP_KEY_LEN);
+    return tcp_jobkey_publish(mod);
 }
 
 extern const ferry_btl_component_t btl_tcp_component;
@@ -804,7 +824,8 @@ static int tcp_init(ferry_btl_module_t *btl, void *arg)
     util_list_init(&mod->connecting);
     util_list_init(&mod->sending);
     util_list_init(&mod->completed);
-    util_list_init(&mod->reports);
+    util_list_init(&mod->resume);
+    util_list_init(&mod->evicted_conns);
     mod->eps = calloc((size_t)mod->nranks, sizeof(*mod->eps));
     mod->hot = calloc((size_t)mod->nranks, sizeof(*mod->hot));
     mod->same_host = calloc((size_t)mod->nranks, sizeof(*mod->same_host));
@@ -844,7 +865,7 @@ static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *co
         .bandwidth = 3000,
         .flags = FERRY_BTL_FLAG_SEND | FERRY_BTL_FLAG_SEND_INPLACE | FERRY_BTL_FLAG_PUT |
                  FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI,
-        .reg_handle_size = 2 * sizeof(uint32_t),
+        .reg_handle_size = sizeof(tcp_key_t),
         .mem_per_peer = p.rx_buffer,
     };
     const btl_frag_params_t fp = {

@@ -1,10 +1,12 @@
 /*
  * Registrations and put/get emulated over messages.
  *
- * A registration is a slot in this process's table; its key is the slot and
- * the slot's generation, which deregistration bumps, so a stale key names
- * nothing. The target checks every request against the table
- * (btl_base_check_access) before a byte moves.
+ * A registration is a slot in this process's table. Its key is the slot,
+ * the slot's generation (which deregistration bumps, so a stale key names
+ * nothing) and 16 random bytes drawn for it, so a peer that holds one key
+ * cannot make another from it. The target checks every request against the
+ * table (btl_base_check_access) before a byte moves, and a get answer's
+ * data is read from the registration only while it is written (tcp_io.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,26 @@
 #include "btl/tcp/tcp.h"
 
 #define TCP_REG_MAGIC 0x54524547u
+
+/* Fills secret with random bytes, drawn from the system's source
+ * (rt_auth_random) a pool at a time. */
+static int draw_secret(tcp_module_t *mod, uint8_t *secret)
+{
+    if (mod->key_pool_left < TCP_KEY_SECRET) {
+        int rc = rt_auth_random(mod->key_pool, sizeof(mod->key_pool));
+        if (rc != FERRY_OK) {
+            rt_log(&mod->super.ctx->log, RT_LOG_ERROR, "tcp: no random bytes for a key");
+            return rc;
+        }
+        mod->key_pool_left = sizeof(mod->key_pool);
+    }
+    mod->key_pool_left -= TCP_KEY_SECRET;
+    uint8_t *src = mod->key_pool + mod->key_pool_left;
+    memcpy(secret, src, TCP_KEY_SECRET);
+    /* No byte of a key stays behind once handed out. */
+    rt_auth_wipe(src, TCP_KEY_SECRET);
+    return FERRY_OK;
+}
 
 int tcp_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *base, size_t len,
                      uint32_t access, ferry_btl_reg_t **reg_out)
@@ -33,48 +55,34 @@ int tcp_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *ba
     tcp_reg_t *reg = calloc(1, sizeof(*reg));
     if (reg == NULL)
         return FERRY_ERR_NO_MEMORY;
+    rc = draw_secret(mod, reg->key.secret);
+    if (rc != FERRY_OK) {
+        free(reg);
+        return rc;
+    }
     /* Generations are odd while a slot is in use, so 0 never names one. */
     mod->reg_gen[slot] += (mod->reg_gen[slot] & 1) ? 2 : 1;
     reg->magic = TCP_REG_MAGIC;
-    reg->slot = slot;
-    reg->gen = mod->reg_gen[slot];
+    reg->key.slot = slot;
+    reg->key.gen = mod->reg_gen[slot];
     reg->base.base = base;
     reg->base.len = len;
     reg->base.access = access;
-    memcpy(reg->base.key, &reg->slot, sizeof(reg->slot));
-    memcpy(reg->base.key + sizeof(reg->slot), &reg->gen, sizeof(reg->gen));
+    memcpy(reg->base.key, &reg->key, sizeof(reg->key));
     mod->regs[slot] = reg;
     *reg_out = &reg->base;
     return FERRY_OK;
 }
 
-/* Get answers still to be written that point into the registration get a
- * copy of their data, and a put being read into it is discarded, so nothing
- * touches the memory once it is deregistered. */
+/* A put being read into the registration is discarded from here on (and
+ * answered with FERRY_ERR_ACCESS). Get answers need nothing: they look the
+ * registration up again for every byte they write. */
 static void detach_slot(tcp_module_t *mod, uint32_t slot)
 {
     for (int r = 0; r < mod->nranks; r++) {
         ferry_btl_endpoint_t *ep = mod->eps[r];
-        if (ep == NULL)
-            continue;
-        for (util_list_item_t *it = util_list_first(&ep->queue); it != NULL;
-             it = util_list_next(&ep->queue, it)) {
-            btl_frag_t *frag = UTIL_CONTAINER_OF(it, btl_frag_t, link);
-            if (frag->op != TCP_OP_CTL)
-                continue;
-            tcp_ctl_t *ctl = UTIL_CONTAINER_OF(frag, tcp_ctl_t, frag);
-            if (ctl->slot != slot || ctl->owned != NULL || ctl->data_len == 0)
-                continue;
-            ctl->owned = malloc(ctl->data_len);
-            if (ctl->owned == NULL) {
-                tcp_ep_fail(mod, ep, FERRY_ERR_NO_MEMORY,
-                            "out of memory keeping a get answer of %zu bytes", ctl->data_len);
-                break;
-            }
-            memcpy(ctl->owned, ctl->data, ctl->data_len);
-            ctl->slot = UINT32_MAX;
-        }
-        if (ep->rx_mode == TCP_RX_DIRECT && ep->rx_type == TCP_T_PUT && ep->rx_slot == slot) {
+        if (ep != NULL && ep->rx_mode == TCP_RX_DIRECT && ep->rx_type == TCP_T_PUT &&
+            ep->rx_slot == slot) {
             ep->rx_mode = TCP_RX_DISCARD;
             ep->rx_status = FERRY_ERR_ACCESS;
         }
@@ -86,23 +94,26 @@ int tcp_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *breg)
     tcp_module_t *mod = (tcp_module_t *)btl;
     tcp_reg_t *reg = (tcp_reg_t *)breg;
     if (btl == NULL || reg == NULL || reg->magic != TCP_REG_MAGIC ||
-        reg->slot >= mod->p.reg_slots || mod->regs[reg->slot] != reg)
+        reg->key.slot >= mod->p.reg_slots || mod->regs[reg->key.slot] != reg)
         return FERRY_ERR_INVALID;
-    detach_slot(mod, reg->slot);
-    mod->reg_gen[reg->slot]++; /* even: matches no key */
-    mod->regs[reg->slot] = NULL;
-    reg->magic = 0;
+    detach_slot(mod, reg->key.slot);
+    mod->reg_gen[reg->key.slot]++; /* even: matches no key */
+    mod->regs[reg->key.slot] = NULL;
+    rt_auth_wipe(reg, sizeof(*reg));
     free(reg);
     return FERRY_OK;
 }
 
-int tcp_reg_lookup(tcp_module_t *mod, uint32_t slot, uint32_t gen, uint64_t addr, size_t len,
+int tcp_reg_lookup(tcp_module_t *mod, const tcp_key_t *key, uint64_t addr, size_t len,
                    uint32_t need, tcp_reg_t **reg_out)
 {
-    if (slot >= mod->p.reg_slots || (gen & 1) == 0 || mod->reg_gen[slot] != gen ||
-        mod->regs[slot] == NULL)
+    if ((key->gen & 1) == 0 || !tcp_reg_alive(mod, key->slot, key->gen))
         return FERRY_ERR_ACCESS;
-    tcp_reg_t *reg = mod->regs[slot];
+    tcp_reg_t *reg = mod->regs[key->slot];
+    /* In constant time: how long it takes does not tell how much of a
+     * guessed secret was right. */
+    if (!rt_auth_equal(reg->key.secret, key->secret, TCP_KEY_SECRET))
+        return FERRY_ERR_ACCESS;
     int rc = btl_base_check_access(&reg->base, addr, len, need);
     if (rc == FERRY_OK)
         *reg_out = reg;
@@ -121,9 +132,19 @@ static int rdma_start(tcp_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_des
     if (local->len > 0 && local->addr == 0)
         return FERRY_ERR_INVALID;
     if (ep->deleted || ep->state == TCP_EP_CLOSED ||
-        (ep->state == TCP_EP_FAILED && !ep->report_pending))
+        (ep->state == TCP_EP_FAILED && !tcp_ep_report_pending(mod, ep)))
         return FERRY_ERR_UNREACH;
-    if (ep->state == TCP_EP_NEW && tcp_ep_connect(mod, ep) != FERRY_OK && !ep->report_pending)
+    /* The budget a target grants each peer (tcp_io.c, owed_over): an
+     * initiator that keeps within it is never paused, so two peers getting
+     * from each other cannot stop each other. */
+    size_t len = des->src[0].len;
+    if (ep->rdma_inflight >= mod->p.rdma_max_inflight ||
+        (op == TCP_OP_GET && ep->get_inflight_bytes > 0 &&
+         (ep->get_inflight_bytes >= mod->p.sendq_max ||
+          len > mod->p.sendq_max - ep->get_inflight_bytes)))
+        return FERRY_ERR_NO_RESOURCE;
+    if (ep->state == TCP_EP_NEW && tcp_ep_connect(mod, ep) != FERRY_OK &&
+        !tcp_ep_report_pending(mod, ep))
         return FERRY_ERR_UNREACH;
     btl_frag_t *frag = btl_frag_of(des);
     frag->op = op;
@@ -131,6 +152,8 @@ static int rdma_start(tcp_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_des
     frag->cookie = ++mod->next_cookie;
     des->flags |= FERRY_BTL_DES_INFLIGHT;
     ep->rdma_inflight++;
+    if (op == TCP_OP_GET)
+        ep->get_inflight_bytes += len;
     if (ep->state == TCP_EP_FAILED) {
         /* Failed, not yet reported: the report comes first, then this. */
         tcp_complete(mod, frag, FERRY_ERR_UNREACH);

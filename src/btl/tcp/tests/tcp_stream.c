@@ -183,7 +183,7 @@ static void sleep_ms(long ms)
  * above, the largest send last. */
 static size_t make_sizes(size_t max, size_t *out)
 {
-    const size_t hdr = 16, look = 40;
+    const size_t hdr = 16, look = 56;
     const size_t cand[] = {0,
                            1,
                            8,
