@@ -127,7 +127,8 @@ int ferry_init(const ferry_init_params_t *params, ferry_ctx_t **ctx_out);
  * still happens: the survivors tear down cleanly and ferry_finalize returns
  * FERRY_ERR_UNREACH, as it does whenever a rank of the job failed earlier.
  * Where some ranks reach each other through no transport, the wait is the
- * launcher's barrier instead, which ferryrun fails once a rank has ended.
+ * launcher's barrier instead, which ferryrun --keep-going fails once a rank
+ * has ended (without --keep-going ferryrun ends the job).
  *
  * After it the handle is invalid; ferry_finalize takes its address so that
  * the caller's copy cannot be used by mistake:
@@ -177,7 +178,8 @@ int ferry_progress(ferry_ctx_t *ctx);
  * transport to notice the death (sm: FERRY_SM_FAIL_TIMEOUT; tcp: the
  * connection breaking) and a message to come from it. Where some ranks
  * reach each other through no transport, the barrier is the launcher's,
- * which ferryrun fails (FERRY_ERR_UNREACH) once a rank has ended.
+ * which ferryrun --keep-going fails (FERRY_ERR_UNREACH) once a rank has
+ * ended (without --keep-going ferryrun ends the job).
  */
 int ferry_barrier(ferry_ctx_t *ctx);
 
