@@ -32,6 +32,7 @@
 #include <ferry/ferry.h>
 
 #include "rt/modex_impl.h"
+#include "rt/modex_pmix_value.h"
 
 #define PMIX_KEY_PREFIX "ferry:"
 /* How long an acknowledged abort waits for the server to end this process. */
@@ -115,40 +116,11 @@ static int pmix_get(rt_modex_t *mx, int rank, const char *key, void **val_out, s
     if (st != PMIX_SUCCESS) {
         return pmix_fail(mx, "PMIx_Get", st);
     }
-    int rc = FERRY_OK;
-    if (val == NULL || val->type != PMIX_BYTE_OBJECT) {
-        rt_log(mx->log, RT_LOG_ERROR,
-               "modex: rank %d's value of %s from the PMIx server is not a byte object", rank,
-               key);
-        rc = FERRY_ERR_PROTO;
-    } else if (val->data.bo.size > RT_MODEX_VAL_MAX ||
-               (val->data.bo.size > 0 && val->data.bo.bytes == NULL)) {
-        rt_log(mx->log, RT_LOG_ERROR,
-               "modex: rank %d's value of %s from the PMIx server is malformed (%zu bytes)",
-               rank, key, val->data.bo.size);
-        rc = FERRY_ERR_PROTO;
-    }
-    void *copy = NULL;
-    size_t len = 0;
-    if (rc == FERRY_OK) {
-        len = val->data.bo.size;
-        /* A buffer even for an empty value, as rt_modex_get promises. */
-        copy = malloc(len > 0 ? len : 1);
-        if (copy == NULL) {
-            rc = FERRY_ERR_NO_MEMORY;
-        } else if (len > 0) {
-            memcpy(copy, val->data.bo.bytes, len);
-        }
-    }
+    int rc = modex_pmix_value_take(mx->log, rank, key, val, val_out, len_out);
     if (val != NULL) {
         PMIX_VALUE_RELEASE(val);
     }
-    if (rc != FERRY_OK) {
-        return rc;
-    }
-    *val_out = copy;
-    *len_out = len;
-    return FERRY_OK;
+    return rc;
 }
 
 static int pmix_abort(rt_modex_t *mx, int code)

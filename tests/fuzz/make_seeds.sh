@@ -150,3 +150,34 @@ seed rkey wrap "$(rk_in 0x20 0xfff0 64 2)$(rk_hdr 1 1 6 0x7fffffffffff0000 0xfff
 seed rkey key_too_long "$(rk_in 0x24 0 8 2)$(rk_hdr 2 1 6 $BASE 4096)$(rk_entry tcp 0 200 7)$SM"
 seed rkey many_entries "$(rk_in 0x24 0 8 2)$(rk_hdr 65535 1 6 $BASE 4096)$SM$SM$SM$SM$SM$SM$SM$SM"
 seed rkey bad_magic "$(rk_in 0x04 $BASE 8 2)$(zeros 32)$SM"
+
+# ---- modex_values: the first byte picks the reader. 0: a PMIx value (two
+# bytes of type, little-endian: 27 is PMIX_BYTE_OBJECT, 3 PMIX_STRING; a
+# flags byte, 1 claiming a size past the limit; the bytes). 1: tcp's
+# addresses (magic "orry", version 2, count, then 20-byte entries: family,
+# prefix, port, 16 address bytes). 2: sm's address (a 320-byte name, the
+# segment size, pid and version, little-endian).
+seed modex_values pmix_bytes '\000\033\000\000some published bytes'
+seed modex_values pmix_empty '\000\033\000\000'
+seed modex_values pmix_string '\000\003\000\000a string, not bytes'
+seed modex_values pmix_oversize '\000\033\000\001short'
+seed modex_values tcp_one '\001orry\002\000\001\000\004\030\220\037\177\000\000\001\000\000\000\000\000\000\000\000\000\000\000\000'
+seed modex_values tcp_two '\001orry\002\000\002\000\004\030\220\037\177\000\000\001\000\000\000\000\000\000\000\000\000\000\000\000\006\100\221\037\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\001'
+seed modex_values tcp_count_lies '\001orry\002\000\011\000\004\030\220\037\177\000\000\001\000\000\000\000\000\000\000\000\000\000\000\000'
+seed modex_values tcp_old_version '\001orry\001\000\000\000'
+# sm_addr NAME SIZE-BYTES PID-BYTES VERSION-BYTES: the name padded with NULs to
+# 320 bytes.
+sm_addr() {
+    mkdir -p "$here/modex_values/seed"
+    {
+        printf '\002%s' "$2"
+        head -c $((320 - ${#2})) /dev/zero
+        # shellcheck disable=SC2059
+        printf "$3$4$5"
+    } >"$here/modex_values/seed/$1"
+}
+sm_addr sm_ok /ferry-job-1 '\000\000\020\000\000\000\000\000' '\071\060\000\000' '\002\000\000\000'
+sm_addr sm_foreign /some-database '\000\000\020\000\000\000\000\000' '\071\060\000\000' '\002\000\000\000'
+sm_addr sm_subdir /ferry-x/../y '\000\000\020\000\000\000\000\000' '\071\060\000\000' '\002\000\000\000'
+sm_addr sm_tiny /ferry-job-1 '\010\000\000\000\000\000\000\000' '\071\060\000\000' '\002\000\000\000'
+sm_addr sm_no_pid /ferry-job-1 '\000\000\020\000\000\000\000\000' '\000\000\000\000' '\002\000\000\000'

@@ -142,6 +142,12 @@ typedef struct sm_addr {
     uint32_t version;
 } sm_addr_t;
 
+/* A peer's "btl.sm" value (len bytes from the modex) into *addr:
+ * FERRY_ERR_PROTO unless it is one sm_addr_t of this version naming a ferry
+ * segment ("/ferry-...", NUL-terminated, no other '/'), a live-looking pid
+ * and a size that holds a segment header. */
+int sm_addr_decode(const void *val, size_t len, sm_addr_t *addr);
+
 /* Key of a registration as peers see it. slot and gen name the table entry
  * (gen changes with every registration of the slot); nonce is drawn from
  * the kernel's random source for each registration and lives only in the

@@ -62,6 +62,25 @@ static int check_peer_hdr(sm_module_t *mod, ferry_btl_endpoint_t *ep, const sm_s
     return FERRY_OK;
 }
 
+int sm_addr_decode(const void *val, size_t len, sm_addr_t *addr)
+{
+    static const char prefix[] = "/ferry-";
+    if (val == NULL || len != sizeof(*addr))
+        return FERRY_ERR_PROTO;
+    memcpy(addr, val, sizeof(*addr));
+    size_t n = strnlen(addr->name, sizeof(addr->name));
+    /* Only a segment ferry names: a name of another program's shared
+     * memory would have us map it read-write and write rings into it. */
+    if (n == sizeof(addr->name) || n <= sizeof(prefix) - 1 ||
+        strncmp(addr->name, prefix, sizeof(prefix) - 1) != 0 ||
+        strchr(addr->name + 1, '/') != NULL)
+        return FERRY_ERR_PROTO;
+    if (addr->version != SM_VERSION || addr->pid <= 0 || addr->seg_size < sizeof(sm_seg_hdr_t) ||
+        addr->seg_size > (uint64_t)SIZE_MAX / 2)
+        return FERRY_ERR_PROTO;
+    return FERRY_OK;
+}
+
 int sm_ep_connect(sm_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     ferry_ctx_t *ctx = mod->super.ctx;
@@ -82,15 +101,13 @@ int sm_ep_connect(sm_module_t *mod, ferry_btl_endpoint_t *ep)
         int rc = rt_modex_get(ctx->modex, ep->rank, "btl.sm", &val, &len);
         if (rc != FERRY_OK)
             return rc == FERRY_ERR_NOT_FOUND ? FERRY_ERR_UNREACH : rc;
-        if (len != sizeof(addr)) {
-            free(val);
+        rc = sm_addr_decode(val, len, &addr);
+        free(val);
+        if (rc != FERRY_OK) {
             rt_log(&ctx->log, RT_LOG_ERROR, "sm: rank %d published a malformed address",
                    ep->rank);
-            return FERRY_ERR_PROTO;
+            return rc;
         }
-        memcpy(&addr, val, sizeof(addr));
-        free(val);
-        addr.name[sizeof(addr.name) - 1] = '\0';
         int fd = shm_open(addr.name, O_RDWR, 0);
         if (fd < 0)
             return rt_log_errno(&ctx->log, "sm: opening a peer's segment", errno);

@@ -136,6 +136,11 @@ typedef struct tcp_addr_blob {
     tcp_addr_entry_t entry[TCP_MAX_ADDRS];
 } tcp_addr_blob_t;
 
+/* A peer's published addresses (len bytes from the modex) into *blob:
+ * FERRY_ERR_PROTO unless the magic, version, count and length agree. The
+ * entries' fields are checked where they are used. */
+int tcp_addr_decode(const void *val, size_t len, tcp_addr_blob_t *blob);
+
 /* The hello: four messages of one shape, in this order. */
 enum {
     TCP_HELLO_OPEN = 1,   /* connector: its rank, the rank it wants, its nonce */

@@ -267,6 +267,19 @@ static int addr_score(tcp_module_t *mod, const tcp_addr_entry_t *e, bool same_ho
     return score + (e->family == 4 ? 10 : 0);
 }
 
+int tcp_addr_decode(const void *val, size_t len, tcp_addr_blob_t *blob)
+{
+    size_t head = offsetof(tcp_addr_blob_t, entry);
+    if (val == NULL || len < head || len > sizeof(*blob))
+        return FERRY_ERR_PROTO;
+    memset(blob, 0, sizeof(*blob));
+    memcpy(blob, val, len);
+    if (blob->magic != (uint32_t)TCP_MAGIC || blob->version != TCP_VERSION ||
+        blob->count > TCP_MAX_ADDRS || len != head + blob->count * sizeof(tcp_addr_entry_t))
+        return FERRY_ERR_PROTO;
+    return FERRY_OK;
+}
+
 /* Reads the peer's addresses and orders them, best first. */
 static int load_candidates(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
 {
@@ -276,21 +289,12 @@ static int load_candidates(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
     if (rc != FERRY_OK)
         return FERRY_ERR_UNREACH;
     tcp_addr_blob_t blob;
-    size_t head = offsetof(tcp_addr_blob_t, entry);
-    if (len < head || len > sizeof(blob)) {
-        free(val);
-        rt_log(logger(mod), RT_LOG_ERROR, "tcp: rank %d published a malformed address",
-               ep->rank);
-        return FERRY_ERR_PROTO;
-    }
-    memset(&blob, 0, sizeof(blob));
-    memcpy(&blob, val, len);
+    rc = tcp_addr_decode(val, len, &blob);
     free(val);
-    if (blob.magic != (uint32_t)TCP_MAGIC || blob.version != TCP_VERSION ||
-        blob.count > TCP_MAX_ADDRS || len != head + blob.count * sizeof(tcp_addr_entry_t)) {
+    if (rc != FERRY_OK) {
         rt_log(logger(mod), RT_LOG_ERROR, "tcp: rank %d published a malformed address",
                ep->rank);
-        return FERRY_ERR_PROTO;
+        return rc;
     }
     bool same_host = mod->same_host != NULL && mod->same_host[ep->rank];
     int score[TCP_MAX_ADDRS];
