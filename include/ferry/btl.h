@@ -247,14 +247,18 @@ typedef struct ferry_btl_ops {
      * to fill), truncating to what fits in max_send_size, and sets *size to the
      * bytes packed. With FERRY_BTL_PREP_RDMA (or contiguous data, no reserve,
      * and reg given or *size > max_send_size) src[0] describes the user's memory
-     * in place instead. */
+     * in place instead; memory that reg does not cover is registered (through
+     * the registration cache) with FERRY_ACCESS_LOCAL only, so that its key
+     * reaches it from this process alone. */
     int (*prepare_src)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_reg_t *reg,
                        ferry_convertor_t *conv, size_t reserve, size_t *size, uint32_t flags,
                        ferry_btl_desc_t **des_out);
 
     /* A descriptor whose dst[0] describes contiguous receive memory at the
      * convertor's cursor, *size bytes, with its registration key (registering
-     * it if reg is NULL). */
+     * it if reg is NULL, with FERRY_ACCESS_LOCAL only: for this process's own
+     * get; memory a peer is to write into is registered with register_mem
+     * and REMOTE_WRITE). */
     int (*prepare_dst)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_reg_t *reg,
                        ferry_convertor_t *conv, size_t reserve, size_t *size, uint32_t flags,
                        ferry_btl_desc_t **des_out);

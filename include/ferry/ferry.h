@@ -115,9 +115,20 @@ int ferry_init(const ferry_init_params_t *params, ferry_ctx_t **ctx_out);
 
 /*
  * Completes or cancels everything outstanding (callbacks run with
- * FERRY_ERR_CANCELED for what was canceled), waits at a barrier with the other
- * ranks, releases memory registrations still live (with a warning), closes
- * the transports, frees the context and sets *ctx_p to NULL. Collective.
+ * FERRY_ERR_CANCELED for what was canceled), waits for the other ranks,
+ * releases memory registrations still live (with a warning), closes the
+ * transports, frees the context and sets *ctx_p to NULL. Collective.
+ *
+ * The wait: this rank tells every other that it is finalizing, and waits
+ * until each has said so too or is known to have failed, so that no rank
+ * tears down while a live one may still send to it. A rank that failed
+ * (before ferry_finalize or during it) ends the wait as soon as this rank
+ * learns of it (see ferry_error_cb_t: every survivor does), and the rest
+ * still happens: the survivors tear down cleanly and ferry_finalize returns
+ * FERRY_ERR_UNREACH, as it does whenever a rank of the job failed earlier.
+ * Where some ranks reach each other through no transport, the wait is the
+ * launcher's barrier instead, which ferryrun --keep-going fails once a rank
+ * has ended (without --keep-going ferryrun ends the job).
  *
  * After it the handle is invalid; ferry_finalize takes its address so that
  * the caller's copy cannot be used by mistake:
@@ -150,8 +161,26 @@ int ferry_size(const ferry_ctx_t *ctx);
  */
 int ferry_progress(ferry_ctx_t *ctx);
 
-/* Blocks, progressing, until every rank has entered the barrier. Fails with
- * FERRY_ERR_UNREACH when a rank it waits for has failed. */
+/*
+ * Blocks, progressing, until every rank has entered the barrier.
+ *
+ * When a rank fails, every survivor's barrier returns FERRY_ERR_UNREACH as
+ * soon as the survivor learns of the failure, whichever rank it waits for:
+ * - a rank that died before the barrier, or that this rank already knows to
+ *   have failed, fails it on every survivor (at once, for a failure known
+ *   on entry: after one, every later barrier fails at once);
+ * - a rank that dies during it fails it on every survivor still waiting;
+ *   a survivor whose barrier completed first, or completes with everything
+ *   it needed already sent by the dead rank (it did enter), returns
+ *   FERRY_OK, unless it had heard of the death by then, and its next
+ *   barrier fails.
+ * No survivor waits for a dead rank longer than it takes some live rank's
+ * transport to notice the death (sm: FERRY_SM_FAIL_TIMEOUT; tcp: the
+ * connection breaking) and a message to come from it. Where some ranks
+ * reach each other through no transport, the barrier is the launcher's,
+ * which ferryrun --keep-going fails (FERRY_ERR_UNREACH) once a rank has
+ * ended (without --keep-going ferryrun ends the job).
+ */
 int ferry_barrier(ferry_ctx_t *ctx);
 
 /*
@@ -160,6 +189,17 @@ int ferry_barrier(ferry_ctx_t *ctx);
  * later operations to it return FERRY_ERR_UNREACH) or when a transport fails
  * as a whole (peer -1). msg says what happened. Without a callback, ferry
  * logs the failure and carries on with the other peers.
+ *
+ * Failures are told across the job: a rank whose transport sees a peer fail
+ * tells every other rank, and each tells the rest in turn, so the callback
+ * runs on every survivor, also on ranks that never talked to the failed one
+ * or whose own transport cannot see it (msg then names the rank that saw
+ * it). Each failed peer is reported once. A rank counted as failed by a
+ * peer whose path to it broke learns of that, and reports that peer failed
+ * in turn.
+ * Operations pending to a rank known failed only from another rank's word
+ * complete when this rank's transport sees the failure too, at the latest
+ * with FERRY_ERR_UNREACH in ferry_finalize.
  */
 typedef void (*ferry_error_cb_t)(ferry_ctx_t *ctx, int peer, int status, const char *msg,
                                  void *arg);

@@ -17,6 +17,8 @@ static void ctx_host_log(void *arg, rt_log_level_t level, const char *line)
     host->log(host->arg, (int)level, line);
 }
 
+static int finalize_sync(ferry_ctx_t *ctx);
+
 int api_ctx_create(const ferry_init_params_t *params, unsigned flags, ferry_ctx_t **ctx_out)
 {
     return api_ctx_create_hosted(params, flags, NULL, ctx_out);
@@ -168,16 +170,22 @@ int ferry_init(const ferry_init_params_t *params, ferry_ctx_t **ctx_out)
 
 int api_ctx_destroy(ferry_ctx_t *ctx)
 {
+    int src = FERRY_OK;
     if (ctx->api != NULL && ctx->peers != NULL) {
         ferry_flush(ctx, -1);
         /* Nobody tears down while a peer may still send to it. */
-        int brc = ferry_barrier(ctx);
-        if (brc != FERRY_OK)
-            rt_log(&ctx->log, RT_LOG_WARN, "barrier at finalize failed: %s", ferry_strerror(brc));
+        src = finalize_sync(ctx);
+        if (src != FERRY_OK)
+            rt_log(&ctx->log, src == FERRY_ERR_UNREACH ? RT_LOG_INFO : RT_LOG_WARN,
+                   "finalize: %s", src == FERRY_ERR_UNREACH
+                                       ? "a rank of the job failed; the survivors tear down"
+                                       : ferry_strerror(src));
     }
     btl_ctx_del_procs(ctx);
     api_state_fini(ctx);
     int rc = btl_ctx_close(ctx);
+    if (src != FERRY_OK)
+        rc = src;
     rt_modex_fini(ctx->modex);
     rt_params_fini(&ctx->params);
     /* A volatile store, so that the compiler keeps it although the memory
@@ -243,9 +251,18 @@ int ferry_progress(ferry_ctx_t *ctx)
 static bool all_reachable(const ferry_ctx_t *ctx)
 {
     for (int r = 0; r < ctx->size; r++)
-        if (ctx->peers[r].module_idx < 0 || ctx->peers[r].failed)
+        if (ctx->peers[r].module_idx < 0)
             return false;
     return true;
+}
+
+/* The launcher's barrier, for jobs whose ranks do not all reach each other.
+ * ferryrun fails it once a rank has ended, which is how a rank that no
+ * transport of this process reaches is known to have failed. */
+static int launcher_barrier(ferry_ctx_t *ctx)
+{
+    int rc = rt_modex_fence(ctx->modex);
+    return rc == FERRY_ERR_LAUNCHER ? FERRY_ERR_UNREACH : rc;
 }
 
 typedef struct barrier_msg {
@@ -273,6 +290,26 @@ void api_barrier_recv(ferry_ctx_t *ctx, const void *data, size_t len)
     ctx->api->barrier_count[msg.epoch & 1][msg.round]++;
 }
 
+/* One step of a wait: progress, give the core away while idle. */
+static int wait_step(ferry_ctx_t *ctx, unsigned *idle)
+{
+    int prc = ferry_progress(ctx);
+    if (prc < 0)
+        return prc;
+    if (prc == 0)
+        rt_idle(idle);
+    else
+        *idle = 0;
+    return FERRY_OK;
+}
+
+/*
+ * Each round sends to rank + dist and waits for rank - dist. Any failure
+ * known to this process ends it with FERRY_ERR_UNREACH, not only that of
+ * the rank it waits for: the failure notices (src/btl/ctx.h) bring every
+ * failure to every rank, so a rank whose partners are waiting, stuck, for a
+ * dead one hears of it too and leaves.
+ */
 int ferry_barrier(ferry_ctx_t *ctx)
 {
     if (!api_ctx_live(ctx))
@@ -281,56 +318,72 @@ int ferry_barrier(ferry_ctx_t *ctx)
         return FERRY_ERR_BUSY;
     if (ctx->size == 1)
         return FERRY_OK;
-    if (ctx->api != NULL) {
-        for (int r = 0; r < ctx->size; r++)
-            if (ctx->peers[r].failed)
-                return FERRY_ERR_UNREACH; /* it would never arrive */
-    }
+    if (ctx->api != NULL && ctx->n_failed > 0)
+        return FERRY_ERR_UNREACH; /* it would never complete */
     if (ctx->api == NULL || !all_reachable(ctx))
-        return rt_modex_fence(ctx->modex);
+        return launcher_barrier(ctx);
 
     struct api_state *api = ctx->api;
     uint32_t epoch = api->barrier_epoch;
     uint32_t round = 0;
     unsigned idle = 0;
+    int rc;
     for (int dist = 1; dist < ctx->size; dist *= 2, round++) {
         int to = (ctx->rank + dist) % ctx->size;
+        int from = (ctx->rank - dist + ctx->size) % ctx->size;
         barrier_msg_t msg = {.epoch = epoch, .round = round};
-        btl_peer_t *peer = &ctx->peers[to];
-        ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
-        int rc;
-        for (;;) {
-            rc = btl->ops->sendi(btl, peer->ep, &msg, sizeof(msg), NULL, 0, API_TAG_BARRIER);
-            if (rc == FERRY_ERR_NOT_SUPPORTED) {
-                ferry_btl_desc_t *des;
-                rc = btl->ops->alloc(btl, peer->ep, sizeof(msg), FERRY_BTL_DES_OWNERSHIP, &des);
-                if (rc == FERRY_OK) {
-                    memcpy(ferry_btl_seg_ptr(&des->src[0]), &msg, sizeof(msg));
-                    rc = btl->ops->send(btl, peer->ep, des, API_TAG_BARRIER);
-                    if (rc != FERRY_OK)
-                        btl->ops->free(btl, des);
-                }
-            }
-            if (rc != FERRY_ERR_NO_RESOURCE)
-                break;
-            if (ferry_progress(ctx) == 0)
-                rt_idle(&idle);
+        while ((rc = btl_ctx_send_small(ctx, to, API_TAG_BARRIER, &msg, sizeof(msg))) ==
+               FERRY_ERR_NO_RESOURCE) {
+            if ((rc = wait_step(ctx, &idle)) != FERRY_OK)
+                return rc;
+            if (ctx->n_failed > 0)
+                return FERRY_ERR_UNREACH;
         }
         if (rc != FERRY_OK)
             return rc;
         while (api->barrier_count[epoch & 1][round] == 0) {
-            int prc = ferry_progress(ctx);
-            if (prc < 0)
-                return prc;
-            if (prc == 0)
-                rt_idle(&idle);
-            else
-                idle = 0;
-            if (ctx->peers[(ctx->rank - dist + ctx->size) % ctx->size].failed)
+            if (ctx->n_failed > 0)
                 return FERRY_ERR_UNREACH;
+            /* Its messages come before its departure, on the same path:
+             * departed without one, it will never send it. */
+            if (ctx->peers[from].departed)
+                return FERRY_ERR_UNREACH;
+            if ((rc = wait_step(ctx, &idle)) != FERRY_OK)
+                return rc;
         }
         api->barrier_count[epoch & 1][round]--;
     }
+    /* Every rank entered; one that failed since, and was heard of, makes it
+     * fail here all the same, as it does for the ranks still waiting. */
+    if (ctx->n_failed > 0)
+        return FERRY_ERR_UNREACH;
     api->barrier_epoch++;
     return FERRY_OK;
+}
+
+/*
+ * The synchronisation of ferry_finalize: this rank announces its departure
+ * to every peer and waits until every other rank has announced its own or
+ * is known to have failed, so that no rank tears down while a live peer may
+ * still send to it, and a failure before or during finalize ends the wait
+ * on every survivor. FERRY_ERR_UNREACH when any rank failed.
+ */
+static int finalize_sync(ferry_ctx_t *ctx)
+{
+    if (ctx->size == 1)
+        return FERRY_OK;
+    if (!all_reachable(ctx)) {
+        /* Ranks that wait in the launcher's barrier are released (with an
+         * error) when this one ends. */
+        if (ctx->n_failed > 0)
+            return FERRY_ERR_UNREACH;
+        return launcher_barrier(ctx);
+    }
+    int rc = btl_ctx_depart(ctx);
+    unsigned idle = 0;
+    while (rc == FERRY_OK && !btl_ctx_depart_done(ctx))
+        rc = wait_step(ctx, &idle);
+    if (rc == FERRY_OK && ctx->n_failed > 0)
+        rc = FERRY_ERR_UNREACH;
+    return rc;
 }

@@ -12,9 +12,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
-
-#define RKEY_MAGIC 0x59454b52u /* "RKEY" */
-#define RKEY_VERSION 1
+#include "api/rkey.h"
 
 struct ferry_mem {
     util_list_item_t link; /* in the context's list of live registrations */
@@ -31,34 +29,7 @@ struct ferry_mem {
     int alloc_module;
 };
 
-/* Packed layout of ferry_rkey_t, all little-endian host order (ranks of one
- * job share an architecture). */
-typedef struct rkey_header {
-    uint32_t magic;
-    uint16_t version;
-    uint16_t n_entries;
-    int32_t owner;
-    uint32_t access;
-    uint64_t base;
-    uint64_t len;
-} rkey_header_t;
-
-typedef struct rkey_entry {
-    uint32_t name_hash; /* of the transport's name */
-    uint8_t instance;   /* which module of that transport */
-    uint8_t key_len;
-} rkey_entry_t;
-
-static uint32_t name_hash(const char *s)
-{
-    uint32_t h = 2166136261u; /* FNV-1a */
-    for (; *s != '\0'; s++)
-        h = (h ^ (uint8_t)*s) * 16777619u;
-    return h;
-}
-
-/* The module's index among the open modules of its transport. */
-static uint8_t module_instance(const ferry_ctx_t *ctx, int m)
+uint8_t api_rkey_module_instance(const ferry_ctx_t *ctx, int m)
 {
     uint8_t n = 0;
     for (int i = 0; i < m; i++)
@@ -288,9 +259,9 @@ int ferry_mem_rkey(const ferry_mem_t *mem, ferry_rkey_t *rkey_out)
     const ferry_ctx_t *ctx = mem->ctx;
     ferry_rkey_t rkey;
     memset(&rkey, 0, sizeof(rkey));
-    rkey_header_t hdr = {
-        .magic = RKEY_MAGIC,
-        .version = RKEY_VERSION,
+    api_rkey_header_t hdr = {
+        .magic = API_RKEY_MAGIC,
+        .version = API_RKEY_VERSION,
         .owner = ctx->rank,
         .access = mem->access,
         .base = (uint64_t)(uintptr_t)mem->addr,
@@ -301,11 +272,12 @@ int ferry_mem_rkey(const ferry_mem_t *mem, ferry_rkey_t *rkey_out)
         if (mem->regs[m] == NULL)
             continue;
         const ferry_btl_module_t *btl = ctx->modules[m];
-        rkey_entry_t e = {
-            .name_hash = name_hash(btl->attr.name),
-            .instance = module_instance(ctx, m),
-            .key_len = (uint8_t)btl->attr.reg_handle_size,
-        };
+        /* Zeroed whole, padding included: the bytes go to peers. */
+        api_rkey_entry_t e;
+        memset(&e, 0, sizeof(e));
+        e.name_hash = api_rkey_name_hash(btl->attr.name);
+        e.instance = api_rkey_module_instance(ctx, m);
+        e.key_len = (uint8_t)btl->attr.reg_handle_size;
         if (off + sizeof(e) + e.key_len > sizeof(rkey.bytes))
             return FERRY_ERR_TRUNCATE;
         memcpy(rkey.bytes + off, &e, sizeof(e));
@@ -318,14 +290,12 @@ int ferry_mem_rkey(const ferry_mem_t *mem, ferry_rkey_t *rkey_out)
     return FERRY_OK;
 }
 
-/* Finds in rkey the key for module m reaching rank dst, after checking that
- * the key is well formed, belongs to dst and covers [raddr, raddr + len). */
-static int rkey_resolve(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t *rkey,
-                        uint64_t raddr, size_t len, uint32_t need, uint8_t *key_out)
+int api_rkey_resolve(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t *rkey,
+                     uint64_t raddr, size_t len, uint32_t need, uint8_t *key_out)
 {
-    rkey_header_t hdr;
+    api_rkey_header_t hdr;
     memcpy(&hdr, rkey->bytes, sizeof(hdr));
-    if (hdr.magic != RKEY_MAGIC || hdr.version != RKEY_VERSION) {
+    if (hdr.magic != API_RKEY_MAGIC || hdr.version != API_RKEY_VERSION) {
         rt_log(&ctx->log, RT_LOG_ERROR, "remote key is not a ferry key (or of another version)");
         return FERRY_ERR_INVALID;
     }
@@ -338,11 +308,11 @@ static int rkey_resolve(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey
         len > hdr.len - (raddr - hdr.base))
         return FERRY_ERR_ACCESS;
     const ferry_btl_module_t *btl = ctx->modules[m];
-    uint32_t want_hash = name_hash(btl->attr.name);
-    uint8_t want_inst = module_instance(ctx, m);
+    uint32_t want_hash = api_rkey_name_hash(btl->attr.name);
+    uint8_t want_inst = api_rkey_module_instance(ctx, m);
     size_t off = sizeof(hdr);
     for (unsigned i = 0; i < hdr.n_entries; i++) {
-        rkey_entry_t e;
+        api_rkey_entry_t e;
         if (off + sizeof(e) > sizeof(rkey->bytes))
             break;
         memcpy(&e, rkey->bytes + off, sizeof(e));
@@ -452,7 +422,7 @@ static int rdma_start(ferry_ctx_t *ctx, bool is_put, int dst, void *buf, size_t 
     if (op == NULL)
         return FERRY_ERR_NO_RESOURCE;
     memset(op, 0, sizeof(*op));
-    rc = rkey_resolve(ctx, m, dst, rkey, raddr, len,
+    rc = api_rkey_resolve(ctx, m, dst, rkey, raddr, len,
                       is_put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ, op->rkey);
     if (rc != FERRY_OK) {
         util_pool_put(&ctx->api->ops, op);

@@ -208,25 +208,239 @@ int btl_ctx_open(ferry_ctx_t *ctx)
     return FERRY_OK;
 }
 
+/* ---- failures and control messages ---- */
+
+struct btl_ctrl_item {
+    int dst;
+    btl_ctrl_msg_t msg;
+};
+
+int btl_ctx_send_small(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size_t len)
+{
+    if (ctx->peers == NULL || dst < 0 || dst >= ctx->size || ctx->peers[dst].module_idx < 0)
+        return FERRY_ERR_UNREACH;
+    btl_peer_t *peer = &ctx->peers[dst];
+    ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
+    int rc = btl->ops->sendi(btl, peer->ep, data, len, NULL, 0, tag);
+    if (rc != FERRY_ERR_NOT_SUPPORTED)
+        return rc;
+    ferry_btl_desc_t *des;
+    rc = btl->ops->alloc(btl, peer->ep, len, FERRY_BTL_DES_OWNERSHIP, &des);
+    if (rc != FERRY_OK)
+        return rc;
+    memcpy(ferry_btl_seg_ptr(&des->src[0]), data, len);
+    des->cbfunc = NULL;
+    rc = btl->ops->send(btl, peer->ep, des, tag);
+    if (rc != FERRY_OK)
+        btl->ops->free(btl, des);
+    return rc;
+}
+
+static int ctrl_queue(ferry_ctx_t *ctx, int dst, const btl_ctrl_msg_t *msg)
+{
+    if (ctx->ctrl_len == ctx->ctrl_cap) {
+        size_t cap = ctx->ctrl_cap != 0 ? ctx->ctrl_cap * 2 : 16;
+        struct btl_ctrl_item *q = realloc(ctx->ctrl_q, cap * sizeof(*q));
+        if (q == NULL)
+            return FERRY_ERR_NO_MEMORY;
+        ctx->ctrl_q = q;
+        ctx->ctrl_cap = cap;
+    }
+    ctx->ctrl_q[ctx->ctrl_len].dst = dst;
+    ctx->ctrl_q[ctx->ctrl_len].msg = *msg;
+    ctx->ctrl_len++;
+    return FERRY_OK;
+}
+
+/* Queues msg to every rank but this one whose path from here still works. */
+static void ctrl_tell_all(ferry_ctx_t *ctx, const btl_ctrl_msg_t *msg)
+{
+    for (int r = 0; r < ctx->size; r++) {
+        if (r == ctx->rank || ctx->peers[r].module_idx < 0 || ctx->peers[r].path_down)
+            continue;
+        if (ctrl_queue(ctx, r, msg) != FERRY_OK) {
+            rt_log(&ctx->log, RT_LOG_ERROR,
+                   "out of memory queueing a control message to rank %d: it may not learn "
+                   "of a failure from this rank",
+                   r);
+            return;
+        }
+    }
+}
+
+/* Hands queued control messages to the transports, in order per
+ * destination; those a transport cannot take yet stay queued. Messages to a
+ * rank whose path broke are dropped. Returns how many went. */
+static int ctrl_drain(ferry_ctx_t *ctx)
+{
+    if (ctx->ctrl_len == 0 || ctx->ctrl_blocked == NULL)
+        return 0;
+    memset(ctx->ctrl_blocked, 0, (size_t)ctx->size);
+    size_t keep = 0;
+    int sent = 0;
+    for (size_t i = 0; i < ctx->ctrl_len; i++) {
+        struct btl_ctrl_item *it = &ctx->ctrl_q[i];
+        if (ctx->peers[it->dst].path_down)
+            continue;
+        int rc = FERRY_ERR_NO_RESOURCE;
+        if (!ctx->ctrl_blocked[it->dst])
+            rc = btl_ctx_send_small(ctx, it->dst, BTL_CTX_TAG_CTRL, &it->msg, sizeof(it->msg));
+        if (rc == FERRY_OK) {
+            sent++;
+            continue;
+        }
+        if (rc != FERRY_ERR_NO_RESOURCE) {
+            /* The transport reports the failure of the path itself. */
+            rt_log(&ctx->log, RT_LOG_DEBUG, "control message to rank %d not sent: %s", it->dst,
+                   ferry_strerror(rc));
+            continue;
+        }
+        ctx->ctrl_blocked[it->dst] = 1;
+        ctx->ctrl_q[keep++] = *it;
+    }
+    ctx->ctrl_len = keep;
+    return sent;
+}
+
+/* Marks rank r failed (once), reports it and, when tell is set, tells the
+ * other ranks. origin is the rank whose transport saw the failure. */
+static void peer_failed(ferry_ctx_t *ctx, int r, int status, int origin, bool tell,
+                        const char *transport, const char *msg)
+{
+    btl_peer_t *peer = &ctx->peers[r];
+    if (peer->failed || ctx->closing)
+        return;
+    peer->failed = true;
+    ctx->n_failed++;
+    if (tell) {
+        btl_ctrl_msg_t m = {
+            .magic = BTL_CTX_CTRL_MAGIC, .kind = BTL_CTX_CTRL_FAILED, .rank = r, .origin = origin};
+        ctrl_tell_all(ctx, &m);
+    }
+    if (ctx->error_cb != NULL) {
+        ctx->in_callback++;
+        ctx->error_cb(ctx, r, status, msg, ctx->error_arg);
+        ctx->in_callback--;
+    } else {
+        rt_log(&ctx->log, RT_LOG_ERROR, "%s: peer failed: %s (%s)", transport, msg,
+               ferry_strerror(status));
+    }
+}
+
 static void on_transport_error(ferry_btl_module_t *btl, int status, int peer, const char *msg,
                                void *cbdata)
 {
     ferry_ctx_t *ctx = cbdata;
-    if (peer >= 0 && peer < ctx->size) {
-        /* Another transport may still reach it, but ferry keeps one path per
-         * peer: the peer is gone for this job. */
-        if (ctx->peers[peer].failed)
+    if (peer < 0 || peer >= ctx->size) {
+        if (ctx->error_cb != NULL) {
+            ctx->in_callback++;
+            ctx->error_cb(ctx, -1, status, msg, ctx->error_arg);
+            ctx->in_callback--;
+        } else {
+            rt_log(&ctx->log, RT_LOG_ERROR, "%s: transport failed: %s (%s)", btl->attr.name,
+                   msg, ferry_strerror(status));
+        }
+        return;
+    }
+    /* Another transport may still reach it, but ferry keeps one path per
+     * peer: the peer is gone for this job. */
+    btl_peer_t *p = &ctx->peers[peer];
+    p->path_down = true;
+    if (p->departed && !p->failed) {
+        rt_log(&ctx->log, RT_LOG_DEBUG, "%s: rank %d, which finalized, closed: %s",
+               btl->attr.name, peer, msg);
+        return;
+    }
+    peer_failed(ctx, peer, status, ctx->rank, true, btl->attr.name, msg);
+}
+
+static void ctrl_refuse(ferry_ctx_t *ctx, int src, const char *why)
+{
+    rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
+                   "control message from rank %d dropped: %s", src, why);
+}
+
+/* A control message from rank rd->peer (the transport's word for who sent
+ * it, never a field of the message). */
+static void on_ctrl(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, void *cbdata)
+{
+    ferry_ctx_t *ctx = cbdata;
+    int src = rd->peer;
+    if (src < 0 || src >= ctx->size || ctx->peers == NULL)
+        return;
+    btl_ctrl_msg_t m;
+    size_t len = 0;
+    for (unsigned i = 0; i < rd->seg_cnt && len <= sizeof(m); i++)
+        len += rd->segs[i].len < sizeof(m) + 1 ? rd->segs[i].len : sizeof(m) + 1;
+    if (len != sizeof(m)) {
+        ctrl_refuse(ctx, src, "wrong length");
+        return;
+    }
+    size_t off = 0;
+    for (unsigned i = 0; i < rd->seg_cnt; i++) {
+        memcpy((char *)&m + off, ferry_btl_seg_ptr(&rd->segs[i]), rd->segs[i].len);
+        off += rd->segs[i].len;
+    }
+    if (m.magic != BTL_CTX_CTRL_MAGIC || m.zero != 0) {
+        ctrl_refuse(ctx, src, "not a ferry control message");
+        return;
+    }
+    char text[160];
+    switch (m.kind) {
+    case BTL_CTX_CTRL_DEPART:
+        if (m.rank != -1 || m.origin != -1) {
+            ctrl_refuse(ctx, src, "malformed departure");
             return;
-        ctx->peers[peer].failed = true;
+        }
+        ctx->peers[src].departed = true;
+        return;
+    case BTL_CTX_CTRL_FAILED:
+        if (m.rank < 0 || m.rank >= ctx->size || m.origin < 0 || m.origin >= ctx->size ||
+            m.rank == m.origin) {
+            ctrl_refuse(ctx, src, "failure notice names no valid pair of ranks");
+            return;
+        }
+        /* Even of a rank that told this one it is finalizing: the sender
+         * heard no such word before its path to it broke (the departure
+         * comes before the teardown on every path). */
+        if (m.rank != ctx->rank) {
+            snprintf(text, sizeof(text), "rank %d failed (seen by rank %d, told by rank %d)",
+                     (int)m.rank, (int)m.origin, src);
+            peer_failed(ctx, m.rank, FERRY_ERR_UNREACH, m.origin, true, "ferry", text);
+        } else if (m.origin != ctx->rank) {
+            /* The origin's path to this process broke: it counts this rank
+             * out and will not answer it any more. */
+            snprintf(text, sizeof(text),
+                     "rank %d lost its path to this rank and counts it failed (told by rank "
+                     "%d)",
+                     (int)m.origin, src);
+            peer_failed(ctx, m.origin, FERRY_ERR_UNREACH, ctx->rank, false, "ferry", text);
+        }
+        return;
+    default:
+        ctrl_refuse(ctx, src, "unknown kind");
+        return;
     }
-    if (ctx->error_cb != NULL) {
-        ctx->in_callback++;
-        ctx->error_cb(ctx, peer, status, msg, ctx->error_arg);
-        ctx->in_callback--;
-    } else {
-        rt_log(&ctx->log, RT_LOG_ERROR, "%s: %s: %s (%s)", btl->attr.name,
-               peer >= 0 ? "peer failed" : "transport failed", msg, ferry_strerror(status));
-    }
+}
+
+int btl_ctx_depart(ferry_ctx_t *ctx)
+{
+    if (ctx->peers == NULL)
+        return FERRY_OK;
+    btl_ctrl_msg_t m = {.magic = BTL_CTX_CTRL_MAGIC, .kind = BTL_CTX_CTRL_DEPART, .rank = -1, .origin = -1};
+    ctrl_tell_all(ctx, &m);
+    return FERRY_OK;
+}
+
+bool btl_ctx_depart_done(const ferry_ctx_t *ctx)
+{
+    for (int r = 0; r < ctx->size; r++)
+        if (r != ctx->rank && !ctx->peers[r].departed && !ctx->peers[r].failed)
+            return false;
+    for (size_t i = 0; i < ctx->ctrl_len; i++)
+        if (!ctx->peers[ctx->ctrl_q[i].dst].failed)
+            return false;
+    return true;
 }
 
 int btl_ctx_add_procs(ferry_ctx_t *ctx, ferry_btl_am_cb_t am_cb)
@@ -238,6 +452,12 @@ int btl_ctx_add_procs(ferry_ctx_t *ctx, ferry_btl_am_cb_t am_cb)
         free(procs);
         return FERRY_ERR_NO_MEMORY;
     }
+    ctx->ctrl_blocked = calloc(n, 1);
+    if (ctx->ctrl_blocked == NULL) {
+        free(procs);
+        return FERRY_ERR_NO_MEMORY;
+    }
+    rt_ratelimit_init(&ctx->ctrl_bad, RT_RATELIMIT_BURST, RT_RATELIMIT_INTERVAL_MS);
     char myhost[256] = "";
     gethostname(myhost, sizeof(myhost) - 1);
     for (size_t r = 0; r < n; r++) {
@@ -280,7 +500,8 @@ int btl_ctx_add_procs(ferry_ctx_t *ctx, ferry_btl_am_cb_t am_cb)
         }
         btl->ops->register_error(btl, on_transport_error, ctx);
         for (unsigned tag = 0; tag < FERRY_BTL_TAG_BTL_MIN; tag++)
-            btl->ops->register_am(btl, (uint8_t)tag, am_cb, ctx);
+            btl->ops->register_am(btl, (uint8_t)tag, tag == BTL_CTX_TAG_CTRL ? on_ctrl : am_cb,
+                                  ctx);
         for (size_t r = 0; r < n; r++) {
             if (!util_bitmap_test(&reach, r) || eps[r] == NULL)
                 continue;
@@ -322,6 +543,8 @@ out:
 
 void btl_ctx_del_procs(ferry_ctx_t *ctx)
 {
+    /* From here on an endpoint that breaks is this process's own doing. */
+    ctx->closing = true;
     if (ctx->peers == NULL)
         return;
     for (int m = 0; m < ctx->n_modules; m++) {
@@ -346,6 +569,11 @@ int btl_ctx_close(ferry_ctx_t *ctx)
         for (int r = 0; r < ctx->size; r++)
             free(ctx->peers[r].eps);
     free(ctx->peers);
+    free(ctx->ctrl_q);
+    free(ctx->ctrl_blocked);
+    ctx->ctrl_q = NULL;
+    ctx->ctrl_blocked = NULL;
+    ctx->ctrl_len = ctx->ctrl_cap = 0;
     ctx->modules = NULL;
     ctx->polled = NULL;
     ctx->peers = NULL;
@@ -382,5 +610,5 @@ int btl_ctx_progress(ferry_ctx_t *ctx)
             return rc;
         events += rc;
     }
-    return events;
+    return events + ctrl_drain(ctx);
 }

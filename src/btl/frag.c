@@ -188,10 +188,16 @@ int btl_frags_free(btl_frags_t *frags, ferry_btl_desc_t *des)
 
 /* Describes up to *size bytes of user memory at the convertor's cursor in
  * seg, as far as it is contiguous, registering it through the cache when
- * the caller gave no registration. */
+ * the caller gave no registration.
+ *
+ * Such a registration serves this process's side of a send, put or get, so
+ * it gets local rights only: the cache keeps it after the operation
+ * (leave pinned), and with remote rights a job peer holding its key could
+ * read or write the buffer long after the operation that needed it. With
+ * FERRY_ACCESS_LOCAL alone every transport's target-side check refuses a
+ * key of it (btl_base_check_access wants the remote right). */
 static int frag_in_place(btl_frags_t *frags, btl_frag_t *frag, ferry_btl_reg_t *reg,
-                         ferry_convertor_t *conv, size_t *size, uint32_t access,
-                         ferry_btl_segment_t *seg)
+                         ferry_convertor_t *conv, size_t *size, ferry_btl_segment_t *seg)
 {
     size_t left = ferry_convertor_contig_len(conv);
     size_t len = *size < left ? *size : left;
@@ -200,7 +206,7 @@ static int frag_in_place(btl_frags_t *frags, btl_frag_t *frag, ferry_btl_reg_t *
     seg->len = len;
     if (reg == NULL && len > 0 && frags->rcache != NULL) {
         mem_reg_t *creg;
-        int rc = mem_rcache_get(frags->rcache, ptr, len, access | FERRY_ACCESS_LOCAL, &creg);
+        int rc = mem_rcache_get(frags->rcache, ptr, len, FERRY_ACCESS_LOCAL, &creg);
         if (rc != FERRY_OK && rc != FERRY_ERR_NOT_SUPPORTED)
             return rc;
         if (rc == FERRY_OK) {
@@ -240,8 +246,7 @@ int btl_frags_prepare_src(btl_frags_t *frags, ferry_btl_endpoint_t *ep, ferry_bt
         frag = btl_frag_get(frags, BTL_FRAG_USER);
         if (frag == NULL)
             return FERRY_ERR_NO_RESOURCE;
-        int rc = frag_in_place(frags, frag, reg, conv, &want, FERRY_ACCESS_REMOTE_READ,
-                               &frag->segs[0]);
+        int rc = frag_in_place(frags, frag, reg, conv, &want, &frag->segs[0]);
         if (rc != FERRY_OK) {
             btl_frag_put(frags, frag);
             return rc;
@@ -280,8 +285,7 @@ int btl_frags_prepare_dst(btl_frags_t *frags, ferry_btl_endpoint_t *ep, ferry_bt
     btl_frag_t *frag = btl_frag_get(frags, BTL_FRAG_USER);
     if (frag == NULL)
         return FERRY_ERR_NO_RESOURCE;
-    int rc = frag_in_place(frags, frag, reg, conv, size, FERRY_ACCESS_REMOTE_WRITE,
-                           &frag->segs[1]);
+    int rc = frag_in_place(frags, frag, reg, conv, size, &frag->segs[1]);
     if (rc != FERRY_OK) {
         btl_frag_put(frags, frag);
         return rc;

@@ -8,7 +8,10 @@
  * non-contiguous data into fragments, any size from any position), and
  * register user memory they describe in place through the transport's
  * registration cache (src/mem/rcache.h), which btl_frags_init creates over
- * the module's register_mem and deregister_mem.
+ * the module's register_mem and deregister_mem. Those registrations have
+ * FERRY_ACCESS_LOCAL only: they serve this process's side of an operation,
+ * and no peer can reach them through their keys, during the operation or
+ * while the cache keeps them after it.
  */
 #ifndef BTL_FRAG_H
 #define BTL_FRAG_H

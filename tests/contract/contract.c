@@ -29,6 +29,10 @@ static const ct_case_t ct_cases[] = {
     {"prepare_src_reserve", ct_case_prepare_src_reserve},
     {"put_get", ct_case_put_get},
     {"rdma_bounds", ct_case_rdma_bounds},
+    {"rdma_revoked", ct_case_rdma_revoked},
+    {"rdma_revoke_inflight", ct_case_rdma_revoke_inflight},
+    {"rdma_guess", ct_case_rdma_guess},
+    {"rdma_prepared", ct_case_rdma_prepared},
     {"invalid_args", ct_case_invalid_args},
     {"flush", ct_case_flush},
 };

@@ -326,6 +326,10 @@ ct_result_t ct_case_desc_accounting(ct_suite_t *s);
 ct_result_t ct_case_prepare_src_reserve(ct_suite_t *s);
 ct_result_t ct_case_put_get(ct_suite_t *s);
 ct_result_t ct_case_rdma_bounds(ct_suite_t *s);
+ct_result_t ct_case_rdma_revoked(ct_suite_t *s);
+ct_result_t ct_case_rdma_revoke_inflight(ct_suite_t *s);
+ct_result_t ct_case_rdma_guess(ct_suite_t *s);
+ct_result_t ct_case_rdma_prepared(ct_suite_t *s);
 ct_result_t ct_case_invalid_args(ct_suite_t *s);
 ct_result_t ct_case_flush(ct_suite_t *s);
 

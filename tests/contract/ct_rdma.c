@@ -1,6 +1,6 @@
 /*
  * RDMA cases: put and get of many sizes and offsets, accesses outside a
- * registration, and flush.
+ * registration, attacks through keys that should open nothing, and flush.
  *
  * Each rank exposes a window: one slot per writer rank (so peers never write
  * over each other) and a read-only-by-convention region that gets read from.
@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define CANARY 0xa5
 
@@ -360,6 +361,622 @@ finish:
     dereg_mem(s, ra);
     free(local);
     free(buf);
+    return CT_RESULT_RUN;
+}
+
+/* ---- attacks: revoked, guessed and prepared keys ------------------------------------- */
+
+/*
+ * What a job peer might try with keys that should open nothing: a key kept
+ * after the registration was released (deregister_mem, or mem_free of
+ * memory from mem_alloc), a key made up from other keys (a real key with
+ * some of its bits changed, or the next one it would expect the target to
+ * hand out), and the key of a registration that prepare_src/prepare_dst
+ * made for the target's own operation. Each must be refused with
+ * FERRY_ERR_ACCESS (returned or in the completion), and must not move a
+ * byte: the target checks its memory after the case, and a refused get must
+ * not have written the initiator's buffer.
+ */
+
+#define AT_LEN 64
+#define AT_PAGE 4096
+#define AT_GET_FILL 0x3c
+
+static uint64_t at_seed(int owner, int what)
+{
+    return ct_seed((uint64_t)owner, 0xa7, (uint64_t)what, 0);
+}
+
+/* One put (if the transport puts) and one get (if it gets) that must be
+ * refused; a refused get must leave the local buffer alone. */
+static void at_refused(ct_suite_t *s, int peer, ferry_btl_reg_t *lreg, uint8_t *local,
+                       const char *what, uint64_t addr, const uint8_t *key)
+{
+    rb_attempt_t a = {what, addr, AT_LEN, key, false};
+    if (ct_has(s, FERRY_BTL_FLAG_PUT))
+        rb_try(s, peer, true, lreg, local, &a);
+    if (ct_has(s, FERRY_BTL_FLAG_GET)) {
+        memset(local, AT_GET_FILL, AT_LEN);
+        rb_try(s, peer, false, lreg, local, &a);
+        for (size_t i = 0; i < AT_LEN; i++) {
+            if (!CT_CHECK(s, local[i] == AT_GET_FILL,
+                          "a refused get %s from rank %d wrote byte %zu of the local buffer "
+                          "(0x%02x)",
+                          what, peer, i, local[i]))
+                break;
+        }
+    }
+}
+
+/* The target's own check that refused accesses left buf as ct_fill made it. */
+static void at_check_intact(ct_suite_t *s, const uint8_t *buf, size_t len, uint64_t seed,
+                            const char *what)
+{
+    size_t bad = ct_verify(buf, len, seed, 0);
+    CT_CHECK(s, bad == SIZE_MAX, "target: %s changed by refused accesses at byte %zu (0x%02x)",
+             what, bad, bad != SIZE_MAX ? buf[bad] : 0);
+}
+
+/* A page-aligned buffer of n pages, filled with the stream of seed. */
+static uint8_t *at_pages(size_t n, uint64_t seed)
+{
+    uint8_t *p = aligned_alloc(AT_PAGE, n * AT_PAGE);
+    if (p == NULL) {
+        fprintf(stderr, "contract: out of memory\n");
+        exit(1);
+    }
+    ct_fill(p, n * AT_PAGE, seed, 0);
+    return p;
+}
+
+/* Waits until every rank has done what comes before (a case in two acts). */
+static bool at_sync(ct_suite_t *s, const char *what)
+{
+    int rc = ferry_barrier(s->ctx);
+    return CT_CHECK(s, rc == FERRY_OK, "ferry_barrier %s returned %d (%s)", what, rc,
+                    ferry_strerror(rc));
+}
+
+/*
+ * rdma_revoked. Each rank registers D (deregistered after its key went out)
+ * and, where the transport allocates memory (FERRY_BTL_FLAG_MEM_ALLOC), F
+ * from mem_alloc (freed with mem_free after its key went out); then it
+ * registers D again and allocates G of F's size, so that a key that was
+ * not revoked would find live memory where D and F were (transports reuse
+ * slots and addresses). Every peer's put and get through D's and F's keys
+ * must be refused, and D's and G's bytes stay as the target wrote them.
+ */
+ct_result_t ct_case_rdma_revoked(ct_suite_t *s)
+{
+    uint8_t *d = NULL, *local = NULL, *f = NULL, *g = NULL;
+    ferry_btl_reg_t *dreg = NULL, *dreg2 = NULL, *freg = NULL, *greg = NULL, *lreg = NULL;
+    bool alloc = ct_has(s, FERRY_BTL_FLAG_MEM_ALLOC);
+    bool revokes = !ct_has(s, FERRY_BTL_FLAG_NO_KEY_REVOKE);
+    uint8_t dkey[FERRY_BTL_KEY_MAX] = {0}, fkey[FERRY_BTL_KEY_MAX] = {0};
+    int rc;
+
+    if (rdma_skip(s))
+        return CT_RESULT_SKIP;
+    if (!revokes) {
+        /* Only the revocation check is skipped, and the case with it. */
+        printf("skip %s: transport %s reports FERRY_BTL_FLAG_NO_KEY_REVOKE: its fabric does "
+               "not refuse accesses through released keys (the transport logs why at info "
+               "level)\n",
+               s->case_name, s->attr->name);
+        fflush(stdout);
+        return CT_RESULT_SKIP;
+    }
+    d = at_pages(1, at_seed(s->rank, 1));
+    local = xmalloc(AT_LEN);
+    memset(local, 0, AT_LEN);
+    dreg = reg_mem(s, d, AT_PAGE, FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE);
+    lreg = reg_mem(s, local, AT_LEN, FERRY_ACCESS_LOCAL);
+    if (dreg != NULL)
+        memcpy(dkey, dreg->key, sizeof(dkey));
+    if (alloc) {
+        void *addr = NULL;
+        rc = s->btl->ops->mem_alloc(s->btl, AT_PAGE,
+                                    FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE, &addr,
+                                    &freg);
+        if (CT_CHECK_RC(s, rc, FERRY_OK, "mem_alloc")) {
+            f = addr;
+            memcpy(fkey, freg->key, sizeof(fkey));
+        }
+    } else if (s->rank == 0) {
+        ct_note(s, "transport %s has no mem_alloc: its keys are revoked by deregister_mem only",
+                s->attr->name);
+    }
+
+    ct_case_begin(s, ct_seq_rx, NULL);
+    if (dreg == NULL || lreg == NULL || (alloc && f == NULL))
+        goto finish;
+    if (!ct_exchange_rkey(s, 0, dreg) || (alloc && !ct_exchange_rkey(s, 1, freg)))
+        goto finish;
+    /* Act two: the keys are out; the target revokes them and puts live
+     * memory where they pointed. */
+    dereg_mem(s, dreg);
+    dreg = NULL;
+    dreg2 = reg_mem(s, d, AT_PAGE, FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE);
+    if (alloc) {
+        void *addr = NULL;
+        CT_CHECK_RC(s, s->btl->ops->mem_free(s->btl, freg), FERRY_OK, "mem_free");
+        freg = NULL;
+        f = NULL;
+        rc = s->btl->ops->mem_alloc(s->btl, AT_PAGE,
+                                    FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE, &addr,
+                                    &greg);
+        if (CT_CHECK_RC(s, rc, FERRY_OK, "mem_alloc after mem_free")) {
+            g = addr;
+            ct_fill(g, AT_PAGE, at_seed(s->rank, 2), 0);
+        }
+    }
+    if (!at_sync(s, "after the revocations"))
+        goto finish;
+    for (int i = 0; i < s->nreach; i++) {
+        int r = s->reach[i];
+        const ct_rkey_t *dk = &s->peer[r].rkey[0];
+        at_refused(s, r, lreg, local, "through a deregistered registration's key", dk->addr,
+                   dk->key);
+        if (alloc) {
+            const ct_rkey_t *fk = &s->peer[r].rkey[1];
+            at_refused(s, r, lreg, local, "through the key of memory freed with mem_free",
+                       fk->addr, fk->key);
+        }
+    }
+finish:
+    ct_case_finish(s);
+    at_check_intact(s, d, AT_PAGE, at_seed(s->rank, 1), "the memory re-registered after "
+                    "deregister_mem");
+    if (g != NULL)
+        at_check_intact(s, g, AT_PAGE, at_seed(s->rank, 2), "memory from mem_alloc after "
+                        "mem_free");
+    if (greg != NULL)
+        CT_CHECK_RC(s, s->btl->ops->mem_free(s->btl, greg), FERRY_OK, "mem_free");
+    if (freg != NULL)
+        CT_CHECK_RC(s, s->btl->ops->mem_free(s->btl, freg), FERRY_OK, "mem_free");
+    dereg_mem(s, dreg2);
+    dereg_mem(s, dreg);
+    dereg_mem(s, lreg);
+    free(local);
+    free(d);
+    return CT_RESULT_RUN;
+}
+
+/*
+ * rdma_revoke_inflight. Revocation while accesses are on their way: every
+ * rank starts puts into the window W and gets from the region G of itself
+ * and the next two ranks, and at once deregisters its own W and G, while
+ * theirs are in flight to it, and unmaps G. Each access then either
+ * happened inside the live registration or is refused: a put that
+ * completes FERRY_OK must be wholly in W (the target reports which slots
+ * hold their writer's bytes), a get that completes FERRY_OK must have read
+ * G's bytes, W must hold nothing but the canary and writers' bytes, and the
+ * target must not crash reading memory it unmapped. Any other status than
+ * FERRY_OK and FERRY_ERR_ACCESS fails.
+ */
+#define IF_SLOTS 16
+#define IF_SLOT 8192
+#define IF_TARGETS 3 /* this rank and the next two */
+
+static uint64_t if_seed(int writer, int target, int slot)
+{
+    return ct_seed((uint64_t)writer, (uint64_t)target, 0x1f, (uint64_t)slot);
+}
+
+/* Slot k of W written by the rank at distance d before its target. */
+static uint8_t *if_slot(uint8_t *w, int d, int k)
+{
+    return w + ((size_t)d * IF_SLOTS + (size_t)k) * IF_SLOT;
+}
+
+ct_result_t ct_case_rdma_revoke_inflight(ct_suite_t *s)
+{
+    bool put = ct_has(s, FERRY_BTL_FLAG_PUT), get = ct_has(s, FERRY_BTL_FLAG_GET);
+    const size_t wlen = (size_t)IF_TARGETS * IF_SLOTS * IF_SLOT, glen = IF_SLOTS * IF_SLOT;
+    const size_t nops = (size_t)IF_TARGETS * IF_SLOTS;
+    uint8_t *w, *g, *src, *dst;
+    ferry_btl_reg_t *wreg, *greg, *lsrc, *ldst;
+    ct_op_t **puts, **gets;
+    int targets[IF_TARGETS];
+    int ntargets = 0;
+    size_t refused_at_start = 0;
+
+    if (rdma_skip(s))
+        return CT_RESULT_SKIP;
+    if (ct_has(s, FERRY_BTL_FLAG_NO_KEY_REVOKE)) {
+        printf("skip %s: transport %s reports FERRY_BTL_FLAG_NO_KEY_REVOKE\n", s->case_name,
+               s->attr->name);
+        fflush(stdout);
+        return CT_RESULT_SKIP;
+    }
+    w = at_pages(wlen / AT_PAGE, 0);
+    memset(w, CANARY, wlen);
+    g = mmap(NULL, glen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (g == MAP_FAILED) {
+        fprintf(stderr, "contract: out of memory\n");
+        exit(1);
+    }
+    ct_fill(g, glen, at_seed(s->rank, 6), 0);
+    src = xmalloc(nops * IF_SLOT);
+    dst = xmalloc(nops * IF_SLOT);
+    puts = calloc(nops, sizeof(*puts));
+    gets = calloc(nops, sizeof(*gets));
+    if (puts == NULL || gets == NULL) {
+        fprintf(stderr, "contract: out of memory\n");
+        exit(1);
+    }
+    for (int d = 0; d < IF_TARGETS; d++) {
+        int t = (s->rank + d) % s->size;
+        bool dup = false;
+        for (int j = 0; j < ntargets; j++)
+            dup = dup || targets[j] == t;
+        if (!dup && s->peer[t].reachable)
+            targets[ntargets++] = t;
+    }
+    for (int j = 0; j < ntargets; j++)
+        for (int k = 0; k < IF_SLOTS; k++)
+            ct_fill(src + ((size_t)j * IF_SLOTS + (size_t)k) * IF_SLOT, IF_SLOT,
+                    if_seed(s->rank, targets[j], k), 0);
+    memset(dst, 0, nops * IF_SLOT);
+    wreg = reg_mem(s, w, wlen, FERRY_ACCESS_REMOTE_WRITE);
+    greg = reg_mem(s, g, glen, FERRY_ACCESS_REMOTE_READ);
+    lsrc = reg_mem(s, src, nops * IF_SLOT, FERRY_ACCESS_LOCAL);
+    ldst = reg_mem(s, dst, nops * IF_SLOT, FERRY_ACCESS_LOCAL);
+
+    ct_case_begin(s, ct_seq_rx, NULL);
+    if (wreg == NULL || greg == NULL || lsrc == NULL || ldst == NULL)
+        goto finish;
+    if (!ct_exchange_rkey(s, 0, wreg) || !ct_exchange_rkey(s, 1, greg) ||
+        !at_sync(s, "before the accesses"))
+        goto finish;
+    for (int k = 0; k < IF_SLOTS; k++) {
+        for (int j = 0; j < ntargets; j++) {
+            int t = targets[j], d = (t - s->rank + s->size) % s->size;
+            size_t i = (size_t)j * IF_SLOTS + (size_t)k;
+            const ct_rkey_t *wk = &s->peer[t].rkey[0];
+            const ct_rkey_t *gk = &s->peer[t].rkey[1];
+            int rc = FERRY_OK;
+            uint64_t waddr = wk->addr + ((uint64_t)d * IF_SLOTS + (uint64_t)k) * IF_SLOT;
+            if (put && !ct_put_start(s, t, lsrc, src + i * IF_SLOT, IF_SLOT, waddr, IF_SLOT,
+                                     wk->key, false, false, &rc, &puts[i]))
+                goto finish;
+            CT_CHECK(s, rc == FERRY_OK || rc == FERRY_ERR_ACCESS,
+                     "a put to rank %d returned %d (%s)", t, rc, ferry_strerror(rc));
+            refused_at_start += put && rc != FERRY_OK;
+            if (get && !ct_get_start(s, t, ldst, dst + i * IF_SLOT, IF_SLOT,
+                                     gk->addr + (uint64_t)k * IF_SLOT, IF_SLOT, gk->key, false,
+                                     false, &rc, &gets[i]))
+                goto finish;
+            CT_CHECK(s, rc == FERRY_OK || rc == FERRY_ERR_ACCESS,
+                     "a get from rank %d returned %d (%s)", t, rc, ferry_strerror(rc));
+            refused_at_start += get && rc != FERRY_OK;
+        }
+        if (k == IF_SLOTS / 4) {
+            /* The peers' accesses to this rank are on their way now. */
+            dereg_mem(s, wreg);
+            dereg_mem(s, greg);
+            wreg = greg = NULL;
+            munmap(g, glen);
+            g = NULL;
+        }
+    }
+    ct_wait_ops(s, "the accesses of a revocation in flight");
+    {
+        /* How much of the race ran: accesses before and after each revocation. */
+        size_t ok[2] = {0, 0}, refused[2] = {0, 0};
+        for (size_t i = 0; i < (size_t)ntargets * IF_SLOTS; i++) {
+            ct_op_t *ops[2] = {puts[i], gets[i]};
+            for (int x = 0; x < 2; x++) {
+                if (ops[x] != NULL && ops[x]->status == FERRY_OK)
+                    ok[x]++;
+                else if (ops[x] != NULL)
+                    refused[x]++;
+            }
+        }
+        if (s->rank == 0)
+            ct_note(s, "puts: %zu done, %zu refused; gets: %zu done, %zu refused; %zu refused "
+                       "when started",
+                    ok[0], refused[0], ok[1], refused[1], refused_at_start);
+    }
+    for (size_t i = 0; i < (size_t)ntargets * IF_SLOTS; i++) {
+        int t = targets[i / IF_SLOTS];
+        int k = (int)(i % IF_SLOTS);
+        if (gets[i] != NULL) {
+            int st = gets[i]->status;
+            CT_CHECK(s, st == FERRY_OK || st == FERRY_ERR_ACCESS,
+                     "a get from rank %d as it revoked completed with %d (%s)", t, st,
+                     ferry_strerror(st));
+            if (st == FERRY_OK)
+                CT_CHECK(s, ct_verify(dst + i * IF_SLOT, IF_SLOT, at_seed(t, 6),
+                                      (uint64_t)k * IF_SLOT) == SIZE_MAX,
+                         "a get from rank %d that completed FERRY_OK as it revoked read wrong "
+                         "data (slot %d)",
+                         t, k);
+        }
+        if (puts[i] != NULL)
+            CT_CHECK(s, puts[i]->status == FERRY_OK || puts[i]->status == FERRY_ERR_ACCESS,
+                     "a put to rank %d as it revoked completed with %d (%s)", t,
+                     puts[i]->status, ferry_strerror(puts[i]->status));
+    }
+    /* The target's view of W, slot by slot, for each writer: the bits of
+     * the slots that hold all of their writer's bytes, which every writer
+     * then compares with what its puts were told. */
+    if (put) {
+        uint64_t landed = 0;
+        for (int d = 0; d < IF_TARGETS; d++) {
+            int writer = (s->rank - d + s->size) % s->size;
+            if (d > 0 && writer == s->rank)
+                break;
+            for (int k = 0; k < IF_SLOTS; k++) {
+                const uint8_t *sl = if_slot(w, d, k);
+                uint64_t seed = if_seed(writer, s->rank, k);
+                size_t whole = 0;
+                for (size_t b = 0; b < IF_SLOT; b++) {
+                    uint8_t want = ct_pattern_byte(seed, b);
+                    if (sl[b] == want) {
+                        whole++;
+                    } else if (!CT_CHECK(s, sl[b] == CANARY,
+                                         "target: slot %d of writer rank %d holds a byte "
+                                         "neither the canary nor the writer's (byte %zu: "
+                                         "0x%02x)",
+                                         k, writer, b, sl[b])) {
+                        break;
+                    }
+                }
+                if (whole == IF_SLOT)
+                    landed |= 1ull << (d * IF_SLOTS + k);
+            }
+        }
+        uint8_t nokey[FERRY_BTL_KEY_MAX] = {0};
+        if (ct_exchange_rkey_raw(s, 2, landed, 0, nokey)) {
+            for (size_t i = 0; i < (size_t)ntargets * IF_SLOTS; i++) {
+                int t = targets[i / IF_SLOTS], k = (int)(i % IF_SLOTS);
+                int d = (t - s->rank + s->size) % s->size;
+                bool there = (s->peer[t].rkey[2].addr >> (d * IF_SLOTS + k)) & 1u;
+                if (puts[i] != NULL && puts[i]->status == FERRY_OK)
+                    CT_CHECK(s, there,
+                             "a put to rank %d (slot %d) completed FERRY_OK as it revoked, "
+                             "but its bytes are not all there: lost",
+                             t, k);
+            }
+        }
+    }
+finish:
+    ct_case_finish(s);
+    dereg_mem(s, ldst);
+    dereg_mem(s, lsrc);
+    dereg_mem(s, greg);
+    dereg_mem(s, wreg);
+    if (g != NULL)
+        munmap(g, glen);
+    free(gets);
+    free(puts);
+    free(dst);
+    free(src);
+    free(w);
+    return CT_RESULT_RUN;
+}
+
+/* The most keys at_guesses makes of one. */
+#define AT_STEPS 8
+#define AT_MAX_GUESSES (AT_STEPS * FERRY_BTL_KEY_MAX / 4 + 2 * FERRY_BTL_KEY_MAX)
+
+enum { AT_COUNT = 1u << 0, AT_FLIP = 1u << 1 };
+
+/* Keys a peer would try given key: with AT_COUNT each little-endian 32-bit
+ * word of it 1 to AT_STEPS higher (a counter or a generation: what the
+ * target hands out next), with AT_FLIP each byte with its low or its high
+ * bit flipped (every bit of a key must count). */
+static size_t at_guesses(const uint8_t *key, size_t khs, unsigned kinds,
+                         uint8_t (*out)[FERRY_BTL_KEY_MAX])
+{
+    size_t n = 0;
+    for (size_t w = 0; (kinds & AT_COUNT) && w + 4 <= khs; w += 4) {
+        for (uint32_t step = 1; step <= AT_STEPS; step++) {
+            uint32_t v;
+            memcpy(out[n], key, FERRY_BTL_KEY_MAX);
+            memcpy(&v, key + w, sizeof(v));
+            v += step;
+            memcpy(out[n] + w, &v, sizeof(v));
+            n++;
+        }
+    }
+    for (size_t b = 0; (kinds & AT_FLIP) && b < khs; b++) {
+        memcpy(out[n], key, FERRY_BTL_KEY_MAX);
+        out[n][b] ^= 0x01;
+        n++;
+        memcpy(out[n], key, FERRY_BTL_KEY_MAX);
+        out[n][b] ^= 0x80;
+        n++;
+    }
+    return n;
+}
+
+/* Tries every guess at_guesses makes of key (kinds) at addr on peer. */
+static void at_try_guesses(ct_suite_t *s, int peer, ferry_btl_reg_t *lreg, uint8_t *local,
+                           uint8_t (*guess)[FERRY_BTL_KEY_MAX], const uint8_t *key,
+                           unsigned kinds, uint64_t addr, const char *from)
+{
+    size_t n = at_guesses(key, s->attr->reg_handle_size, kinds, guess);
+    char what[128];
+    for (size_t k = 0; k < n; k++) {
+        snprintf(what, sizeof(what), "with key guess %zu made from %s", k, from);
+        at_refused(s, peer, lreg, local, what, addr, guess[k]);
+    }
+}
+
+/*
+ * rdma_guess. Each rank registers A and R and sends both keys; deregisters
+ * R and registers N, then M, over the same memory (what a target does all
+ * the time: a slot is reused, a counter moves on), and sends only their
+ * address. A peer that knows A's and R's keys tries every key at_guesses
+ * makes of them against N and M, and of A against A: none may open
+ * anything. A transport whose keys carry random bits drawn per registration
+ * passes; one whose keys are a slot and a counter does not.
+ */
+ct_result_t ct_case_rdma_guess(ct_suite_t *s)
+{
+    size_t khs = s->attr->reg_handle_size;
+    uint8_t *a = NULL, *m = NULL, *local = NULL;
+    ferry_btl_reg_t *areg = NULL, *rreg = NULL, *nreg = NULL, *mreg = NULL, *lreg = NULL;
+    uint8_t (*guess)[FERRY_BTL_KEY_MAX] = NULL;
+    const uint32_t rw = FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE;
+
+    if (rdma_skip(s))
+        return CT_RESULT_SKIP;
+    if (khs == 0) {
+        printf("skip %s: transport %s has keys of 0 bytes\n", s->case_name, s->attr->name);
+        fflush(stdout);
+        return CT_RESULT_SKIP;
+    }
+    a = at_pages(1, at_seed(s->rank, 3));
+    m = at_pages(1, at_seed(s->rank, 4));
+    local = xmalloc(AT_LEN);
+    memset(local, 0, AT_LEN);
+    guess = calloc(AT_MAX_GUESSES, sizeof(*guess));
+    if (guess == NULL) {
+        fprintf(stderr, "contract: out of memory\n");
+        exit(1);
+    }
+    areg = reg_mem(s, a, AT_PAGE, rw);
+    rreg = reg_mem(s, m, AT_PAGE, rw);
+    lreg = reg_mem(s, local, AT_LEN, FERRY_ACCESS_LOCAL);
+
+    ct_case_begin(s, ct_seq_rx, NULL);
+    if (areg == NULL || rreg == NULL || lreg == NULL)
+        goto finish;
+    if (!ct_exchange_rkey(s, 0, areg) || !ct_exchange_rkey(s, 1, rreg))
+        goto finish;
+    dereg_mem(s, rreg);
+    rreg = NULL;
+    nreg = reg_mem(s, m, AT_PAGE, rw);
+    if (nreg != NULL) {
+        dereg_mem(s, nreg);
+        nreg = NULL;
+    }
+    mreg = reg_mem(s, m, AT_PAGE, rw);
+    nreg = reg_mem(s, m, AT_PAGE, rw);
+    if (mreg == NULL || nreg == NULL || !at_sync(s, "after the new registrations"))
+        goto finish;
+    for (int i = 0; i < s->nreach; i++) {
+        int r = s->reach[i];
+        const ct_rkey_t *ak = &s->peer[r].rkey[0];
+        const ct_rkey_t *rk = &s->peer[r].rkey[1];
+        /* Three targets each (itself, the next two ranks) are plenty to
+         * show it, and keep sixteen ranks quick. */
+        if ((r - s->rank + s->size) % s->size > 2)
+            continue;
+        at_try_guesses(s, r, lreg, local, guess, rk->key, AT_COUNT | AT_FLIP, rk->addr,
+                       "a released key, at memory registered since");
+        at_try_guesses(s, r, lreg, local, guess, ak->key, AT_FLIP, ak->addr,
+                       "a live key, at its memory");
+        at_try_guesses(s, r, lreg, local, guess, ak->key, AT_COUNT, rk->addr,
+                       "a live key, at memory registered since");
+        /* The real key still works: the guesses were refused for what they
+         * were, not because the endpoint broke. */
+        if (ct_has(s, FERRY_BTL_FLAG_GET)) {
+            CT_CHECK(s, ct_get_all(s, r, lreg, local, AT_LEN, ak->addr, ak->key),
+                     "a get from rank %d with its real key after the guesses failed", r);
+            CT_CHECK(s, ct_verify(local, AT_LEN, at_seed(r, 3), 0) == SIZE_MAX,
+                     "a get from rank %d with its real key read wrong data", r);
+        }
+    }
+finish:
+    ct_case_finish(s);
+    at_check_intact(s, a, AT_PAGE, at_seed(s->rank, 3), "a live registration");
+    at_check_intact(s, m, AT_PAGE, at_seed(s->rank, 4), "memory registered anew");
+    dereg_mem(s, nreg);
+    dereg_mem(s, mreg);
+    dereg_mem(s, rreg);
+    dereg_mem(s, areg);
+    dereg_mem(s, lreg);
+    free(guess);
+    free(local);
+    free(m);
+    free(a);
+    return CT_RESULT_RUN;
+}
+
+/*
+ * rdma_prepared. Each rank has prepare_src and prepare_dst (RDMA, no
+ * registration given) describe buffers P and Q in place, so the transport
+ * registers them for its own use, and sends the keys the descriptors carry
+ * to every peer: gets and puts through them must be refused while the
+ * descriptors live, and again after they are freed, when a registration
+ * cache keeps the registrations for the next operation (leave pinned).
+ */
+ct_result_t ct_case_rdma_prepared(ct_suite_t *s)
+{
+    uint8_t *pq = NULL, *local = NULL;
+    ferry_btl_reg_t *lreg = NULL;
+    ferry_btl_desc_t *src = NULL, *dst = NULL;
+    ferry_convertor_t conv;
+    size_t sz;
+    int rc;
+
+    if (rdma_skip(s))
+        return CT_RESULT_SKIP;
+    pq = at_pages(2, at_seed(s->rank, 5));
+    local = xmalloc(AT_LEN);
+    memset(local, 0, AT_LEN);
+    lreg = reg_mem(s, local, AT_LEN, FERRY_ACCESS_LOCAL);
+    sz = AT_PAGE;
+    ferry_convertor_init_contig(&conv, pq, AT_PAGE);
+    rc = s->btl->ops->prepare_src(s->btl, s->peer[s->reach[0]].ep, NULL, &conv, 0, &sz,
+                                  FERRY_BTL_PREP_RDMA, &src);
+    if (CT_CHECK_RC(s, rc, FERRY_OK, "prepare_src(RDMA) of user memory"))
+        s->des_alloc++;
+    else
+        src = NULL;
+    sz = AT_PAGE;
+    ferry_convertor_init_contig(&conv, pq + AT_PAGE, AT_PAGE);
+    rc = s->btl->ops->prepare_dst(s->btl, s->peer[s->reach[0]].ep, NULL, &conv, 0, &sz,
+                                  FERRY_BTL_PREP_RDMA, &dst);
+    if (CT_CHECK_RC(s, rc, FERRY_OK, "prepare_dst(RDMA) of user memory"))
+        s->des_alloc++;
+    else
+        dst = NULL;
+
+    ct_case_begin(s, ct_seq_rx, NULL);
+    if (src == NULL || dst == NULL || lreg == NULL)
+        goto finish;
+    if (!ct_exchange_rkey_raw(s, 0, src->src[0].addr, src->src[0].len, src->src[0].key) ||
+        !ct_exchange_rkey_raw(s, 1, dst->dst[0].addr, dst->dst[0].len, dst->dst[0].key))
+        goto finish;
+    for (int act = 0; act < 2; act++) {
+        if (act == 1) {
+            /* Freed: the operation is over, its registration may live on. */
+            ct_free_des(s, src);
+            ct_free_des(s, dst);
+            src = dst = NULL;
+            if (!at_sync(s, "after freeing the prepared descriptors"))
+                break;
+        }
+        for (int i = 0; i < s->nreach; i++) {
+            int r = s->reach[i];
+            const ct_rkey_t *pk = &s->peer[r].rkey[0];
+            const ct_rkey_t *qk = &s->peer[r].rkey[1];
+            at_refused(s, r, lreg, local,
+                       act == 0 ? "through the key of a prepare_src descriptor"
+                                : "through the key of a freed prepare_src descriptor",
+                       pk->addr, pk->key);
+            at_refused(s, r, lreg, local,
+                       act == 0 ? "through the key of a prepare_dst descriptor"
+                                : "through the key of a freed prepare_dst descriptor",
+                       qk->addr, qk->key);
+        }
+    }
+finish:
+    ct_case_finish(s);
+    if (src != NULL)
+        ct_free_des(s, src);
+    if (dst != NULL)
+        ct_free_des(s, dst);
+    at_check_intact(s, pq, 2 * AT_PAGE, at_seed(s->rank, 5),
+                    "memory prepare_src and prepare_dst described");
+    dereg_mem(s, lreg);
+    free(local);
+    free(pq);
     return CT_RESULT_RUN;
 }
 

@@ -12,6 +12,7 @@
  *   fr_helper bigout N        prints N numbered lines
  *   fr_helper abort CODE      rank 0 sends PMI abort with CODE, the others wait
  *   fr_helper nofinalize      rank 0 exits 0 at once, the others wait at a barrier
+ *                             and print its answer
  *   fr_helper pmi             puts, gets, bad requests, barrier, finalize
  *   fr_helper longline        rank 0 sends an endless request line
  *   fr_helper bind            prints the CPUs the rank may run on
@@ -455,7 +456,9 @@ int main(int argc, char **argv)
         if (rank == 0) {
             return 0;
         }
-        pmi_barrier();
+        char ans[256];
+        pmi_call("cmd=barrier_in\n", "cmd=barrier_out", ans, sizeof(ans));
+        printf("rank %d barrier: %s\n", rank, ans);
         return 0;
     }
     if (strcmp(mode, "pmi") == 0) {

@@ -182,6 +182,14 @@ nofinalize)
     expect_fast 20
     expect_ranks_gone
     ;;
+nofinalize_keepgoing)
+    run --keep-going -n 3 "$HELPER" nofinalize
+    expect_status 0
+    expect_err "rank 0 exited while [12] rank(s) wait at a PMI barrier it never entered; the barrier fails"
+    expect_out "rank 1 barrier: cmd=barrier_out rc=-1 msg=rank_left"
+    expect_out "rank 2 barrier: cmd=barrier_out rc=-1 msg=rank_left"
+    expect_fast 20
+    ;;
 pmi)
     run -n 4 "$HELPER" pmi
     expect_status 0

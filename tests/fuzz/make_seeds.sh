@@ -94,6 +94,63 @@ seed pmi_client fd_bad_answers \
 seed pmi_client fd_bad_header \
 "\000$hello$puts${fence}cmd=get_result rc=0 value=99.7.a\n$none"
 
+# ---- rkey: a byte of flags (module, rank, repair the header, raddr from
+# the base), raddr and len (8 bytes each), the rights needed, then the
+# packed key (src/api/rkey.h): header, entries, key bytes. Numbers are
+# little-endian; the stand-in context is rank 1 of 4 with modules sm, tcp
+# and tcp.
+oct() { printf '\\%03o' "$1"; }
+le() { # le BYTES VALUE: VALUE (decimal or 0x..) as BYTES little-endian bytes
+    n=$1 v=$(($2)) out=""
+    while [ "$n" -gt 0 ]; do
+        out="$out$(oct $((v & 255)))"
+        v=$((v >> 8))
+        n=$((n - 1))
+    done
+    printf '%s' "$out"
+}
+fnv() { # FNV-1a of a name, as api_rkey_name_hash
+    h=2166136261 s=$1
+    while [ -n "$s" ]; do
+        c=$(printf '%d' "'${s%"${s#?}"}")
+        h=$(( ((h ^ c) * 16777619) & 0xffffffff ))
+        s=${s#?}
+    done
+    echo "$h"
+}
+zeros() { i=0; out=""; while [ $i -lt "$1" ]; do out="$out\\000"; i=$((i + 1)); done; printf '%s' "$out"; }
+keybytes() { # keybytes N SEED: N bytes counting up from SEED
+    i=0 out=""
+    while [ $i -lt "$1" ]; do out="$out$(oct $((($2 + i) & 255)))"; i=$((i + 1)); done
+    printf '%s' "$out"
+}
+rk_hdr() { # rk_hdr N_ENTRIES OWNER ACCESS BASE LEN
+    printf '%s' "$(le 4 0x59454b52)$(le 2 1)$(le 2 "$1")$(le 4 "$2")$(le 4 "$3")$(le 8 "$4")$(le 8 "$5")"
+}
+rk_entry() { # rk_entry NAME INSTANCE KEY_LEN KEY_SEED
+    printf '%s' "$(le 4 "$(fnv "$1")")$(oct "$2")$(oct "$3")$(zeros 2)$(keybytes "$3" "$4")"
+}
+rk_in() { # rk_in FLAGS RADDR LEN NEED
+    printf '%s' "$(oct "$1")$(le 8 "$2")$(le 8 "$3")$(oct "$4")"
+}
+BASE=0x7f0000001000
+SM=$(rk_entry sm 0 16 1)
+TCP0=$(rk_entry tcp 0 24 40)
+TCP1=$(rk_entry tcp 1 24 80)
+# rank 1 (flags bits 2-3 = 01), module sm, put 64 bytes at base + 16.
+seed rkey sm_put "$(rk_in 0x24 16 64 4)$(rk_hdr 3 1 6 $BASE 4096)$SM$TCP0$TCP1"
+seed rkey tcp0_get "$(rk_in 0x25 0 4096 2)$(rk_hdr 3 1 6 $BASE 4096)$SM$TCP0$TCP1"
+seed rkey tcp1_get "$(rk_in 0x26 4000 96 2)$(rk_hdr 3 1 2 $BASE 4096)$SM$TCP0$TCP1"
+seed rkey missing_module "$(rk_in 0x26 0 8 2)$(rk_hdr 2 1 6 $BASE 4096)$SM$TCP0"
+seed rkey past_end "$(rk_in 0x24 4090 16 4)$(rk_hdr 3 1 6 $BASE 4096)$SM$TCP0$TCP1"
+seed rkey before_base "$(rk_in 0x04 $((BASE - 1)) 2 2)$(rk_hdr 3 1 6 $BASE 4096)$SM$TCP0$TCP1"
+seed rkey read_only "$(rk_in 0x24 0 8 4)$(rk_hdr 3 1 2 $BASE 4096)$SM$TCP0$TCP1"
+seed rkey other_owner "$(rk_in 0x08 $BASE 8 2)$(rk_hdr 3 1 6 $BASE 4096)$SM$TCP0$TCP1"
+seed rkey wrap "$(rk_in 0x20 0xfff0 64 2)$(rk_hdr 1 1 6 0x7fffffffffff0000 0xffff)$SM"
+seed rkey key_too_long "$(rk_in 0x24 0 8 2)$(rk_hdr 2 1 6 $BASE 4096)$(rk_entry tcp 0 200 7)$SM"
+seed rkey many_entries "$(rk_in 0x24 0 8 2)$(rk_hdr 65535 1 6 $BASE 4096)$SM$SM$SM$SM$SM$SM$SM$SM"
+seed rkey bad_magic "$(rk_in 0x04 $BASE 8 2)$(zeros 32)$SM"
+
 # ---- modex_values: the first byte picks the reader. 0: a PMIx value (two
 # bytes of type, little-endian: 27 is PMIX_BYTE_OBJECT, 3 PMIX_STRING; a
 # flags byte, 1 claiming a size past the limit; the bytes). 1: tcp's

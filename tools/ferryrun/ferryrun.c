@@ -22,7 +22,9 @@
  * (128 + signal number for a signal). --timeout ends the job the same way
  * with status 124, as timeout(1) does. A rank that leaves while others wait
  * at a barrier it never entered also ends the job (status 1), since that
- * barrier could never complete. ferryrun's own errors exit with 1, bad usage
+ * barrier could never complete; with --keep-going the barrier fails instead
+ * (rc=-1 msg=rank_left to each rank waiting, and to each that enters one
+ * later). ferryrun's own errors exit with 1, bad usage
  * with 2, a program that cannot be executed with 127.
  *
  * When the job is over, shared-memory files under /dev/shm whose names
@@ -780,6 +782,22 @@ static long long fr_check_barrier(fr_job_t *job, long long now)
             } else if (again == 0 || r->pmi_closed_ms + FR_CLOSED_GRACE_MS < again) {
                 again = r->pmi_closed_ms + FR_CLOSED_GRACE_MS;
             }
+        }
+        if (how != NULL && job->opt.keep_going) {
+            /* The others go on: they hear that the barrier failed, and so
+             * does every later one (this rank never comes back). */
+            fprintf(stderr,
+                    "ferryrun: rank %d %s while %d rank(s) wait at a PMI barrier it never "
+                    "entered; the barrier fails\n",
+                    r->rank, how, job->n_barrier);
+            for (int k = 0; k < job->opt.np; k++) {
+                if (job->ranks[k].in_barrier) {
+                    job->ranks[k].in_barrier = false;
+                    fr_pmi_answer(job, &job->ranks[k], "cmd=barrier_out rc=-1 msg=rank_left\n");
+                }
+            }
+            job->n_barrier = 0;
+            return 0;
         }
         if (how != NULL) {
             fprintf(stderr,

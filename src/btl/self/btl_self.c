@@ -13,8 +13,10 @@
  * pressure when the fragment pools run dry) and a handler that sends cannot
  * recurse without bound.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "btl/base.h"
 #include "btl/frag.h"
@@ -28,16 +30,21 @@ typedef enum { SELF_OP_SEND, SELF_OP_PUT, SELF_OP_GET } self_op_t;
 typedef struct self_module self_module_t;
 
 typedef struct self_reg {
-    ferry_btl_reg_t base; /* key holds {slot, generation} */
+    ferry_btl_reg_t base; /* key holds a self_key_t */
     uint32_t magic;
     uint32_t slot;
     uint32_t gen;
+    uint64_t nonce;
 } self_reg_t;
 
-/* The key a self registration hands out. */
+/* The key a self registration hands out: where to find it (slot), which of
+ * the slot's registrations it is (generation), and 64 random bits drawn for
+ * it, so that knowing keys of other registrations says nothing of this
+ * one's: a key is not guessed, only given. */
 typedef struct self_key {
     uint32_t slot;
     uint32_t gen;
+    uint64_t nonce;
 } self_key_t;
 
 struct ferry_btl_endpoint {
@@ -62,6 +69,20 @@ static self_module_t *self_of(ferry_btl_module_t *btl)
 }
 
 /* ---- registration ---- */
+
+/* 64 bits from the kernel's random source (getrandom never returns short
+ * for 8 bytes once the pool is ready; EINTR is retried). */
+static int draw_nonce(ferry_btl_module_t *btl, uint64_t *out)
+{
+    ssize_t n;
+    do {
+        n = getrandom(out, sizeof(*out), 0);
+    } while (n < 0 && errno == EINTR);
+    if (n == (ssize_t)sizeof(*out))
+        return FERRY_OK;
+    return rt_log_errno(&btl->ctx->log, "self: getrandom for a registration key",
+                        n < 0 ? errno : EIO);
+}
 
 static int self_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *base,
                              size_t len, uint32_t access, ferry_btl_reg_t **reg_out)
@@ -93,13 +114,17 @@ static int self_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, 
     self_reg_t *reg = calloc(1, sizeof(*reg));
     if (reg == NULL)
         return FERRY_ERR_NO_MEMORY;
+    if ((rc = draw_nonce(btl, &reg->nonce)) != FERRY_OK) {
+        free(reg);
+        return rc;
+    }
     reg->magic = SELF_REG_MAGIC;
     reg->slot = slot;
     reg->gen = ++mod->reg_gen[slot];
     reg->base.base = base;
     reg->base.len = len;
     reg->base.access = access;
-    self_key_t key = {.slot = slot, .gen = reg->gen};
+    self_key_t key = {.slot = slot, .gen = reg->gen, .nonce = reg->nonce};
     memcpy(reg->base.key, &key, sizeof(key));
     mod->regs[slot] = reg;
     *reg_out = &reg->base;
@@ -125,7 +150,7 @@ static const ferry_btl_reg_t *reg_lookup(const self_module_t *mod, const uint8_t
     self_key_t key;
     memcpy(&key, keybytes, sizeof(key));
     if (key.slot >= mod->nregs || mod->regs[key.slot] == NULL ||
-        mod->regs[key.slot]->gen != key.gen)
+        mod->regs[key.slot]->gen != key.gen || mod->regs[key.slot]->nonce != key.nonce)
         return NULL;
     return &mod->regs[key.slot]->base;
 }

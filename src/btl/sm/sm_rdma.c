@@ -218,7 +218,15 @@ static int rdma_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_desc
         return FERRY_OK;
     }
     if (ep->rank == mod->super.ctx->rank) {
-        /* Our own memory: a plain copy. */
+        /* Our own memory: a plain copy, once this module's own table says
+         * the key is live. The shared table checked above holds no key's
+         * random bits, so it alone would let a made-up key through. */
+        sm_key_t key;
+        memcpy(&key, remote->key, sizeof(key));
+        if (sm_target_check(mod, &key, remote->addr, len, put) != FERRY_OK) {
+            sm_complete(mod, frag, FERRY_ERR_ACCESS);
+            return FERRY_OK;
+        }
         if (put)
             memmove(ferry_btl_seg_ptr(remote), ferry_btl_seg_ptr(local), len);
         else

@@ -1,0 +1,65 @@
+/*
+ * The packed remote key (ferry_rkey_t): what ferry_mem_rkey writes and a
+ * peer sends back with its puts and gets. Its bytes come from outside (the
+ * application got them from a peer), so api_rkey_resolve checks every field
+ * before it uses one; tests/fuzz/fuzz_rkey.c feeds it arbitrary keys.
+ *
+ * Layout, in host byte order (ranks of one job share an architecture): a
+ * header, then n_entries entries, each followed by its key_len key bytes,
+ * all within FERRY_RKEY_SIZE bytes.
+ */
+#ifndef API_RKEY_H
+#define API_RKEY_H
+
+#include <stdint.h>
+
+#include <ferry/ferry.h>
+
+#include "btl/ctx.h"
+
+#define API_RKEY_MAGIC 0x59454b52u /* "RKEY" */
+#define API_RKEY_VERSION 1
+
+typedef struct api_rkey_header {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t n_entries;
+    int32_t owner;   /* the rank whose memory it is */
+    uint32_t access; /* FERRY_ACCESS_* of the registration */
+    uint64_t base;   /* the registration's range */
+    uint64_t len;
+} api_rkey_header_t;
+
+/* One transport's key, found again by the transport's name and which of its
+ * modules it is. */
+typedef struct api_rkey_entry {
+    uint32_t name_hash; /* api_rkey_name_hash of the transport's name */
+    uint8_t instance;   /* which module of that transport */
+    uint8_t key_len;    /* at most FERRY_BTL_KEY_MAX */
+} api_rkey_entry_t;
+
+/* FNV-1a of a transport's name. */
+static inline uint32_t api_rkey_name_hash(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s != '\0'; s++)
+        h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+/* The module's index among the open modules of its transport. */
+uint8_t api_rkey_module_instance(const ferry_ctx_t *ctx, int m);
+
+/*
+ * Finds in rkey the key for module m (ctx->modules[m]) reaching rank dst,
+ * after checking that the key is well formed, belongs to dst, and covers
+ * [raddr, raddr + len) with the rights need. On success the key is in
+ * key_out (FERRY_BTL_KEY_MAX bytes, zero past the transport's key).
+ * FERRY_ERR_INVALID for a key that is not well formed, or is of another
+ * rank or lacks module m's key (logged); FERRY_ERR_ACCESS for a range or
+ * rights it does not cover. key_out is written only on success.
+ */
+int api_rkey_resolve(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t *rkey,
+                     uint64_t raddr, size_t len, uint32_t need, uint8_t *key_out);
+
+#endif /* API_RKEY_H */
