@@ -829,6 +829,16 @@ ct_result_t ct_case_rdma_guess(ct_suite_t *s)
         fflush(stdout);
         return CT_RESULT_SKIP;
     }
+    /* A fabric that does not refuse released keys checks no key ferry made
+     * up either: its keys are its own, and the transport's fields in them
+     * (range, rights) are the initiator's check only. */
+    if (ct_has(s, FERRY_BTL_FLAG_NO_KEY_REVOKE)) {
+        printf("skip %s: transport %s reports FERRY_BTL_FLAG_NO_KEY_REVOKE: its fabric checks "
+               "keys by its own rules, not ferry's\n",
+               s->case_name, s->attr->name);
+        fflush(stdout);
+        return CT_RESULT_SKIP;
+    }
     a = at_pages(1, at_seed(s->rank, 3));
     m = at_pages(1, at_seed(s->rank, 4));
     local = xmalloc(AT_LEN);
