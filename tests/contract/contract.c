@@ -31,6 +31,10 @@ static const ct_case_t ct_cases[] = {
     {"rdma_bounds", ct_case_rdma_bounds},
     {"invalid_args", ct_case_invalid_args},
     {"flush", ct_case_flush},
+    {"atomic_counter", ct_case_atomic_counter},
+    {"atomic_lock", ct_case_atomic_lock},
+    {"atomic_ops", ct_case_atomic_ops},
+    {"atomic_refusals", ct_case_atomic_refusals},
 };
 #define CT_NCASES (sizeof(ct_cases) / sizeof(ct_cases[0]))
 

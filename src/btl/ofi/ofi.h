@@ -43,6 +43,7 @@
 #include <rdma/fi_rma.h>
 
 #include "btl/base.h"
+#include "btl/base_atomic.h"
 #include "btl/frag.h"
 #include "util/list.h"
 #include "util/pool.h"
@@ -61,7 +62,9 @@
 /* Message types in ofi_hdr_t. */
 enum {
     OFI_T_DATA = 1,  /* an active message */
-    OFI_T_CLOSE = 2  /* the sender finalized: its silence from now on is no failure */
+    OFI_T_CLOSE = 2, /* the sender finalized: its silence from now on is no failure */
+    OFI_T_AMO_REQ = 3,   /* an atomic for the target to execute: btl_amo_msg_t */
+    OFI_T_AMO_ANSWER = 4 /* its answer: btl_amo_msg_t */
 };
 
 /* Leads every message. src is the sender's rank, checked against the job
@@ -158,6 +161,7 @@ struct ferry_btl_endpoint {
     uint32_t tx_seq;     /* seq of our next message to the peer */
     uint32_t rx_seq;     /* seq of the peer's next message to deliver */
     util_list_t held;    /* ofi_held_t, by seq */
+    btl_amo_ep_t amo;    /* atomics, executed by the target (ofi_atomic.c) */
 };
 
 typedef struct ofi_params {
@@ -174,6 +178,7 @@ typedef struct ofi_params {
     const char *mr_mode;
     long long exclusivity;
     size_t free_list_num, free_list_max, free_list_inc;
+    size_t atomic_slots;
 } ofi_params_t;
 
 struct ofi_module {
@@ -196,6 +201,7 @@ struct ofi_module {
     util_list_t sending;        /* endpoints with a queue */
     util_list_t completed;      /* fragments whose completion is due */
     btl_frags_t frags;
+    btl_amo_module_t amo;       /* atomics (ofi_atomic.c) */
     util_pool_t rma_ctxs;       /* ofi_opctx_t for put/get */
     bool rma_ctxs_ready;
     util_list_t rma_posted;     /* RMA contexts given to libfabric */
@@ -289,6 +295,26 @@ void ofi_rdma_done(ofi_module_t *mod, ofi_opctx_t *oc, int status);
  * provider, which may never answer for a dead peer (shm); their contexts
  * stay posted until the provider returns them or the endpoint closes. */
 void ofi_rdma_abandon(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status);
+
+/* ofi_atomic.c */
+extern const btl_amo_hooks_t ofi_amo_hooks;
+/* An atomic request or answer arrived in order from ep (body: the message
+ * after its ofi_hdr_t). */
+void ofi_amo_deliver(ofi_module_t *mod, ferry_btl_endpoint_t *ep, uint8_t type,
+                     const unsigned char *body, size_t len);
+/* Sends the answers owed to ep that the provider takes; returns how many. */
+int ofi_amo_send_owed(ofi_module_t *mod, ferry_btl_endpoint_t *ep);
+int ofi_atomic_op(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, uint64_t raddr,
+                  const uint8_t *rkey, ferry_btl_atomic_op_t op, uint64_t operand,
+                  uint32_t flags, ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata);
+int ofi_atomic_fop(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                   uint64_t raddr, ferry_btl_reg_t *lreg, const uint8_t *rkey,
+                   ferry_btl_atomic_op_t op, uint64_t operand, uint32_t flags,
+                   ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata);
+int ofi_atomic_cswap(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                     uint64_t raddr, ferry_btl_reg_t *lreg, const uint8_t *rkey,
+                     uint64_t compare, uint64_t value, uint32_t flags, ferry_btl_rdma_cb_t cb,
+                     void *cbctx, void *cbdata);
 
 /* ofi_module.c */
 int ofi_module_open(ferry_ctx_t *ctx, const ofi_params_t *p, struct fi_info *info, int index,

@@ -109,6 +109,7 @@ void ofi_ep_fail_pending(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status
     while ((it = util_list_pop_front(&ep->queue)) != NULL)
         ofi_complete(mod, UTIL_CONTAINER_OF(it, btl_frag_t, link), status);
     ep->stalled_since_ns = 0;
+    btl_amo_ep_fail(&mod->amo, &ep->amo, status);
 }
 
 void ofi_ep_fail(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status, const char *why)

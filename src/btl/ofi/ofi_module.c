@@ -136,7 +136,9 @@ static int ofi_progress(ferry_btl_module_t *btl)
                 UTIL_CONTAINER_OF(it, ferry_btl_endpoint_t, sending_link);
             it = util_list_next(&mod->sending, it);
             n += ofi_drain_queue(mod, ep, now);
-            if (util_list_empty(&ep->queue)) {
+            if (util_list_empty(&ep->queue))
+                n += ofi_amo_send_owed(mod, ep);
+            if (util_list_empty(&ep->queue) && !btl_amo_owes(&ep->amo)) {
                 util_list_remove(&mod->sending, &ep->sending_link);
                 ep->sending = false;
             }
@@ -144,6 +146,7 @@ static int ofi_progress(ferry_btl_module_t *btl)
     }
     if (!util_list_empty(&mod->completed))
         n += run_completions(mod);
+    n += btl_amo_progress(btl, &mod->amo);
     n += btl_base_progress_reports(&mod->super);
     return n;
 }
@@ -161,6 +164,8 @@ static int ofi_flush(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep)
          * FERRY_OFI_SEND_TIMEOUT (queued work) or through an error
          * completion from the provider, which completes what is pending. */
         int rc = btl_base_wait_inflight(btl, &e->rdma_inflight);
+        if (rc == FERRY_OK)
+            rc = btl_base_wait_inflight(btl, &e->amo.ninflight);
         if (rc != FERRY_OK)
             return rc;
     }
@@ -240,6 +245,7 @@ static int ofi_finalize(ferry_btl_module_t *btl)
         ofi_rdma_done(mod, UTIL_CONTAINER_OF(util_list_first(&mod->rma_posted), ofi_opctx_t, link),
                       FERRY_ERR_CANCELED);
     run_completions(mod);
+    btl_amo_module_fini(btl, &mod->amo);
     /* The pools first: their registration cache deregisters through us. */
     int rc = btl_frags_fini(&mod->frags);
     ofi_rx_fini(mod);
@@ -257,6 +263,8 @@ static int ofi_finalize(ferry_btl_module_t *btl)
             util_list_item_t *it;
             while (ep != NULL && (it = util_list_pop_front(&ep->held)) != NULL)
                 free(UTIL_CONTAINER_OF(it, ofi_held_t, link));
+            if (ep != NULL)
+                btl_amo_ep_fini(&mod->amo, &ep->amo);
             free(ep);
         }
     free(mod->eps);
@@ -286,6 +294,9 @@ static const ferry_btl_ops_t ofi_ops = {
     .deregister_mem = ofi_deregister_mem,
     .mem_alloc = btl_base_unsupported_mem_alloc,
     .mem_free = btl_base_unsupported_mem_free,
+    .atomic_op = ofi_atomic_op,
+    .atomic_fop = ofi_atomic_fop,
+    .atomic_cswap = ofi_atomic_cswap,
     .flush = ofi_flush,
     .progress = ofi_progress,
     .dump = ofi_dump,
@@ -392,6 +403,7 @@ static int ofi_init(ferry_btl_module_t *btl, void *argp)
     mod->next_req_key = 1;
     util_list_init(&mod->sending);
     util_list_init(&mod->completed);
+    btl_amo_module_init(&mod->amo, &ofi_amo_hooks, mod->p.atomic_slots);
     util_list_init(&mod->rma_posted);
     if (arg->index == 0)
         snprintf(mod->modex_key, sizeof(mod->modex_key), "btl.ofi");
@@ -474,8 +486,10 @@ int ofi_module_open(ferry_ctx_t *ctx, const ofi_params_t *p, struct fi_info *inf
         .bandwidth = native ? 10000 : 1000,
         .flags = FERRY_BTL_FLAG_SEND | FERRY_BTL_FLAG_SEND_INPLACE | FERRY_BTL_FLAG_PUT |
                  FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI |
-                 (key_gap != NULL ? FERRY_BTL_FLAG_NO_KEY_REVOKE : 0u),
+                 (key_gap != NULL ? FERRY_BTL_FLAG_NO_KEY_REVOKE : 0u) |
+                 FERRY_BTL_FLAG_ATOMIC_OPS | FERRY_BTL_FLAG_ATOMIC_FOPS,
         .reg_handle_size = sizeof(ofi_key_t),
+        .atomic_flags = BTL_ATOMIC_SUPPORTS_CPU,
         .mem_per_peer = 64, /* an address vector entry and an endpoint */
     };
     const btl_frag_params_t fp = {

@@ -221,6 +221,10 @@ static void deliver(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const ofi_hdr_t
         ofi_ep_fail_pending(mod, ep, FERRY_ERR_UNREACH);
         return;
     }
+    if (h->type == OFI_T_AMO_REQ || h->type == OFI_T_AMO_ANSWER) {
+        ofi_amo_deliver(mod, ep, h->type, buf + sizeof(*h), len - sizeof(*h));
+        return;
+    }
     ferry_btl_segment_t seg = {
         .addr = (uint64_t)(uintptr_t)(buf + sizeof(*h)),
         .len = len - sizeof(*h),
@@ -274,7 +278,8 @@ static void handle_msg(ofi_module_t *mod, const unsigned char *buf, size_t len)
     }
     memcpy(&h, buf, sizeof(h));
     if (h.magic != OFI_HDR_MAGIC || h.src >= (uint32_t)mod->nranks ||
-        (h.type != OFI_T_DATA && h.type != OFI_T_CLOSE) ||
+        (h.type != OFI_T_DATA && h.type != OFI_T_CLOSE && h.type != OFI_T_AMO_REQ &&
+         h.type != OFI_T_AMO_ANSWER) ||
         (h.type == OFI_T_DATA && h.tag >= FERRY_BTL_TAG_BTL_MIN)) {
         rt_log(&mod->super.ctx->log, RT_LOG_WARN,
                "ofi: malformed message (magic 0x%x, source %u, type %u, tag %u, %zu bytes); "
