@@ -138,7 +138,7 @@ static int rdma_start(tcp_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_des
      * initiator that keeps within it is never paused, so two peers getting
      * from each other cannot stop each other. */
     size_t len = des->src[0].len;
-    if (ep->rdma_inflight >= mod->p.rdma_max_inflight ||
+    if (ep->rdma_inflight + btl_amo_inflight(&ep->amo) >= mod->p.rdma_max_inflight ||
         (op == TCP_OP_GET && ep->get_inflight_bytes > 0 &&
          (ep->get_inflight_bytes >= mod->p.sendq_max ||
           len > mod->p.sendq_max - ep->get_inflight_bytes)))
@@ -215,6 +215,10 @@ static int atomic_start(tcp_module_t *mod, ferry_btl_endpoint_t *ep, void *local
         return rc;
     if (ep->deleted || ep->state == TCP_EP_CLOSED || ep->state == TCP_EP_FAILED)
         return FERRY_ERR_UNREACH;
+    /* Atomics count in the answers a target owes the peer with its puts
+     * and gets (tcp_io.c, owed_over): the same budget holds. */
+    if (ep->rdma_inflight + btl_amo_inflight(&ep->amo) >= mod->p.rdma_max_inflight)
+        return FERRY_ERR_NO_RESOURCE;
     if (ep->state == TCP_EP_NEW && tcp_ep_connect(mod, ep) != FERRY_OK)
         return FERRY_ERR_UNREACH;
     if (ep->state == TCP_EP_FAILED)
