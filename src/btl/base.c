@@ -268,29 +268,6 @@ const char *btl_base_atomic_consistency(const ferry_btl_attr_t *attr, const ferr
     return NULL;
 }
 
-int btl_base_atomic_check(const ferry_btl_module_t *btl, uint32_t op, bool cswap,
-                          uint64_t raddr, uint32_t flags)
-{
-    if ((flags & ~(uint32_t)FERRY_BTL_ATOMIC_FLAG_32BIT) != 0)
-        return FERRY_ERR_INVALID;
-    uint32_t af = btl->attr.atomic_flags;
-    if (!cswap) {
-        uint32_t bit = ferry_btl_atomic_supports_bit(op);
-        if (bit == 0)
-            return FERRY_ERR_INVALID;
-        if ((af & bit) == 0)
-            return FERRY_ERR_NOT_SUPPORTED;
-    } else if ((af & FERRY_BTL_ATOMIC_SUPPORTS_CSWAP) == 0) {
-        return FERRY_ERR_NOT_SUPPORTED;
-    }
-    bool w32 = (flags & FERRY_BTL_ATOMIC_FLAG_32BIT) != 0;
-    if (w32 && (af & FERRY_BTL_ATOMIC_SUPPORTS_32BIT) == 0)
-        return FERRY_ERR_NOT_SUPPORTED;
-    if ((raddr & (w32 ? 3u : 7u)) != 0)
-        return FERRY_ERR_INVALID;
-    return FERRY_OK;
-}
-
 int btl_base_unsupported_atomic_op(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
                                    uint64_t raddr, const uint8_t *rkey, ferry_btl_atomic_op_t op,
                                    uint64_t operand, uint32_t flags, ferry_btl_rdma_cb_t cb,

@@ -144,8 +144,30 @@ const char *btl_base_atomic_consistency(const ferry_btl_attr_t *attr,
  * flags known (else FERRY_ERR_INVALID), op an operation (INVALID) that
  * attr.atomic_flags has (NOT_SUPPORTED; cswap: CSWAP is there), the width
  * supported (NOT_SUPPORTED) and raddr naturally aligned for it (INVALID). */
-int btl_base_atomic_check(const ferry_btl_module_t *btl, uint32_t op, bool cswap,
-                          uint64_t raddr, uint32_t flags);
+static inline int btl_base_atomic_check(const ferry_btl_module_t *btl, uint32_t op, bool cswap,
+                                        uint64_t raddr, uint32_t flags)
+{
+    if ((flags & ~(uint32_t)FERRY_BTL_ATOMIC_FLAG_32BIT) != 0)
+        return FERRY_ERR_INVALID;
+    uint32_t af = btl->attr.atomic_flags;
+    if (!cswap) {
+        /* Add first: the operation nearly every caller uses. */
+        uint32_t bit = op == FERRY_BTL_ATOMIC_ADD ? (uint32_t)FERRY_BTL_ATOMIC_SUPPORTS_ADD
+                                                  : ferry_btl_atomic_supports_bit(op);
+        if (bit == 0)
+            return FERRY_ERR_INVALID;
+        if ((af & bit) == 0)
+            return FERRY_ERR_NOT_SUPPORTED;
+    } else if ((af & FERRY_BTL_ATOMIC_SUPPORTS_CSWAP) == 0) {
+        return FERRY_ERR_NOT_SUPPORTED;
+    }
+    bool w32 = (flags & FERRY_BTL_ATOMIC_FLAG_32BIT) != 0;
+    if (w32 && (af & FERRY_BTL_ATOMIC_SUPPORTS_32BIT) == 0)
+        return FERRY_ERR_NOT_SUPPORTED;
+    if ((raddr & (w32 ? 3u : 7u)) != 0)
+        return FERRY_ERR_INVALID;
+    return FERRY_OK;
+}
 
 /* The access check every transport makes before touching memory for a peer:
  * [addr, addr + len) inside [reg->base, reg->base + reg->len) with every

@@ -35,6 +35,7 @@ static const ct_case_t ct_cases[] = {
     {"atomic_lock", ct_case_atomic_lock},
     {"atomic_ops", ct_case_atomic_ops},
     {"atomic_refusals", ct_case_atomic_refusals},
+    {"atomic_revoke", ct_case_atomic_revoke},
 };
 #define CT_NCASES (sizeof(ct_cases) / sizeof(ct_cases[0]))
 

@@ -18,6 +18,8 @@
  *   missing-right, released and wrong keys, unknown operations and flags:
  *   refused with a clear status, the target's memory unchanged, the
  *   endpoint still working.
+ * - atomic_revoke: a key that worked (and may be cached) is refused once
+ *   its registration is released, and writes nothing.
  * A module without atomics skips them saying so; an operation a module does
  * not list in attr.atomic_flags is skipped by name.
  */
@@ -772,5 +774,75 @@ ct_result_t ct_case_atomic_refusals(ct_suite_t *s)
     ar_run(s, false);
     if (ct_has(s, FERRY_BTL_FLAG_MEM_ALLOC))
         ar_run(s, true);
+    return CT_RESULT_RUN;
+}
+
+/* ---- atomic_revoke ---------------------------------------------------------------------- */
+
+/* A key that worked (and that a transport may have cached: sm keeps the last
+ * heap key per peer) is refused once its owner releases the registration,
+ * and nothing is written through it. */
+static void rv_run(ct_suite_t *s, bool heap)
+{
+    at_win_t w;
+    if (!at_win_open(s, &w, 4096, FERRY_ACCESS_REMOTE_ATOMIC, heap))
+        return;
+    memset(w.base, 0, w.len);
+    uint8_t *keep = w.base; /* ordinary memory stays ours after the release */
+    ct_case_begin(s, ct_seq_rx, NULL);
+    if (!ct_exchange_rkey(s, 0, w.reg))
+        goto finish;
+    for (int i = 0; i < s->nreach; i++) {
+        int r = s->reach[i];
+        const ct_rkey_t *rk = &s->peer[r].rkey[0];
+        int rc;
+        for (int k = 0; k < 3; k++) {
+            at_fetch(s, r, FERRY_BTL_ATOMIC_ADD, 1, false, rk->addr, rk->key, &rc);
+            CT_CHECK_RC(s, rc, FERRY_OK, "an atomic before the release");
+        }
+    }
+    CT_CHECK_RC(s, ferry_barrier(s->ctx), FERRY_OK, "ferry_barrier before the release");
+    uint64_t before = *(uint64_t *)w.base;
+    if (heap) {
+        at_win_close(s, &w);
+        keep = NULL;
+    } else {
+        CT_CHECK_RC(s, s->btl->ops->deregister_mem(s->btl, w.reg), FERRY_OK, "deregister_mem");
+        w.reg = NULL;
+    }
+    CT_CHECK_RC(s, ferry_barrier(s->ctx), FERRY_OK, "ferry_barrier after the release");
+    for (int i = 0; i < s->nreach; i++) {
+        int r = s->reach[i];
+        const ct_rkey_t *rk = &s->peer[r].rkey[0];
+        int rc;
+        at_fetch(s, r, FERRY_BTL_ATOMIC_ADD, 1000, false, rk->addr, rk->key, &rc);
+        CT_CHECK(s, rc == FERRY_ERR_ACCESS,
+                 "a fetch-and-add through rank %d's released %s key: %d (%s), not "
+                 "FERRY_ERR_ACCESS",
+                 r, heap ? "mem_alloc" : "ordinary", rc, ferry_strerror(rc));
+        at_req_t q = {.kind = AT_OP, .op = FERRY_BTL_ATOMIC_ADD, .operand = 1000,
+                      .raddr = rk->addr + 8, .key = rk->key};
+        rc = at_do(s, r, &q);
+        CT_CHECK(s, rc == FERRY_ERR_ACCESS,
+                 "an add through rank %d's released key: %d (%s), not FERRY_ERR_ACCESS", r, rc,
+                 ferry_strerror(rc));
+    }
+finish:
+    ct_case_finish(s);
+    if (keep != NULL) {
+        CT_CHECK(s, *(uint64_t *)keep == before && *(uint64_t *)(keep + 8) == 0,
+                 "atomics through a released key changed the memory (%llu, was %llu)",
+                 (unsigned long long)*(uint64_t *)keep, (unsigned long long)before);
+        free(keep);
+    }
+}
+
+ct_result_t ct_case_atomic_revoke(ct_suite_t *s)
+{
+    if (at_skip(s))
+        return CT_RESULT_SKIP;
+    rv_run(s, false);
+    if (ct_has(s, FERRY_BTL_FLAG_MEM_ALLOC))
+        rv_run(s, true);
     return CT_RESULT_RUN;
 }

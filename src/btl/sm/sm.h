@@ -253,6 +253,17 @@ struct ferry_btl_endpoint {
     /* Atomics on the peer's ordinary memory, executed by it (and its
      * atomics we execute): the generic path's state. */
     btl_amo_ep_t amo;
+    /* The heap registration of the peer's that an atomic used last: its key,
+     * what the table said of it and where it lies in our mapping. Valid
+     * while the table entry keeps the key's generation (one load) and the
+     * mapping stays (heap_map and sm_ep_unmap_heaps clear it). */
+    struct {
+        sm_key_t key;
+        uint64_t base, len;
+        uint32_t access;
+        bool valid;
+        unsigned char *there; /* our address of base */
+    } hcache;
 };
 
 /* A registration of ours. What peers may do with it is decided from this

@@ -65,6 +65,7 @@ static unsigned char *heap_map(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint3
         return NULL;
     if (ep->nheaps == SM_HEAP_MAPS) {
         /* The oldest mapping goes; a later access maps it again. */
+        ep->hcache.valid = false;
         munmap(ep->heaps[0].base, ep->heaps[0].len);
         memmove(&ep->heaps[0], &ep->heaps[1], (SM_HEAP_MAPS - 1) * sizeof(ep->heaps[0]));
         ep->nheaps--;
@@ -75,6 +76,7 @@ static unsigned char *heap_map(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint3
 
 void sm_ep_unmap_heaps(ferry_btl_endpoint_t *ep)
 {
+    ep->hcache.valid = false;
     for (int i = 0; i < ep->nheaps; i++)
         munmap(ep->heaps[i].base, ep->heaps[i].len);
     ep->nheaps = 0;
@@ -670,24 +672,44 @@ static int atomic_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, void *local,
             btl_atomic_store_result(local, w32, old);
         return FERRY_BTL_DONE;
     }
-    rc = sm_ep_connect(mod, ep);
-    if (rc != FERRY_OK)
+    if (ep->state != SM_EP_CONNECTED && (rc = sm_ep_connect(mod, ep)) != FERRY_OK)
         return rc;
-    sm_reg_view_t view = {.heap_id = 0};
-    rc = sm_check_peer_key(peer_table(ep), ep->peer_reg_slots, rkey, raddr, size,
-                           FERRY_ACCESS_REMOTE_ATOMIC, &view);
-    if (rc != FERRY_OK)
-        return rc;
-    unsigned char *heap = view.heap_id != 0 ? heap_map(mod, ep, view.heap_id, view.heap_len)
-                                            : NULL;
-    if (heap == NULL)
-        return btl_amo_start(&mod->super, &mod->amo, ep, local, lreg, raddr, rkey, op, operand,
-                             compare, flags, cswap, fetch, cb, cbctx, cbdata);
-    there = heap + view.heap_off + (raddr - (uint64_t)(uintptr_t)view.reg.base);
+    const sm_reg_entry_t *table = peer_table(ep);
+    sm_key_t key;
+    memcpy(&key, rkey, sizeof(key));
+    if (ep->hcache.valid && memcmp(&key, &ep->hcache.key, sizeof(key)) == 0 &&
+        atomic_load_explicit(&table[key.slot].gen, memory_order_acquire) == key.gen) {
+        /* The entry is the one checked before (its generation changes
+         * with every rewrite): only the range and the right are new. */
+        if ((ep->hcache.access & FERRY_ACCESS_REMOTE_ATOMIC) == 0 || raddr < ep->hcache.base ||
+            raddr - ep->hcache.base > ep->hcache.len - size || ep->hcache.len < size)
+            return FERRY_ERR_ACCESS;
+        there = ep->hcache.there + (raddr - ep->hcache.base);
+    } else {
+        sm_reg_view_t view;
+        rc = sm_check_peer_key(table, ep->peer_reg_slots, rkey, raddr, size,
+                               FERRY_ACCESS_REMOTE_ATOMIC, &view);
+        if (rc != FERRY_OK)
+            return rc;
+        unsigned char *heap =
+            view.heap_id != 0 ? heap_map(mod, ep, view.heap_id, view.heap_len) : NULL;
+        if (heap == NULL)
+            return btl_amo_start(&mod->super, &mod->amo, ep, local, lreg, raddr, rkey, op,
+                                 operand, compare, flags, cswap, fetch, cb, cbctx, cbdata);
+        uint64_t rbase = (uint64_t)(uintptr_t)view.reg.base;
+        ep->hcache.key = key;
+        ep->hcache.base = rbase;
+        ep->hcache.len = view.reg.len;
+        ep->hcache.access = view.reg.access;
+        ep->hcache.there = heap + view.heap_off;
+        ep->hcache.valid = true;
+        there = ep->hcache.there + (raddr - rbase);
+    }
     uint64_t old = btl_atomic_apply(there, w32, cswap, op, operand, compare);
     /* As for a put into the heap: a registration withdrawn meanwhile makes
-     * the operation not count (its memory may be another's by now). */
-    if (!sm_peer_key_live(peer_table(ep), ep->peer_reg_slots, rkey))
+     * the operation not count (its memory may be another's by now). The key
+     * passed the table's check above, so its slot is in range. */
+    if (atomic_load_explicit(&table[key.slot].gen, memory_order_acquire) != key.gen)
         return FERRY_ERR_ACCESS;
     if (fetch)
         btl_atomic_store_result(local, w32, old);
