@@ -121,6 +121,9 @@ static inline const char *ferry_btl_flag_help(uint32_t flag)
  * LXOR store 1 or 0. Every module's atomics are CPU atomics on the target's
  * memory (FERRY_BTL_ATOMIC_SUPPORTS_GLOB), so they are atomic with each other
  * across modules and with the target's own CPU atomics on that address.
+ * Only completion orders: an atomic may take effect before a put, get or
+ * atomic started earlier that has not completed (self and sm apply heap
+ * atomics inside the call, while puts may wait in a queue).
  */
 typedef enum {
     FERRY_BTL_ATOMIC_ADD = 0x0001,
