@@ -793,6 +793,8 @@ static void rv_run(ct_suite_t *s, bool heap)
         return;
     memset(w.base, 0, w.len);
     uint8_t *keep = w.base; /* ordinary memory stays ours after the release */
+    uint64_t before = 0;
+    bool released = false;
     ct_case_begin(s, ct_seq_rx, NULL);
     if (!ct_exchange_rkey(s, 0, w.reg))
         goto finish;
@@ -806,7 +808,8 @@ static void rv_run(ct_suite_t *s, bool heap)
         }
     }
     CT_CHECK_RC(s, ferry_barrier(s->ctx), FERRY_OK, "ferry_barrier before the release");
-    uint64_t before = *(uint64_t *)w.base;
+    before = *(uint64_t *)w.base;
+    released = true;
     if (heap) {
         at_win_close(s, &w);
         keep = NULL;
@@ -833,12 +836,14 @@ static void rv_run(ct_suite_t *s, bool heap)
     }
 finish:
     ct_case_finish(s);
-    if (keep != NULL) {
+    if (!released)
+        at_win_close(s, &w);
+    else if (keep != NULL)
         CT_CHECK(s, *(uint64_t *)keep == before && *(uint64_t *)(keep + 8) == 0,
                  "atomics through a released key changed the memory (%llu, was %llu)",
                  (unsigned long long)*(uint64_t *)keep, (unsigned long long)before);
+    if (released && keep != NULL)
         free(keep);
-    }
 }
 
 ct_result_t ct_case_atomic_revoke(ct_suite_t *s)
