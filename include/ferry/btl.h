@@ -68,11 +68,12 @@ struct ferry_bitmap;
     X(SEND_INPLACE, 1, "send_inplace", "prepare_src may send from user memory")           \
     X(PUT, 2, "put", "one-sided put")                                                     \
     X(GET, 3, "get", "one-sided get")                                                     \
-    X(ATOMICS, 4, "atomics", "remote atomic operations")                                  \
+    X(ATOMIC_OPS, 4, "atomic_ops", "atomic_op and atomic_cswap (attr.atomic_flags says which)") \
     X(SENDI, 5, "sendi", "sendi can succeed (not the unsupported stub)")                  \
     X(MEM_ALLOC, 6, "mem_alloc", "mem_alloc gives memory peers reach faster")             \
     X(NO_KEY_REVOKE, 7, "no_key_revoke",                                                  \
-      "a released registration's key is not refused (a limit)")
+      "a released registration's key is not refused (a limit)")                           \
+    X(ATOMIC_FOPS, 8, "atomic_fops", "atomic_fop, fetching the old value")
 
 #define FERRY_BTL_FLAG_ENUM_(name, bit, text, help) FERRY_BTL_FLAG_##name = 1u << (bit),
 #define FERRY_BTL_FLAG_BIT_(name, bit, text, help) | (1u << (bit))
@@ -107,6 +108,98 @@ static inline const char *ferry_btl_flag_help(uint32_t flag)
     return NULL;
 }
 
+/*
+ * Remote atomics (Open MPI's BTL atomics, value for value: an Open MPI
+ * component maps its mca_btl_base_atomic_op_t, MCA_BTL_ATOMIC_FLAG_* and
+ * MCA_BTL_ATOMIC_SUPPORTS_* onto these by a cast).
+ *
+ * An atomic works on a 64-bit integer, or a 32-bit one with
+ * FERRY_BTL_ATOMIC_FLAG_32BIT, at a naturally aligned address inside a
+ * registration of the target that carries FERRY_ACCESS_REMOTE_ATOMIC.
+ * Operands and results are taken and written at that width (a 32-bit result
+ * is 4 bytes at local). MIN and MAX compare as signed integers; LAND, LOR and
+ * LXOR store 1 or 0. Every module's atomics are CPU atomics on the target's
+ * memory (FERRY_BTL_ATOMIC_SUPPORTS_GLOB), so they are atomic with each other
+ * across modules and with the target's own CPU atomics on that address.
+ * Only completion orders: an atomic may take effect before a put, get or
+ * atomic started earlier that has not completed (self and sm apply heap
+ * atomics inside the call, while puts may wait in a queue).
+ */
+typedef enum {
+    FERRY_BTL_ATOMIC_ADD = 0x0001,
+    FERRY_BTL_ATOMIC_AND = 0x0011,
+    FERRY_BTL_ATOMIC_OR = 0x0012,
+    FERRY_BTL_ATOMIC_XOR = 0x0014,
+    FERRY_BTL_ATOMIC_LAND = 0x0015,
+    FERRY_BTL_ATOMIC_LOR = 0x0016,
+    FERRY_BTL_ATOMIC_LXOR = 0x0017,
+    FERRY_BTL_ATOMIC_SWAP = 0x001a,
+    FERRY_BTL_ATOMIC_MIN = 0x0020,
+    FERRY_BTL_ATOMIC_MAX = 0x0021
+} ferry_btl_atomic_op_t;
+
+/* Flags of one atomic operation. */
+enum {
+    FERRY_BTL_ATOMIC_FLAG_32BIT = 0x1 /* a 32-bit integer; else 64-bit */
+};
+
+/*
+ * What attr.atomic_flags may hold: the one table of them, as
+ * FERRY_BTL_FLAG_MAP. X(NAME, value, "name", op) defines
+ * FERRY_BTL_ATOMIC_SUPPORTS_<NAME> = value; op is the operation the bit
+ * stands for (0 for the bits that name no single operation).
+ */
+#define FERRY_BTL_ATOMIC_SUPPORTS_MAP(X)                                                   \
+    X(ADD, 0x00000001u, "add", FERRY_BTL_ATOMIC_ADD)                                       \
+    X(AND, 0x00000200u, "and", FERRY_BTL_ATOMIC_AND)                                       \
+    X(OR, 0x00000400u, "or", FERRY_BTL_ATOMIC_OR)                                          \
+    X(XOR, 0x00000800u, "xor", FERRY_BTL_ATOMIC_XOR)                                       \
+    X(LAND, 0x00001000u, "land", FERRY_BTL_ATOMIC_LAND)                                    \
+    X(LOR, 0x00002000u, "lor", FERRY_BTL_ATOMIC_LOR)                                       \
+    X(LXOR, 0x00004000u, "lxor", FERRY_BTL_ATOMIC_LXOR)                                    \
+    X(SWAP, 0x00010000u, "swap", FERRY_BTL_ATOMIC_SWAP)                                    \
+    X(MIN, 0x00100000u, "min", FERRY_BTL_ATOMIC_MIN)                                       \
+    X(MAX, 0x00200000u, "max", FERRY_BTL_ATOMIC_MAX)                                       \
+    X(32BIT, 0x01000000u, "32bit", 0)                                                      \
+    X(CSWAP, 0x10000000u, "cswap", 0)                                                      \
+    X(GLOB, 0x20000000u, "glob", 0)
+
+#define FERRY_BTL_ATOMIC_SUPPORTS_ENUM_(name, value, text, op)                              \
+    FERRY_BTL_ATOMIC_SUPPORTS_##name = (value),
+#define FERRY_BTL_ATOMIC_SUPPORTS_BIT_(name, value, text, op) | (value)
+enum {
+    FERRY_BTL_ATOMIC_SUPPORTS_MAP(FERRY_BTL_ATOMIC_SUPPORTS_ENUM_)
+    /* Every bit the table defines. */
+    FERRY_BTL_ATOMIC_SUPPORTS_KNOWN =
+        0u FERRY_BTL_ATOMIC_SUPPORTS_MAP(FERRY_BTL_ATOMIC_SUPPORTS_BIT_)
+};
+#undef FERRY_BTL_ATOMIC_SUPPORTS_ENUM_
+#undef FERRY_BTL_ATOMIC_SUPPORTS_BIT_
+
+/* The name of one bit of attr.atomic_flags ("add"), or NULL for a value that
+ * is not exactly one bit of the table. */
+static inline const char *ferry_btl_atomic_supports_name(uint32_t bit)
+{
+#define FERRY_BTL_ATOMIC_SUPPORTS_NAME_(name, value, text, op)                              \
+    if (bit == (value))                                                                    \
+        return text;
+    FERRY_BTL_ATOMIC_SUPPORTS_MAP(FERRY_BTL_ATOMIC_SUPPORTS_NAME_)
+#undef FERRY_BTL_ATOMIC_SUPPORTS_NAME_
+    return NULL;
+}
+
+/* The bit of attr.atomic_flags that says op is supported, or 0 for a value
+ * that is no operation of ferry_btl_atomic_op_t. */
+static inline uint32_t ferry_btl_atomic_supports_bit(uint32_t op)
+{
+#define FERRY_BTL_ATOMIC_SUPPORTS_OP_(name, value, text, opv)                               \
+    if ((opv) != 0 && op == (uint32_t)(opv))                                               \
+        return (value);
+    FERRY_BTL_ATOMIC_SUPPORTS_MAP(FERRY_BTL_ATOMIC_SUPPORTS_OP_)
+#undef FERRY_BTL_ATOMIC_SUPPORTS_OP_
+    return 0;
+}
+
 /* Limits and capabilities, as data. */
 typedef struct ferry_btl_attr {
     const char *name;               /* transport name, e.g. "self" */
@@ -121,6 +214,7 @@ typedef struct ferry_btl_attr {
     uint32_t flags;                 /* FERRY_BTL_FLAG_* */
     size_t reg_handle_size;         /* bytes of key a registration needs (<= KEY_MAX) */
     size_t mem_per_peer;            /* bytes of memory each reachable peer costs */
+    uint32_t atomic_flags;          /* FERRY_BTL_ATOMIC_SUPPORTS_*; 0 without atomics */
 } ferry_btl_attr_t;
 
 /* A piece of memory. Local segments hold a pointer (ferry_btl_seg_ptr);
@@ -150,6 +244,20 @@ struct ferry_btl_reg {
  * when the target refused the address range). */
 typedef void (*ferry_btl_comp_cb_t)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
                                     ferry_btl_desc_t *des, int status);
+
+/* Completion of an atomic (Open MPI's mca_btl_base_rdma_completion_fn_t):
+ * complete at both ends, i.e. the result is at local (fetching atomics) and
+ * the new value is visible at the target to later operations from any rank.
+ * local and lreg are what the operation was started with (NULL for
+ * atomic_op); cbctx and cbdata are the caller's. status as for
+ * ferry_btl_comp_cb_t; with an error, local holds nothing to be used. */
+typedef void (*ferry_btl_rdma_cb_t)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                                    void *local, ferry_btl_reg_t *lreg, void *cbctx,
+                                    void *cbdata, int status);
+
+/* Returned by the atomics when the operation completed inside the call: the
+ * result is already at local and no callback will run for it. */
+#define FERRY_BTL_DONE 1
 
 /* Descriptor flags. */
 enum {
@@ -300,8 +408,42 @@ typedef struct ferry_btl_ops {
      * through its key are refused. */
     int (*mem_free)(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
 
-    /* Progresses until every put/get started on ep (all endpoints when NULL)
-     * has completed. */
+    /* Atomics (optional: btl_base_unsupported_atomic_* where FERRY_BTL_FLAG_
+     * ATOMIC_OPS / ATOMIC_FOPS are not set). raddr is an address of the
+     * target, rkey the key bytes of its registration (reg_handle_size of
+     * them), op one of attr.atomic_flags' operations and flags
+     * FERRY_BTL_ATOMIC_FLAG_*. Returns FERRY_BTL_DONE (complete now; cb not
+     * called), FERRY_OK (accepted; cb runs from progress, flush or
+     * del_procs, and may be NULL: flush still covers the operation),
+     * FERRY_ERR_NO_RESOURCE (nothing started; progress and retry), or
+     * another error with nothing started: FERRY_ERR_INVALID for an unknown
+     * op or flag or a misaligned raddr, FERRY_ERR_NOT_SUPPORTED for an op or
+     * width missing from attr.atomic_flags, FERRY_ERR_ACCESS when the
+     * initiator's own check of the key refuses. A refusal found by the
+     * target (key released, range or right wrong) completes with
+     * FERRY_ERR_ACCESS (FERRY_ERR_INVALID for misalignment). */
+
+    /* (*raddr) = (*raddr) op operand. */
+    int (*atomic_op)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, uint64_t raddr,
+                     const uint8_t *rkey, ferry_btl_atomic_op_t op, uint64_t operand,
+                     uint32_t flags, ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata);
+
+    /* As atomic_op, and the value before it is written to local (4 or 8
+     * bytes; lreg is its registration or NULL). */
+    int (*atomic_fop)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                      uint64_t raddr, ferry_btl_reg_t *lreg, const uint8_t *rkey,
+                      ferry_btl_atomic_op_t op, uint64_t operand, uint32_t flags,
+                      ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata);
+
+    /* If (*raddr) == compare then (*raddr) = value; the value before is
+     * written to local either way. Needs FERRY_BTL_ATOMIC_SUPPORTS_CSWAP. */
+    int (*atomic_cswap)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                        uint64_t raddr, ferry_btl_reg_t *lreg, const uint8_t *rkey,
+                        uint64_t compare, uint64_t value, uint32_t flags,
+                        ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata);
+
+    /* Progresses until every put, get and atomic started on ep (all
+     * endpoints when NULL) has completed. */
     int (*flush)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep);
 
     /* Polls once; returns events handled (>= 0) or a negative status. */

@@ -212,7 +212,18 @@ int ferry_set_error_cb(ferry_ctx_t *ctx, ferry_error_cb_t cb, void *arg);
 enum {
     FERRY_ACCESS_LOCAL = 1u << 0,        /* local source or sink of put/get */
     FERRY_ACCESS_REMOTE_READ = 1u << 1,  /* peers may get from it */
-    FERRY_ACCESS_REMOTE_WRITE = 1u << 2  /* peers may put into it */
+    FERRY_ACCESS_REMOTE_WRITE = 1u << 2, /* peers may put into it */
+    /* Peers may apply atomic operations to it (transport atomics, see
+     * include/ferry/btl.h). Every ferry atomic is a CPU atomic on the
+     * target's memory: done by the initiator's CPU where it maps that memory
+     * (self; sm on ferry_mem_alloc memory), else by the target's own CPU on
+     * the initiator's behalf. So ferry atomics to one address are atomic
+     * with each other, whatever ranks and transports issue them, and with
+     * the target's own __atomic / <stdatomic.h> operations on it. Against
+     * plain puts and the target's plain stores to the same bytes there is
+     * no promise beyond the hardware's: such a mix is a data race and its
+     * outcome is undefined. */
+    FERRY_ACCESS_REMOTE_ATOMIC = 1u << 3
 };
 
 typedef struct ferry_mem ferry_mem_t;

@@ -99,7 +99,7 @@ int ferry_mem_alloc(ferry_ctx_t *ctx, size_t len, unsigned access, void **addr_o
                     ferry_mem_t **mem_out)
 {
     const unsigned known = FERRY_ACCESS_LOCAL | FERRY_ACCESS_REMOTE_READ |
-                           FERRY_ACCESS_REMOTE_WRITE;
+                           FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_ATOMIC;
     if (!api_ctx_live(ctx) || len == 0 || (access & ~known) != 0 || addr_out == NULL ||
         mem_out == NULL || len > SIZE_MAX / 2)
         return FERRY_ERR_INVALID;
@@ -179,7 +179,7 @@ int ferry_mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access
                        ferry_mem_t **mem_out)
 {
     const unsigned known = FERRY_ACCESS_LOCAL | FERRY_ACCESS_REMOTE_READ |
-                           FERRY_ACCESS_REMOTE_WRITE;
+                           FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_ATOMIC;
     if (!api_ctx_live(ctx) || addr == NULL || len == 0 || (access & ~known) != 0 ||
         mem_out == NULL)
         return FERRY_ERR_INVALID;

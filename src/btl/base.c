@@ -36,6 +36,9 @@ int btl_base_module_init(ferry_btl_module_t *btl, const ferry_btl_component_t *c
         {"deregister_mem", (const void *)ops->deregister_mem},
         {"mem_alloc", (const void *)ops->mem_alloc},
         {"mem_free", (const void *)ops->mem_free},
+        {"atomic_op", (const void *)ops->atomic_op},
+        {"atomic_fop", (const void *)ops->atomic_fop},
+        {"atomic_cswap", (const void *)ops->atomic_cswap},
         {"flush", (const void *)ops->flush},
         {"progress", (const void *)ops->progress},
         {"dump", (const void *)ops->dump},
@@ -49,6 +52,11 @@ int btl_base_module_init(ferry_btl_module_t *btl, const ferry_btl_component_t *c
     }
     if (attr->reg_handle_size > FERRY_BTL_KEY_MAX || attr->eager_limit > attr->max_send_size) {
         rt_log(&ctx->log, RT_LOG_ERROR, "transport %s: inconsistent attributes", attr->name);
+        return FERRY_ERR_INVALID;
+    }
+    const char *why = btl_base_atomic_consistency(attr, ops);
+    if (why != NULL) {
+        rt_log(&ctx->log, RT_LOG_ERROR, "transport %s: %s", attr->name, why);
         return FERRY_ERR_INVALID;
     }
     memset(btl, 0, sizeof(*btl));
@@ -125,7 +133,7 @@ int btl_base_check_register(const ferry_btl_module_t *btl, const void *base, siz
                             uint32_t access, ferry_btl_reg_t **reg_out)
 {
     const uint32_t known = FERRY_ACCESS_LOCAL | FERRY_ACCESS_REMOTE_READ |
-                           FERRY_ACCESS_REMOTE_WRITE;
+                           FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_ATOMIC;
     if (btl == NULL || base == NULL || len == 0 || (access & ~known) != 0 || reg_out == NULL ||
         (uintptr_t)base > UINTPTR_MAX - len)
         return FERRY_ERR_INVALID;
@@ -232,6 +240,58 @@ void btl_base_reports_fini(ferry_btl_module_t *btl)
     }
     btl->reports = NULL;
     btl->reports_tail = &btl->reports;
+}
+
+const char *btl_base_atomic_consistency(const ferry_btl_attr_t *attr, const ferry_btl_ops_t *ops)
+{
+    bool has_ops = (attr->flags & FERRY_BTL_FLAG_ATOMIC_OPS) != 0;
+    bool has_fops = (attr->flags & FERRY_BTL_FLAG_ATOMIC_FOPS) != 0;
+    uint32_t af = attr->atomic_flags;
+    const uint32_t op_bits = FERRY_BTL_ATOMIC_SUPPORTS_KNOWN &
+                             ~(uint32_t)(FERRY_BTL_ATOMIC_SUPPORTS_32BIT |
+                                         FERRY_BTL_ATOMIC_SUPPORTS_CSWAP |
+                                         FERRY_BTL_ATOMIC_SUPPORTS_GLOB);
+    if ((af & ~(uint32_t)FERRY_BTL_ATOMIC_SUPPORTS_KNOWN) != 0)
+        return "unknown bits in atomic_flags";
+    if (has_ops != (ops->atomic_op != btl_base_unsupported_atomic_op))
+        return "FERRY_BTL_FLAG_ATOMIC_OPS and the atomic_op op disagree";
+    if (has_ops != (ops->atomic_cswap != btl_base_unsupported_atomic_cswap))
+        return "FERRY_BTL_FLAG_ATOMIC_OPS and the atomic_cswap op disagree";
+    if (has_fops != (ops->atomic_fop != btl_base_unsupported_atomic_fop))
+        return "FERRY_BTL_FLAG_ATOMIC_FOPS and the atomic_fop op disagree";
+    if (has_fops && !has_ops)
+        return "FERRY_BTL_FLAG_ATOMIC_FOPS without FERRY_BTL_FLAG_ATOMIC_OPS";
+    if (!has_ops && af != 0)
+        return "atomic_flags without FERRY_BTL_FLAG_ATOMIC_OPS";
+    if (has_ops && ((af & op_bits) == 0 || (af & FERRY_BTL_ATOMIC_SUPPORTS_CSWAP) == 0))
+        return "FERRY_BTL_FLAG_ATOMIC_OPS with no operation or no cswap in atomic_flags";
+    return NULL;
+}
+
+int btl_base_unsupported_atomic_op(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                                   uint64_t raddr, const uint8_t *rkey, ferry_btl_atomic_op_t op,
+                                   uint64_t operand, uint32_t flags, ferry_btl_rdma_cb_t cb,
+                                   void *cbctx, void *cbdata)
+{
+    return FERRY_ERR_NOT_SUPPORTED;
+}
+
+int btl_base_unsupported_atomic_fop(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                                    void *local, uint64_t raddr, ferry_btl_reg_t *lreg,
+                                    const uint8_t *rkey, ferry_btl_atomic_op_t op,
+                                    uint64_t operand, uint32_t flags, ferry_btl_rdma_cb_t cb,
+                                    void *cbctx, void *cbdata)
+{
+    return FERRY_ERR_NOT_SUPPORTED;
+}
+
+int btl_base_unsupported_atomic_cswap(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                                      void *local, uint64_t raddr, ferry_btl_reg_t *lreg,
+                                      const uint8_t *rkey, uint64_t compare, uint64_t value,
+                                      uint32_t flags, ferry_btl_rdma_cb_t cb, void *cbctx,
+                                      void *cbdata)
+{
+    return FERRY_ERR_NOT_SUPPORTED;
 }
 
 int btl_base_unsupported_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,

@@ -117,6 +117,57 @@ int btl_base_unsupported_mem_alloc(ferry_btl_module_t *btl, size_t len, uint32_t
                                    void **addr_out, ferry_btl_reg_t **reg_out);
 int btl_base_unsupported_mem_free(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
 void btl_base_dump_nothing(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, int verbose);
+int btl_base_unsupported_atomic_op(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                                   uint64_t raddr, const uint8_t *rkey, ferry_btl_atomic_op_t op,
+                                   uint64_t operand, uint32_t flags, ferry_btl_rdma_cb_t cb,
+                                   void *cbctx, void *cbdata);
+int btl_base_unsupported_atomic_fop(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                                    void *local, uint64_t raddr, ferry_btl_reg_t *lreg,
+                                    const uint8_t *rkey, ferry_btl_atomic_op_t op,
+                                    uint64_t operand, uint32_t flags, ferry_btl_rdma_cb_t cb,
+                                    void *cbctx, void *cbdata);
+int btl_base_unsupported_atomic_cswap(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                                      void *local, uint64_t raddr, ferry_btl_reg_t *lreg,
+                                      const uint8_t *rkey, uint64_t compare, uint64_t value,
+                                      uint32_t flags, ferry_btl_rdma_cb_t cb, void *cbctx,
+                                      void *cbdata);
+
+/* Why a module's atomic flags and ops disagree (FERRY_BTL_FLAG_ATOMIC_OPS
+ * set exactly when atomic_op and atomic_cswap are not the stubs, ATOMIC_FOPS
+ * likewise for atomic_fop, attr.atomic_flags only known bits, with an
+ * operation and cswap when ATOMIC_OPS is set and empty otherwise), or NULL
+ * when they agree. btl_base_module_init refuses a module it names. */
+const char *btl_base_atomic_consistency(const ferry_btl_attr_t *attr,
+                                        const ferry_btl_ops_t *ops);
+
+/* The checks every atomic makes of its arguments before anything else:
+ * flags known (else FERRY_ERR_INVALID), op an operation (INVALID) that
+ * attr.atomic_flags has (NOT_SUPPORTED; cswap: CSWAP is there), the width
+ * supported (NOT_SUPPORTED) and raddr naturally aligned for it (INVALID). */
+static inline int btl_base_atomic_check(const ferry_btl_module_t *btl, uint32_t op, bool cswap,
+                                        uint64_t raddr, uint32_t flags)
+{
+    if ((flags & ~(uint32_t)FERRY_BTL_ATOMIC_FLAG_32BIT) != 0)
+        return FERRY_ERR_INVALID;
+    uint32_t af = btl->attr.atomic_flags;
+    if (!cswap) {
+        /* Add first: the operation nearly every caller uses. */
+        uint32_t bit = op == FERRY_BTL_ATOMIC_ADD ? (uint32_t)FERRY_BTL_ATOMIC_SUPPORTS_ADD
+                                                  : ferry_btl_atomic_supports_bit(op);
+        if (bit == 0)
+            return FERRY_ERR_INVALID;
+        if ((af & bit) == 0)
+            return FERRY_ERR_NOT_SUPPORTED;
+    } else if ((af & FERRY_BTL_ATOMIC_SUPPORTS_CSWAP) == 0) {
+        return FERRY_ERR_NOT_SUPPORTED;
+    }
+    bool w32 = (flags & FERRY_BTL_ATOMIC_FLAG_32BIT) != 0;
+    if (w32 && (af & FERRY_BTL_ATOMIC_SUPPORTS_32BIT) == 0)
+        return FERRY_ERR_NOT_SUPPORTED;
+    if ((raddr & (w32 ? 3u : 7u)) != 0)
+        return FERRY_ERR_INVALID;
+    return FERRY_OK;
+}
 
 /* The access check every transport makes before touching memory for a peer:
  * [addr, addr + len) inside [reg->base, reg->base + reg->len) with every

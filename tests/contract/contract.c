@@ -35,6 +35,11 @@ static const ct_case_t ct_cases[] = {
     {"rdma_prepared", ct_case_rdma_prepared},
     {"invalid_args", ct_case_invalid_args},
     {"flush", ct_case_flush},
+    {"atomic_counter", ct_case_atomic_counter},
+    {"atomic_lock", ct_case_atomic_lock},
+    {"atomic_ops", ct_case_atomic_ops},
+    {"atomic_refusals", ct_case_atomic_refusals},
+    {"atomic_revoke", ct_case_atomic_revoke},
 };
 #define CT_NCASES (sizeof(ct_cases) / sizeof(ct_cases[0]))
 

@@ -332,6 +332,11 @@ ct_result_t ct_case_rdma_guess(ct_suite_t *s);
 ct_result_t ct_case_rdma_prepared(ct_suite_t *s);
 ct_result_t ct_case_invalid_args(ct_suite_t *s);
 ct_result_t ct_case_flush(ct_suite_t *s);
+ct_result_t ct_case_atomic_counter(ct_suite_t *s);
+ct_result_t ct_case_atomic_lock(ct_suite_t *s);
+ct_result_t ct_case_atomic_ops(ct_suite_t *s);
+ct_result_t ct_case_atomic_refusals(ct_suite_t *s);
+ct_result_t ct_case_atomic_revoke(ct_suite_t *s);
 
 /* Starts a case's exchange: resets the per-peer state and sets the data
  * handler, then waits at a barrier (the reset comes first so that a fast

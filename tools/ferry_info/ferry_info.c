@@ -137,6 +137,32 @@ static void print_flags(uint32_t flags)
     printf("\n");
 }
 
+/* Names every bit of attr.atomic_flags from FERRY_BTL_ATOMIC_SUPPORTS_MAP;
+ * unknown bits in hex, as for the flags. */
+static void print_atomic_flags(uint32_t flags)
+{
+    bool first = true;
+
+    for (unsigned bit = 0; bit < 32; bit++) {
+        uint32_t b = 1u << bit;
+        const char *name = ferry_btl_atomic_supports_name(b);
+        if ((flags & b) == 0 || name == NULL) {
+            continue;
+        }
+        printf("%s%s", first ? "" : " ", name);
+        first = false;
+    }
+    if (flags & ~(uint32_t)FERRY_BTL_ATOMIC_SUPPORTS_KNOWN) {
+        printf("%s0x%x", first ? "" : " ",
+               (unsigned)(flags & ~(uint32_t)FERRY_BTL_ATOMIC_SUPPORTS_KNOWN));
+        first = false;
+    }
+    if (first) {
+        printf("none");
+    }
+    printf("\n");
+}
+
 static void print_attr(const ferry_btl_attr_t *attr)
 {
     char buf[64];
@@ -159,6 +185,8 @@ static void print_attr(const ferry_btl_attr_t *attr)
     printf("    %-24s %s\n", "memory per peer", buf);
     printf("    %-24s ", "capabilities");
     print_flags(attr->flags);
+    printf("    %-24s ", "atomics");
+    print_atomic_flags(attr->atomic_flags);
 }
 
 /* The transport's place in the context, or NULL. */

@@ -56,6 +56,7 @@
 #include <rdma/fi_rma.h>
 
 #include "btl/base.h"
+#include "btl/base_atomic.h"
 #include "btl/frag.h"
 #include "btl/ofi/ofi_wire.h"
 #include "rt/log.h"
@@ -182,6 +183,7 @@ struct ferry_btl_endpoint {
      * nothing is posted to it before then, so that nothing goes down the
      * connection that is being torn down. 0: none. */
     uint64_t settle_until_ns;
+    btl_amo_ep_t amo;        /* atomics, executed by the target (ofi_atomic.c) */
 };
 
 typedef struct ofi_params {
@@ -202,6 +204,7 @@ typedef struct ofi_params {
     const char *mr_mode;
     long long exclusivity;
     size_t free_list_num, free_list_max, free_list_inc;
+    size_t atomic_slots;
 } ofi_params_t;
 
 struct ofi_module {
@@ -235,6 +238,7 @@ struct ofi_module {
     util_list_t acking;         /* endpoints owing credits (ack_due) */
     util_list_t completed;      /* fragments whose completion is due */
     btl_frags_t frags;
+    btl_amo_module_t amo;       /* atomics (ofi_atomic.c) */
     util_pool_t rma_ctxs;       /* ofi_opctx_t for put/get */
     bool rma_ctxs_ready;
     util_list_t rma_posted;     /* RMA contexts given to libfabric */
@@ -375,6 +379,26 @@ void ofi_live_unwatch(ofi_module_t *mod, ferry_btl_endpoint_t *ep);
 /* From progress, at most every FERRY_OFI_PROBE_INTERVAL: dead processes,
  * deadlines, probes, holes in what peers sent. Returns events handled. */
 int ofi_live_check(ofi_module_t *mod, uint64_t now);
+
+/* ofi_atomic.c */
+extern const btl_amo_hooks_t ofi_amo_hooks;
+/* An atomic request or answer arrived in order from ep (body: the message
+ * after its ofi_hdr_t). */
+void ofi_amo_deliver(ofi_module_t *mod, ferry_btl_endpoint_t *ep, uint8_t type,
+                     const unsigned char *body, size_t len);
+/* Sends the answers owed to ep that the provider takes; returns how many. */
+int ofi_amo_send_owed(ofi_module_t *mod, ferry_btl_endpoint_t *ep);
+int ofi_atomic_op(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, uint64_t raddr,
+                  const uint8_t *rkey, ferry_btl_atomic_op_t op, uint64_t operand,
+                  uint32_t flags, ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata);
+int ofi_atomic_fop(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                   uint64_t raddr, ferry_btl_reg_t *lreg, const uint8_t *rkey,
+                   ferry_btl_atomic_op_t op, uint64_t operand, uint32_t flags,
+                   ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata);
+int ofi_atomic_cswap(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                     uint64_t raddr, ferry_btl_reg_t *lreg, const uint8_t *rkey,
+                     uint64_t compare, uint64_t value, uint32_t flags, ferry_btl_rdma_cb_t cb,
+                     void *cbctx, void *cbdata);
 
 /* ofi_module.c */
 int ofi_module_open(ferry_ctx_t *ctx, const ofi_params_t *p, struct fi_info *info, int index,

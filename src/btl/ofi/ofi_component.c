@@ -176,7 +176,8 @@ static int ofi_read_params(ferry_ctx_t *ctx, ofi_params_t *p)
                                      &p->free_list_max)) != FERRY_OK ||
         (rc = rt_param_register_size(r, "ofi_free_list_inc", 64, 1, 1u << 20,
                                      "Descriptors added when an ofi pool runs dry",
-                                     &p->free_list_inc)) != FERRY_OK)
+                                     &p->free_list_inc)) != FERRY_OK ||
+        (rc = btl_amo_register_params(ctx, &p->atomic_slots)) != FERRY_OK)
         return rc;
     uint64_t mode;
     const char *bad = NULL;

@@ -231,6 +231,7 @@ void ofi_ep_fail_pending(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status
      * dead target to copy a large write): completed now, so that no flush
      * waits on it. */
     ofi_rdma_abandon(mod, ep, status);
+    btl_amo_ep_fail(&mod->amo, &ep->amo, status);
 }
 
 void ofi_ep_fail(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status, bool tell,

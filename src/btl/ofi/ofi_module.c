@@ -140,7 +140,9 @@ static int ofi_progress(ferry_btl_module_t *btl)
                 UTIL_CONTAINER_OF(it, ferry_btl_endpoint_t, sending_link);
             it = util_list_next(&mod->sending, it);
             n += ofi_drain_queue(mod, ep);
-            if (util_list_empty(&ep->queue)) {
+            if (util_list_empty(&ep->queue))
+                n += ofi_amo_send_owed(mod, ep);
+            if (util_list_empty(&ep->queue) && !btl_amo_owes(&ep->amo)) {
                 util_list_remove(&mod->sending, &ep->sending_link);
                 ep->sending = false;
             }
@@ -149,6 +151,7 @@ static int ofi_progress(ferry_btl_module_t *btl)
     n += ofi_live_check(mod, ofi_now_ns());
     if (!util_list_empty(&mod->completed))
         n += run_completions(mod);
+    n += btl_amo_progress(btl, &mod->amo);
     n += btl_base_progress_reports(&mod->super);
     return n;
 }
@@ -165,6 +168,8 @@ static int ofi_flush(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep)
         /* Bounded: every put and get completes by its deadline
          * (FERRY_OFI_REQUEST_TIMEOUT), earlier when its peer fails. */
         int rc = btl_base_wait_inflight(btl, &e->rdma_inflight);
+        if (rc == FERRY_OK)
+            rc = btl_base_wait_inflight(btl, &e->amo.ninflight);
         if (rc != FERRY_OK)
             return rc;
     }
@@ -256,6 +261,7 @@ static int ofi_finalize(ferry_btl_module_t *btl)
         ofi_rdma_done(mod, UTIL_CONTAINER_OF(util_list_first(&mod->rma_posted), ofi_opctx_t, link),
                       FERRY_ERR_CANCELED);
     run_completions(mod);
+    btl_amo_module_fini(btl, &mod->amo);
     /* The pools first: their registration cache deregisters through us. */
     int rc = btl_frags_fini(&mod->frags);
     ofi_rx_fini(mod);
@@ -275,8 +281,11 @@ static int ofi_finalize(ferry_btl_module_t *btl)
     if (mod->rma_ctxs_ready && util_pool_fini(&mod->rma_ctxs) > 0 && rc == FERRY_OK)
         rc = FERRY_ERR_BUSY;
     if (mod->eps != NULL)
-        for (int r = 0; r < mod->nranks; r++)
+        for (int r = 0; r < mod->nranks; r++) {
+            if (mod->eps[r] != NULL)
+                btl_amo_ep_fini(&mod->amo, &mod->eps[r]->amo);
             ofi_ep_free(mod->eps[r]);
+        }
     free(mod->eps);
     free(mod->rank_of);
     free(mod->pfds);
@@ -311,6 +320,9 @@ static const ferry_btl_ops_t ofi_ops = {
     .deregister_mem = ofi_deregister_mem,
     .mem_alloc = btl_base_unsupported_mem_alloc,
     .mem_free = btl_base_unsupported_mem_free,
+    .atomic_op = ofi_atomic_op,
+    .atomic_fop = ofi_atomic_fop,
+    .atomic_cswap = ofi_atomic_cswap,
     .flush = ofi_flush,
     .progress = ofi_progress,
     .dump = ofi_dump,
@@ -464,6 +476,7 @@ static int ofi_init(ferry_btl_module_t *btl, void *argp)
     util_list_init(&mod->sending);
     util_list_init(&mod->acking);
     util_list_init(&mod->completed);
+    btl_amo_module_init(&mod->amo, &ofi_amo_hooks, mod->p.atomic_slots);
     util_list_init(&mod->rma_posted);
     rt_ratelimit_init(&mod->rl_stranger, RT_RATELIMIT_BURST, RT_RATELIMIT_INTERVAL_MS);
     rt_ratelimit_init(&mod->rl_peer, RT_RATELIMIT_BURST, RT_RATELIMIT_INTERVAL_MS);
@@ -563,8 +576,10 @@ int ofi_module_open(ferry_ctx_t *ctx, const ofi_params_t *p, struct fi_info *inf
         .bandwidth = native ? 10000 : 1000,
         .flags = FERRY_BTL_FLAG_SEND | FERRY_BTL_FLAG_SEND_INPLACE | FERRY_BTL_FLAG_PUT |
                  FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI |
-                 (key_gap != NULL ? FERRY_BTL_FLAG_NO_KEY_REVOKE : 0u),
+                 (key_gap != NULL ? FERRY_BTL_FLAG_NO_KEY_REVOKE : 0u) |
+                 FERRY_BTL_FLAG_ATOMIC_OPS | FERRY_BTL_FLAG_ATOMIC_FOPS,
         .reg_handle_size = sizeof(ofi_key_t),
+        .atomic_flags = BTL_ATOMIC_SUPPORTS_CPU,
         .mem_per_peer = 64, /* an address vector entry and an endpoint */
     };
     const btl_frag_params_t fp = {

@@ -89,7 +89,7 @@ static ssize_t post_msg(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const void 
                         uint8_t type, uint32_t seq)
 {
     size_t total = sizeof(ofi_hdr_t) + header_len + payload_len;
-    bool ordered = type == OFI_T_DATA || type == OFI_T_CLOSE;
+    bool ordered = ofi_wire_ordered(type);
     ofi_hdr_t h;
     ssize_t rc;
 
@@ -298,6 +298,10 @@ static void wire_deliver(void *arg, int rank, const ofi_hdr_t *h, const unsigned
         ep->state = OFI_EP_CLOSED;
         ofi_live_unwatch(mod, ep);
         ofi_ep_fail_pending(mod, ep, FERRY_ERR_UNREACH);
+        return;
+    }
+    if (h->type == OFI_T_AMO_REQ || h->type == OFI_T_AMO_ANSWER) {
+        ofi_amo_deliver(mod, ep, h->type, payload, len);
         return;
     }
     ferry_btl_segment_t seg = {.addr = (uint64_t)(uintptr_t)payload, .len = len};

@@ -79,7 +79,7 @@ ofi_wire_verdict_t ofi_wire_parse(const unsigned char *buf, size_t len, uint32_t
     } else {
         if (h.tag != 0)
             return OFI_WIRE_BAD_TAG;
-        if (len != sizeof(h))
+        if (!ofi_wire_has_payload(h.type) && len != sizeof(h))
             return OFI_WIRE_BAD_LENGTH;
     }
     if (h.src >= nranks)
@@ -183,7 +183,7 @@ ofi_wire_verdict_t ofi_wire_receive(const unsigned char *buf, size_t len, int fa
     ofi_wire_peer_t *p = ops->peer(arg, fabric_rank);
     if (p == NULL)
         return OFI_WIRE_NOT_PEER;
-    bool ordered = h.type == OFI_T_DATA || h.type == OFI_T_CLOSE;
+    bool ordered = ofi_wire_ordered(h.type);
     if (ordered) {
         uint32_t ahead = h.seq - p->rx_next;
         if ((int32_t)ahead < 0)

@@ -40,9 +40,9 @@
 
 #define OFI_HDR_MAGIC 0x6f66u /* "of" */
 
-/* Message types in ofi_hdr_t. DATA and CLOSE are ordered (they take a seq
- * and count against the window); the others are control messages, handled
- * as they arrive, with no payload. */
+/* Message types in ofi_hdr_t. DATA, CLOSE and the two atomic messages are
+ * ordered (they take a seq and count against the window); PROBE to FAIL are
+ * control messages, handled as they arrive, with no payload. */
 enum {
     OFI_T_DATA = 1,  /* an active message */
     OFI_T_CLOSE = 2, /* the sender finalized: its silence from now on is no failure */
@@ -50,8 +50,23 @@ enum {
     OFI_T_PONG = 4,  /* the answer to a probe; seq: the probe's */
     OFI_T_ACK = 5,   /* credits only (ack) */
     OFI_T_FAIL = 6,  /* the sender has failed the receiver: nothing more will pass */
-    OFI_T_MAX = OFI_T_FAIL
+    OFI_T_AMO_REQ = 7,    /* an atomic for the target to execute: btl_amo_msg_t */
+    OFI_T_AMO_ANSWER = 8, /* its answer: btl_amo_msg_t */
+    OFI_T_MAX = OFI_T_AMO_ANSWER
 };
+
+/* Does a message of this type take a seq (and so count against the window)? */
+static inline bool ofi_wire_ordered(uint8_t type)
+{
+    return type == OFI_T_DATA || type == OFI_T_CLOSE || type == OFI_T_AMO_REQ ||
+           type == OFI_T_AMO_ANSWER;
+}
+
+/* May a message of this type carry a payload? */
+static inline bool ofi_wire_has_payload(uint8_t type)
+{
+    return type == OFI_T_DATA || type == OFI_T_AMO_REQ || type == OFI_T_AMO_ANSWER;
+}
 
 typedef struct ofi_hdr {
     uint32_t src;
@@ -129,7 +144,7 @@ static inline void ofi_wire_fill(const ofi_wire_peer_t *p, ofi_hdr_t *h, uint32_
                                  uint8_t type, uint8_t tag, uint32_t seq)
 {
     h->src = me;
-    h->seq = type == OFI_T_DATA || type == OFI_T_CLOSE ? p->tx_next : seq;
+    h->seq = ofi_wire_ordered(type) ? p->tx_next : seq;
     h->tag = tag;
     h->type = type;
     h->magic = OFI_HDR_MAGIC;
@@ -139,7 +154,7 @@ static inline void ofi_wire_fill(const ofi_wire_peer_t *p, ofi_hdr_t *h, uint32_
 /* The message h describes left: its seq is taken, its ack told. */
 static inline void ofi_wire_sent(ofi_wire_peer_t *p, const ofi_hdr_t *h)
 {
-    if (h->type == OFI_T_DATA || h->type == OFI_T_CLOSE)
+    if (ofi_wire_ordered(h->type))
         p->tx_next++;
     p->rx_acked = h->ack;
 }

@@ -19,6 +19,7 @@
 #include <sys/random.h>
 
 #include "btl/base.h"
+#include "btl/base_atomic.h"
 #include "btl/frag.h"
 #include "mem/rcache.h"
 #include "util/list.h"
@@ -321,6 +322,57 @@ static int rdma_execute(self_module_t *mod, btl_frag_t *frag)
     return FERRY_OK;
 }
 
+/* Atomics: the CPU's own, on our memory, after the same checks a target
+ * makes (key live, range inside, FERRY_ACCESS_REMOTE_ATOMIC); complete at
+ * once. */
+static int self_atomic(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                       uint64_t raddr, const uint8_t *rkey, uint32_t op, uint64_t operand,
+                       uint64_t compare, uint32_t flags, bool cswap)
+{
+    self_module_t *mod = self_of(btl);
+    if (btl == NULL || ep == NULL || ep != mod->ep || rkey == NULL)
+        return FERRY_ERR_INVALID;
+    int rc = btl_base_atomic_check(btl, op, cswap, raddr, flags);
+    if (rc != FERRY_OK)
+        return rc;
+    bool w32 = (flags & FERRY_BTL_ATOMIC_FLAG_32BIT) != 0;
+    const ferry_btl_reg_t *reg = reg_lookup(mod, rkey);
+    if (reg == NULL ||
+        btl_base_check_access(reg, raddr, w32 ? 4 : 8, FERRY_ACCESS_REMOTE_ATOMIC) != FERRY_OK)
+        return FERRY_ERR_ACCESS;
+    uint64_t old = btl_atomic_apply((void *)(uintptr_t)raddr, w32, cswap, op, operand, compare);
+    if (local != NULL)
+        btl_atomic_store_result(local, w32, old);
+    return FERRY_BTL_DONE;
+}
+
+static int self_atomic_op(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, uint64_t raddr,
+                          const uint8_t *rkey, ferry_btl_atomic_op_t op, uint64_t operand,
+                          uint32_t flags, ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata)
+{
+    return self_atomic(btl, ep, NULL, raddr, rkey, op, operand, 0, flags, false);
+}
+
+static int self_atomic_fop(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                           uint64_t raddr, ferry_btl_reg_t *lreg, const uint8_t *rkey,
+                           ferry_btl_atomic_op_t op, uint64_t operand, uint32_t flags,
+                           ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata)
+{
+    if (local == NULL)
+        return FERRY_ERR_INVALID;
+    return self_atomic(btl, ep, local, raddr, rkey, op, operand, 0, flags, false);
+}
+
+static int self_atomic_cswap(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                             uint64_t raddr, ferry_btl_reg_t *lreg, const uint8_t *rkey,
+                             uint64_t compare, uint64_t value, uint32_t flags,
+                             ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata)
+{
+    if (local == NULL)
+        return FERRY_ERR_INVALID;
+    return self_atomic(btl, ep, local, raddr, rkey, 0, value, compare, flags, true);
+}
+
 static int self_progress(ferry_btl_module_t *btl)
 {
     self_module_t *mod = self_of(btl);
@@ -407,6 +459,9 @@ static const ferry_btl_ops_t self_ops = {
     .deregister_mem = self_deregister_mem,
     .mem_alloc = btl_base_unsupported_mem_alloc,
     .mem_free = btl_base_unsupported_mem_free,
+    .atomic_op = self_atomic_op,
+    .atomic_fop = self_atomic_fop,
+    .atomic_cswap = self_atomic_cswap,
     .flush = self_flush,
     .progress = self_progress,
     .dump = self_dump,
@@ -491,8 +546,10 @@ static int self_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *c
         .latency = 0,
         .bandwidth = 100000,
         .flags = FERRY_BTL_FLAG_SEND | FERRY_BTL_FLAG_SEND_INPLACE | FERRY_BTL_FLAG_PUT |
-                 FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI,
+                 FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI | FERRY_BTL_FLAG_ATOMIC_OPS |
+                 FERRY_BTL_FLAG_ATOMIC_FOPS,
         .reg_handle_size = sizeof(self_key_t),
+        .atomic_flags = BTL_ATOMIC_SUPPORTS_CPU,
     };
     const btl_frag_params_t fp = {
         .eager_size = p.eager_limit,

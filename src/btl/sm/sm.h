@@ -29,6 +29,7 @@
 #include <sys/types.h>
 
 #include "btl/base.h"
+#include "btl/base_atomic.h"
 #include "btl/frag.h"
 #include "mem/itree.h"
 #include "mem/monitor.h"
@@ -50,7 +51,9 @@ enum {
     SM_T_SKIP = 2,     /* the rest of the lap is empty: go to the ring's start */
     SM_T_PUT = 3,      /* put through the ring: sm_put_hdr_t, then data */
     SM_T_GET_REQ = 4,  /* get through the ring: sm_get_req_t */
-    SM_T_GET_RESP = 5  /* data answering a get: sm_get_resp_t, then data */
+    SM_T_GET_RESP = 5, /* data answering a get: sm_get_resp_t, then data */
+    SM_T_AMO_REQ = 6,  /* an atomic for the target to execute: btl_amo_msg_t */
+    SM_T_AMO_ANSWER = 7 /* its answer: btl_amo_msg_t */
 };
 
 /* Shared layout. Fields written once before the segment is published need
@@ -253,6 +256,20 @@ struct ferry_btl_endpoint {
     /* The peer's heaps we mapped, most recent last. */
     sm_heap_map_t heaps[SM_HEAP_MAPS];
     int nheaps;
+    /* Atomics on the peer's ordinary memory, executed by it (and its
+     * atomics we execute): the generic path's state. */
+    btl_amo_ep_t amo;
+    /* The heap registration of the peer's that an atomic used last: its key,
+     * what the table said of it and where it lies in our mapping. Valid
+     * while the table entry keeps the key's generation (one load) and the
+     * mapping stays (heap_map and sm_ep_unmap_heaps clear it). */
+    struct {
+        sm_key_t key;
+        uint64_t base, len;
+        uint32_t access;
+        bool valid;
+        unsigned char *there; /* our address of base */
+    } hcache;
 };
 
 /* A registration of ours. What peers may do with it is decided from this
@@ -284,6 +301,7 @@ typedef struct sm_params {
     long long max_eager_rdma_peers;
     size_t get_slots;
     bool copy_checked;
+    size_t atomic_slots;
 } sm_params_t;
 
 struct sm_module {
@@ -308,6 +326,7 @@ struct sm_module {
     util_list_t sending;   /* endpoints with queued work */
     util_list_t completed; /* fragments whose completion is due */
     btl_frags_t frags;
+    btl_amo_module_t amo; /* atomics the target executes (ordinary memory) */
     bool cma_ok;
     uint64_t next_cookie;
     sm_heap_t *heaps; /* ours, from mem_alloc */
@@ -378,6 +397,11 @@ void sm_mark_sending(sm_module_t *mod, ferry_btl_endpoint_t *ep);
 int sm_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *base, size_t len,
                     uint32_t access, ferry_btl_reg_t **reg_out);
 int sm_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
+/* The generic atomics' resolve hook (base_atomic.h): a peer's key checked
+ * against our own registration state as sm_target_copy does, with need for
+ * the rights, and the memory found still mapped. */
+int sm_target_resolve(ferry_btl_module_t *btl, const uint8_t *key, uint64_t addr, size_t len,
+                      uint32_t need, void **ptr_out);
 /* Checks a peer's key against our own registration state (never the shared
  * table) and copies len bytes between our memory at addr and buf: into our
  * memory for a put (to_mem), out of it for a get. Every chunk of a ring
@@ -426,6 +450,20 @@ bool sm_rdma_busy(const ferry_btl_endpoint_t *ep);
 void sm_rdma_fail(sm_module_t *mod, ferry_btl_endpoint_t *ep, int status);
 /* Frees what an endpoint holds for the ring path (its job slots). */
 void sm_rdma_ep_fini(ferry_btl_endpoint_t *ep);
+/* The atomics (sm_rdma.c): CPU atomics in the peer's mapping of heap memory
+ * (and on our own memory), the target's through the ring otherwise. */
+extern const btl_amo_hooks_t sm_amo_hooks;
+int sm_atomic_op(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, uint64_t raddr,
+                 const uint8_t *rkey, ferry_btl_atomic_op_t op, uint64_t operand, uint32_t flags,
+                 ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata);
+int sm_atomic_fop(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local, uint64_t raddr,
+                  ferry_btl_reg_t *lreg, const uint8_t *rkey, ferry_btl_atomic_op_t op,
+                  uint64_t operand, uint32_t flags, ferry_btl_rdma_cb_t cb, void *cbctx,
+                  void *cbdata);
+int sm_atomic_cswap(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                    uint64_t raddr, ferry_btl_reg_t *lreg, const uint8_t *rkey, uint64_t compare,
+                    uint64_t value, uint32_t flags, ferry_btl_rdma_cb_t cb, void *cbctx,
+                    void *cbdata);
 
 /* sm_sweep.c */
 /* Creates our segment file under name (O_EXCL), locked for our lifetime;

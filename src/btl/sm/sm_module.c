@@ -223,6 +223,7 @@ static int sm_progress(ferry_btl_module_t *btl)
     }
     if (!util_list_empty(&mod->completed))
         n += run_completions(mod);
+    n += btl_amo_progress(btl, &mod->amo);
     if ((mod->progress_calls & 15) == 0)
         n += sm_check_peers(mod);
     n += btl_base_progress_reports(&mod->super);
@@ -239,6 +240,8 @@ static int sm_flush(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep)
         if (e == NULL || (ep != NULL && e != ep))
             continue;
         int rc = btl_base_wait_inflight(btl, &e->rdma_inflight);
+        if (rc == FERRY_OK)
+            rc = btl_base_wait_inflight(btl, &e->amo.ninflight);
         if (rc != FERRY_OK)
             return rc;
     }
@@ -275,6 +278,7 @@ static int sm_finalize(ferry_btl_module_t *btl)
     }
     /* Callbacks for what was failed above. */
     run_completions(mod);
+    btl_amo_module_fini(btl, &mod->amo);
     sm_heaps_release(mod);
     int rc = btl_frags_fini(&mod->frags);
     sm_regs_release(mod);
@@ -310,6 +314,9 @@ static const ferry_btl_ops_t sm_ops = {
     .deregister_mem = sm_deregister_mem,
     .mem_alloc = sm_mem_alloc,
     .mem_free = sm_mem_free,
+    .atomic_op = sm_atomic_op,
+    .atomic_fop = sm_atomic_fop,
+    .atomic_cswap = sm_atomic_cswap,
     .flush = sm_flush,
     .progress = sm_progress,
     .dump = sm_dump,
@@ -368,7 +375,8 @@ static int sm_read_params(ferry_ctx_t *ctx, sm_params_t *p)
                                      "process's memory with process_vm_readv/writev on itself, "
                                      "so that memory another thread unmaps meanwhile cannot "
                                      "crash it (slower)",
-                                     &p->copy_checked)) != FERRY_OK)
+                                     &p->copy_checked)) != FERRY_OK ||
+        (rc = btl_amo_register_params(ctx, &p->atomic_slots)) != FERRY_OK)
         return rc;
     const char *bad = NULL;
     if ((p->ring_size & (p->ring_size - 1)) != 0)
@@ -488,6 +496,7 @@ static int sm_init(ferry_btl_module_t *btl, void *arg)
     mod->nranks = btl->ctx->size;
     util_list_init(&mod->sending);
     util_list_init(&mod->completed);
+    btl_amo_module_init(&mod->amo, &sm_amo_hooks, p->atomic_slots);
     mod->eps = calloc((size_t)mod->nranks, sizeof(*mod->eps));
     mod->poll = calloc((size_t)mod->nranks, sizeof(*mod->poll));
     mod->regs = calloc(p->reg_slots, sizeof(*mod->regs));
@@ -518,8 +527,10 @@ static int sm_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *cou
         .latency = 200,
         .bandwidth = 10000,
         .flags = FERRY_BTL_FLAG_SEND | FERRY_BTL_FLAG_SEND_INPLACE | FERRY_BTL_FLAG_PUT |
-                 FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI | FERRY_BTL_FLAG_MEM_ALLOC,
+                 FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI | FERRY_BTL_FLAG_MEM_ALLOC |
+                 FERRY_BTL_FLAG_ATOMIC_OPS | FERRY_BTL_FLAG_ATOMIC_FOPS,
         .reg_handle_size = sizeof(sm_key_t),
+        .atomic_flags = BTL_ATOMIC_SUPPORTS_CPU,
         .mem_per_peer = 2 * p.ring_size, /* a ring each way */
     };
     const btl_frag_params_t fp = {

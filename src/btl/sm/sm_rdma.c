@@ -65,6 +65,7 @@ static unsigned char *heap_map(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint3
         return NULL;
     if (ep->nheaps == SM_HEAP_MAPS) {
         /* The oldest mapping goes; a later access maps it again. */
+        ep->hcache.valid = false;
         munmap(ep->heaps[0].base, ep->heaps[0].len);
         memmove(&ep->heaps[0], &ep->heaps[1], (SM_HEAP_MAPS - 1) * sizeof(ep->heaps[0]));
         ep->nheaps--;
@@ -75,6 +76,7 @@ static unsigned char *heap_map(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint3
 
 void sm_ep_unmap_heaps(ferry_btl_endpoint_t *ep)
 {
+    ep->hcache.valid = false;
     for (int i = 0; i < ep->nheaps; i++)
         munmap(ep->heaps[i].base, ep->heaps[i].len);
     ep->nheaps = 0;
@@ -322,7 +324,7 @@ static size_t chunk_max(const sm_module_t *mod, size_t hdr)
 bool sm_rdma_busy(const ferry_btl_endpoint_t *ep)
 {
     return !util_list_empty(&ep->queue) || !util_list_empty(&ep->ring_puts) ||
-           !util_list_empty(&ep->gets) || ep->njobs > 0;
+           !util_list_empty(&ep->gets) || ep->njobs > 0 || btl_amo_owes(&ep->amo);
 }
 
 bool sm_rdma_push(sm_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag)
@@ -500,6 +502,24 @@ static void handle_get_resp(sm_module_t *mod, ferry_btl_endpoint_t *ep, const un
 bool sm_rdma_handle(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint8_t type, unsigned char *msg,
                     uint32_t len)
 {
+    if (type == SM_T_AMO_REQ || type == SM_T_AMO_ANSWER) {
+        int rc = type == SM_T_AMO_REQ ? btl_amo_target(&mod->super, &mod->amo, ep, msg, len)
+                                      : btl_amo_answer(&mod->super, &mod->amo, ep, msg, len);
+        if (rc == 0) {
+            /* Past its budget of answers owed: they go first. */
+            sm_mark_sending(mod, ep);
+            return false;
+        }
+        if (rc == FERRY_ERR_PROTO)
+            sm_ep_fail(mod, ep,
+                       type == SM_T_AMO_REQ ? "it sent a malformed atomic"
+                                            : "it answered an atomic nobody asked for");
+        else if (rc < 0 && rc != FERRY_ERR_UNREACH)
+            sm_ep_fail(mod, ep, "an atomic's answer could not be sent");
+        else if (btl_amo_owes(&ep->amo))
+            sm_mark_sending(mod, ep);
+        return true;
+    }
     if (type == SM_T_PUT)
         handle_put(mod, ep, msg, len);
     else if (type == SM_T_GET_REQ)
@@ -569,6 +589,13 @@ int sm_rdma_progress(sm_module_t *mod, ferry_btl_endpoint_t *ep)
         ep->njobs--;
         n++;
     }
+    if (btl_amo_owes(&ep->amo)) {
+        int sent = btl_amo_send_owed(&mod->super, &mod->amo, ep);
+        if (sent < 0 && sent != FERRY_ERR_UNREACH)
+            sm_ep_fail(mod, ep, "an atomic's answer could not be sent");
+        else if (sent > 0)
+            n += sent;
+    }
     return n;
 }
 
@@ -582,10 +609,144 @@ void sm_rdma_fail(sm_module_t *mod, ferry_btl_endpoint_t *ep, int status)
     ep->gets_out = 0;
     ep->njobs = 0;
     ep->job_head = 0;
+    btl_amo_ep_fail(&mod->amo, &ep->amo, status);
 }
 
 void sm_rdma_ep_fini(ferry_btl_endpoint_t *ep)
 {
     free(ep->jobs);
     ep->jobs = NULL;
+    btl_amo_ep_fini(&ep->mod->amo, &ep->amo);
+}
+
+/* ---- atomics ---- */
+
+/* The generic path's hooks: requests and answers are ring messages of their
+ * own types, behind whatever is queued (so never ahead of earlier work). */
+static int amo_send(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const btl_amo_msg_t *msg)
+{
+    sm_module_t *mod = (sm_module_t *)btl;
+    int rc = sm_ep_connect(mod, ep);
+    if (rc != FERRY_OK)
+        return rc;
+    if (ep->state != SM_EP_CONNECTED)
+        return FERRY_ERR_UNREACH;
+    if (!util_list_empty(&ep->queue))
+        return FERRY_ERR_NO_RESOURCE;
+    unsigned char *slot;
+    uint64_t pos;
+    if (!sm_ring_reserve(ep, sizeof(*msg), &slot, &pos))
+        return FERRY_ERR_NO_RESOURCE;
+    memcpy(slot, msg, sizeof(*msg));
+    sm_ring_commit(ep, pos, sizeof(*msg), 0,
+                   msg->kind == BTL_AMO_REQ ? SM_T_AMO_REQ : SM_T_AMO_ANSWER);
+    return FERRY_OK;
+}
+
+static btl_amo_ep_t *amo_ep(ferry_btl_endpoint_t *ep)
+{
+    return &ep->amo;
+}
+
+const btl_amo_hooks_t sm_amo_hooks = {
+    .send = amo_send,
+    .resolve = sm_target_resolve,
+    .ep_state = amo_ep,
+};
+
+/* An atomic: on our own memory or a peer's heap, the CPU's atomic here and
+ * now (FERRY_BTL_DONE); on a peer's ordinary memory, executed by the peer
+ * (cross-memory attach cannot do atomics). */
+static int atomic_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, void *local,
+                        ferry_btl_reg_t *lreg, uint64_t raddr, const uint8_t *rkey, uint32_t op,
+                        uint64_t operand, uint64_t compare, uint32_t flags, bool cswap,
+                        bool fetch, ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata)
+{
+    if (mod == NULL || ep == NULL || ep->mod != mod || rkey == NULL || (fetch && local == NULL))
+        return FERRY_ERR_INVALID;
+    int rc = btl_base_atomic_check(&mod->super, op, cswap, raddr, flags);
+    if (rc != FERRY_OK)
+        return rc;
+    if (ep->deleted || ep->state == SM_EP_FAILED || ep->state == SM_EP_CLOSED)
+        return FERRY_ERR_UNREACH;
+    bool w32 = (flags & FERRY_BTL_ATOMIC_FLAG_32BIT) != 0;
+    size_t size = w32 ? 4 : 8;
+    void *there;
+    if (ep->rank == mod->super.ctx->rank) {
+        rc = sm_target_resolve(&mod->super, rkey, raddr, size, FERRY_ACCESS_REMOTE_ATOMIC, &there);
+        if (rc != FERRY_OK)
+            return rc;
+        uint64_t old = btl_atomic_apply(there, w32, cswap, op, operand, compare);
+        if (fetch)
+            btl_atomic_store_result(local, w32, old);
+        return FERRY_BTL_DONE;
+    }
+    if (ep->state != SM_EP_CONNECTED && (rc = sm_ep_connect(mod, ep)) != FERRY_OK)
+        return rc;
+    const sm_reg_entry_t *table = peer_table(ep);
+    sm_key_t key;
+    memcpy(&key, rkey, sizeof(key));
+    if (ep->hcache.valid && memcmp(&key, &ep->hcache.key, sizeof(key)) == 0 &&
+        atomic_load_explicit(&table[key.slot].gen, memory_order_acquire) == key.gen) {
+        /* The entry is the one checked before (its generation changes
+         * with every rewrite): only the range and the right are new. */
+        if ((ep->hcache.access & FERRY_ACCESS_REMOTE_ATOMIC) == 0 || raddr < ep->hcache.base ||
+            raddr - ep->hcache.base > ep->hcache.len - size || ep->hcache.len < size)
+            return FERRY_ERR_ACCESS;
+        there = ep->hcache.there + (raddr - ep->hcache.base);
+    } else {
+        sm_reg_view_t view;
+        rc = sm_check_peer_key(table, ep->peer_reg_slots, rkey, raddr, size,
+                               FERRY_ACCESS_REMOTE_ATOMIC, &view);
+        if (rc != FERRY_OK)
+            return rc;
+        unsigned char *heap =
+            view.heap_id != 0 ? heap_map(mod, ep, view.heap_id, view.heap_len) : NULL;
+        if (heap == NULL)
+            return btl_amo_start(&mod->super, &mod->amo, ep, local, lreg, raddr, rkey, op,
+                                 operand, compare, flags, cswap, fetch, cb, cbctx, cbdata);
+        uint64_t rbase = (uint64_t)(uintptr_t)view.reg.base;
+        ep->hcache.key = key;
+        ep->hcache.base = rbase;
+        ep->hcache.len = view.reg.len;
+        ep->hcache.access = view.reg.access;
+        ep->hcache.there = heap + view.heap_off;
+        ep->hcache.valid = true;
+        there = ep->hcache.there + (raddr - rbase);
+    }
+    uint64_t old = btl_atomic_apply(there, w32, cswap, op, operand, compare);
+    /* As for a put into the heap: a registration withdrawn meanwhile makes
+     * the operation not count (its memory may be another's by now). The key
+     * passed the table's check above, so its slot is in range. */
+    if (atomic_load_explicit(&table[key.slot].gen, memory_order_acquire) != key.gen)
+        return FERRY_ERR_ACCESS;
+    if (fetch)
+        btl_atomic_store_result(local, w32, old);
+    return FERRY_BTL_DONE;
+}
+
+int sm_atomic_op(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, uint64_t raddr,
+                 const uint8_t *rkey, ferry_btl_atomic_op_t op, uint64_t operand, uint32_t flags,
+                 ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata)
+{
+    return atomic_start((sm_module_t *)btl, ep, NULL, NULL, raddr, rkey, op, operand, 0, flags,
+                        false, false, cb, cbctx, cbdata);
+}
+
+int sm_atomic_fop(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local, uint64_t raddr,
+                  ferry_btl_reg_t *lreg, const uint8_t *rkey, ferry_btl_atomic_op_t op,
+                  uint64_t operand, uint32_t flags, ferry_btl_rdma_cb_t cb, void *cbctx,
+                  void *cbdata)
+{
+    return atomic_start((sm_module_t *)btl, ep, local, lreg, raddr, rkey, op, operand, 0, flags,
+                        false, true, cb, cbctx, cbdata);
+}
+
+int sm_atomic_cswap(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                    uint64_t raddr, ferry_btl_reg_t *lreg, const uint8_t *rkey, uint64_t compare,
+                    uint64_t value, uint32_t flags, ferry_btl_rdma_cb_t cb, void *cbctx,
+                    void *cbdata)
+{
+    return atomic_start((sm_module_t *)btl, ep, local, lreg, raddr, rkey, 0, value, compare,
+                        flags, true, true, cb, cbctx, cbdata);
 }

@@ -149,7 +149,8 @@ int sm_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *bas
     if (reg == NULL)
         return FERRY_ERR_NO_MEMORY;
     uintptr_t start = (uintptr_t)base;
-    const uint32_t remote = FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE;
+    const uint32_t remote =
+        FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_ATOMIC;
     if (access & remote) {
         monitor_start(mod);
         if (mod->mon_state == 1 && mem_monitor_watch(start, start + len, &reg->watch) != FERRY_OK)
@@ -289,18 +290,46 @@ static bool range_mapped(uint64_t addr, size_t len)
 
 /* The registration a peer's key names, if it is still the one the key was
  * made for and covers [addr, addr + len) with the rights needed. */
-static const sm_reg_t *target_reg(const sm_module_t *mod, const sm_key_t *key, uint64_t addr,
-                                  size_t len, bool to_mem)
+static const sm_reg_t *target_reg_need(const sm_module_t *mod, const sm_key_t *key,
+                                       uint64_t addr, size_t len, uint32_t need)
 {
     if (key->slot >= mod->p.reg_slots)
         return NULL;
     const sm_reg_t *reg = mod->regs[key->slot];
     if (reg == NULL || reg->gen != key->gen || reg->nonce != key->nonce ||
-        btl_base_check_access(&reg->base, addr, len,
-                              to_mem ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ) !=
-            FERRY_OK)
+        btl_base_check_access(&reg->base, addr, len, need) != FERRY_OK)
         return NULL;
     return reg;
+}
+
+static const sm_reg_t *target_reg(const sm_module_t *mod, const sm_key_t *key, uint64_t addr,
+                                  size_t len, bool to_mem)
+{
+    return target_reg_need(mod, key, addr, len,
+                           to_mem ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ);
+}
+
+int sm_target_resolve(ferry_btl_module_t *btl, const uint8_t *keybytes, uint64_t addr,
+                      size_t len, uint32_t need, void **ptr_out)
+{
+    sm_module_t *mod = (sm_module_t *)btl;
+    sm_key_t key;
+    memcpy(&key, keybytes, sizeof(key));
+    const sm_reg_t *reg = target_reg_need(mod, &key, addr, len, need);
+    if (reg == NULL)
+        return FERRY_ERR_ACCESS;
+    if (reg->watch != NULL) {
+        /* The monitor marks a registration whose memory went away. */
+        mem_monitor_lock();
+        bool live = !reg->revoked;
+        mem_monitor_unlock();
+        if (!live)
+            return FERRY_ERR_ACCESS;
+    } else if (!range_mapped(addr, len)) {
+        return FERRY_ERR_ACCESS;
+    }
+    *ptr_out = (void *)(uintptr_t)addr;
+    return FERRY_OK;
 }
 
 int sm_target_check(const sm_module_t *mod, const sm_key_t *key, uint64_t addr, size_t len,

@@ -157,8 +157,10 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
         case SM_T_PUT:
         case SM_T_GET_REQ:
         case SM_T_GET_RESP:
+        case SM_T_AMO_REQ:
+        case SM_T_AMO_ANSWER:
             if (!sm_rdma_handle(mod, ep, type, msg, len))
-                goto out; /* a get past the peer's budget waits where it is */
+                goto out; /* a get or atomic past the peer's budget waits where it is */
             /* A ring put completes at its initiator when our tail passes it. */
             publish_now = publish_now || type == SM_T_PUT;
             break;

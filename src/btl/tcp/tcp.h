@@ -54,6 +54,7 @@
 #include <sys/socket.h>
 
 #include "btl/base.h"
+#include "btl/base_atomic.h"
 #include "btl/frag.h"
 #include "rt/auth.h"
 #include "rt/log.h"
@@ -92,7 +93,9 @@ enum {
     TCP_T_PUT_ACK = 3,  /* tcp_status_body_t */
     TCP_T_GET_REQ = 4,  /* tcp_rdma_body_t */
     TCP_T_GET_RESP = 5, /* the data (none when refused), then tcp_status_body_t */
-    TCP_T_FIN = 6       /* the sender finalizes: its close is no failure */
+    TCP_T_FIN = 6,      /* the sender finalizes: its close is no failure */
+    TCP_T_AMO_REQ = 7,  /* an atomic for the target to execute: btl_amo_msg_t */
+    TCP_T_AMO_ANSWER = 8 /* its answer: btl_amo_msg_t */
 };
 
 typedef struct tcp_hdr {
@@ -291,6 +294,8 @@ struct ferry_btl_endpoint {
     /* The failure's report, numbered (mod->report_seq); delivered once the
      * module's reports_done reaches it. */
     uint64_t report_seq;
+    /* Atomics, executed by the target (base_atomic.h). */
+    btl_amo_ep_t amo;
 };
 
 /* A frame of our own (an RDMA answer, FIN, or the rest of a sendi that did
@@ -337,6 +342,7 @@ typedef struct tcp_params {
     long long poll_direct;
     size_t reg_slots;
     size_t free_list_num, free_list_max, free_list_inc;
+    size_t atomic_slots;
 } tcp_params_t;
 
 typedef struct tcp_listener {
@@ -375,6 +381,7 @@ struct tcp_module {
     ferry_btl_endpoint_t **hot; /* connected endpoints, polled directly */
     int nhot;
     btl_frags_t frags;
+    btl_amo_module_t amo;
     tcp_reg_t **regs;
     uint32_t *reg_gen;
     /* Random bytes for keys, drawn from getrandom a pool at a time. */
@@ -473,6 +480,23 @@ int tcp_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t 
 int tcp_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *base, size_t len,
                      uint32_t access, ferry_btl_reg_t **reg_out);
 int tcp_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
+/* Atomics: a request frame the target executes against its registration
+ * table and answers in order (base_atomic.h's generic path, carried as
+ * TCP_T_AMO_REQ / TCP_T_AMO_ANSWER frames). */
+extern const btl_amo_hooks_t tcp_amo_hooks;
+int tcp_atomic_op(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, uint64_t raddr,
+                  const uint8_t *rkey, ferry_btl_atomic_op_t op, uint64_t operand,
+                  uint32_t flags, ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata);
+int tcp_atomic_fop(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                   uint64_t raddr, ferry_btl_reg_t *lreg, const uint8_t *rkey,
+                   ferry_btl_atomic_op_t op, uint64_t operand, uint32_t flags,
+                   ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata);
+int tcp_atomic_cswap(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                     uint64_t raddr, ferry_btl_reg_t *lreg, const uint8_t *rkey,
+                     uint64_t compare, uint64_t value, uint32_t flags, ferry_btl_rdma_cb_t cb,
+                     void *cbctx, void *cbdata);
+/* tcp_io.c: the generic path's send hook. */
+int tcp_amo_send(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const btl_amo_msg_t *msg);
 /* The registration a key names if [addr, addr+len) lies inside it with need
  * rights; FERRY_ERR_ACCESS otherwise. */
 int tcp_reg_lookup(tcp_module_t *mod, const tcp_key_t *key, uint64_t addr, size_t len,

@@ -66,6 +66,7 @@ void tcp_ep_free(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     ep_close_socket(mod, ep);
     connecting_remove(mod, ep);
+    btl_amo_ep_fini(&mod->amo, &ep->amo);
     free(ep->rx);
     free(ep);
 }

@@ -482,6 +482,7 @@ void tcp_fail_pending(tcp_module_t *mod, ferry_btl_endpoint_t *ep, int status)
     }
     while ((it = util_list_pop_front(&ep->rdma_wait)) != NULL)
         tcp_complete(mod, UTIL_CONTAINER_OF(it, btl_frag_t, link), status);
+    btl_amo_ep_fail(&mod->amo, &ep->amo, status);
     if (ep->rx_frag != NULL) {
         tcp_complete(mod, ep->rx_frag, status);
         ep->rx_frag = NULL;
@@ -728,6 +729,51 @@ static int parse_trailer(tcp_module_t *mod, ferry_btl_endpoint_t *ep, size_t ava
     return 1;
 }
 
+int tcp_amo_send(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const btl_amo_msg_t *msg)
+{
+    tcp_module_t *mod = (tcp_module_t *)btl;
+    bool answer = msg->kind == BTL_AMO_ANSWER;
+    tcp_hdr_t h = {.len = sizeof(*msg), .type = answer ? TCP_T_AMO_ANSWER : TCP_T_AMO_REQ};
+    tcp_ctl_t *ctl = ctl_fill(ep, &h, msg, sizeof(*msg));
+    if (ctl == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    bool was_empty = util_list_empty(&ep->queue);
+    if (answer)
+        queue_answer(mod, ep, ctl); /* counts in what the peer is owed */
+    else
+        tcp_enqueue(mod, ep, &ctl->frag, tcp_frag_wire_len(&ctl->frag));
+    if (was_empty && ep->state == TCP_EP_CONNECTED)
+        tcp_push(mod, ep);
+    return FERRY_OK;
+}
+
+/* An atomic for us to execute, or the answer to one of ours. */
+static int parse_amo(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const tcp_hdr_t *h,
+                     const unsigned char *body, size_t bavail)
+{
+    if (h->len != sizeof(btl_amo_msg_t) || h->cookie != 0)
+        return proto_error(mod, ep, h, "atomic of the wrong length");
+    if (bavail < h->len)
+        return 0;
+    bool req = h->type == TCP_T_AMO_REQ;
+    if (req && owed_over(mod, ep, 0))
+        return pause_rx(mod, ep);
+    int rc = req ? btl_amo_target(&mod->super, &mod->amo, ep, body, h->len)
+                 : btl_amo_answer(&mod->super, &mod->amo, ep, body, h->len);
+    if (rc == FERRY_ERR_PROTO)
+        return proto_error(mod, ep, h, req ? "malformed atomic" : "answers no atomic in flight");
+    if (rc == 0)
+        return pause_rx(mod, ep);
+    if (rc < 0) {
+        tcp_ep_fail(mod, ep, rc, "cannot answer an atomic");
+        return rc;
+    }
+    ep->rx_off += sizeof(*h) + h->len;
+    if (!req)
+        ep->answers++;
+    return 1;
+}
+
 /* Handles the frame at rx_off if it is whole enough; returns 1 when one was
  * consumed, 0 when more bytes are needed, < 0 when the connection ended. */
 static int parse_one(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
@@ -755,6 +801,9 @@ static int parse_one(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
     case TCP_T_PUT_ACK:
     case TCP_T_GET_RESP:
         return parse_answer(mod, ep, &h, body, bavail);
+    case TCP_T_AMO_REQ:
+    case TCP_T_AMO_ANSWER:
+        return parse_amo(mod, ep, &h, body, bavail);
     case TCP_T_FIN:
         if (h.len != 0 || h.cookie != 0)
             return proto_error(mod, ep, &h, "FIN with a body");

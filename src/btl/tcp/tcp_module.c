@@ -270,6 +270,7 @@ static int tcp_progress(ferry_btl_module_t *btl)
         n += tcp_check_stalls(mod);
     if (!util_list_empty(&mod->completed))
         n += run_completions(mod);
+    n += btl_amo_progress(btl, &mod->amo);
     /* Failures reported so far (tcp_ep_fail) reach the error callback; a
      * failure reported by a callback waits for the next call. */
     uint64_t reported = mod->report_seq;
@@ -290,6 +291,8 @@ static int tcp_flush(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep)
         /* Every put and get ends: answered, or failed with its peer (the
          * connect deadline and keepalive bound the wait). */
         int rc = btl_base_wait_inflight(btl, &e->rdma_inflight);
+        if (rc == FERRY_OK)
+            rc = btl_base_wait_inflight(btl, &e->amo.ninflight);
         if (rc != FERRY_OK)
             return rc;
     }
@@ -398,6 +401,11 @@ static int tcp_finalize(ferry_btl_module_t *btl)
     run_completions(mod);
     if (mod->eps != NULL)
         for (int r = 0; r < mod->nranks; r++)
+            if (mod->eps[r] != NULL)
+                btl_amo_ep_fail(&mod->amo, &mod->eps[r]->amo, FERRY_ERR_UNREACH);
+    btl_amo_module_fini(btl, &mod->amo);
+    if (mod->eps != NULL)
+        for (int r = 0; r < mod->nranks; r++)
             if (mod->eps[r] != NULL) {
                 tcp_ep_free(mod, mod->eps[r]);
                 /* Deregistrations from the pools' teardown look here. */
@@ -442,6 +450,9 @@ static const ferry_btl_ops_t tcp_ops = {
     .deregister_mem = tcp_deregister_mem,
     .mem_alloc = btl_base_unsupported_mem_alloc,
     .mem_free = btl_base_unsupported_mem_free,
+    .atomic_op = tcp_atomic_op,
+    .atomic_fop = tcp_atomic_fop,
+    .atomic_cswap = tcp_atomic_cswap,
     .flush = tcp_flush,
     .progress = tcp_progress,
     .dump = tcp_dump,
@@ -535,7 +546,8 @@ static int tcp_read_params(ferry_ctx_t *ctx, tcp_params_t *p)
                                      &p->free_list_max)) != FERRY_OK ||
         (rc = rt_param_register_size(r, "tcp_free_list_inc", 64, 1, 1u << 20,
                                      "Descriptors added when a tcp pool runs dry",
-                                     &p->free_list_inc)) != FERRY_OK)
+                                     &p->free_list_inc)) != FERRY_OK ||
+        (rc = btl_amo_register_params(ctx, &p->atomic_slots)) != FERRY_OK)
         return rc;
     const char *bad = NULL;
     if (p->eager_limit > p->max_send_size)
@@ -824,6 +836,7 @@ static int tcp_init(ferry_btl_module_t *btl, void *arg)
     util_list_init(&mod->connecting);
     util_list_init(&mod->sending);
     util_list_init(&mod->completed);
+    btl_amo_module_init(&mod->amo, &tcp_amo_hooks, p->atomic_slots);
     util_list_init(&mod->resume);
     util_list_init(&mod->evicted_conns);
     mod->eps = calloc((size_t)mod->nranks, sizeof(*mod->eps));
@@ -864,8 +877,10 @@ static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *co
         .latency = 10000,
         .bandwidth = 3000,
         .flags = FERRY_BTL_FLAG_SEND | FERRY_BTL_FLAG_SEND_INPLACE | FERRY_BTL_FLAG_PUT |
-                 FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI,
+                 FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI | FERRY_BTL_FLAG_ATOMIC_OPS |
+                 FERRY_BTL_FLAG_ATOMIC_FOPS,
         .reg_handle_size = sizeof(tcp_key_t),
+        .atomic_flags = BTL_ATOMIC_SUPPORTS_CPU,
         .mem_per_peer = p.rx_buffer,
     };
     const btl_frag_params_t fp = {

@@ -138,7 +138,7 @@ static int rdma_start(tcp_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_des
      * initiator that keeps within it is never paused, so two peers getting
      * from each other cannot stop each other. */
     size_t len = des->src[0].len;
-    if (ep->rdma_inflight >= mod->p.rdma_max_inflight ||
+    if (ep->rdma_inflight + btl_amo_inflight(&ep->amo) >= mod->p.rdma_max_inflight ||
         (op == TCP_OP_GET && ep->get_inflight_bytes > 0 &&
          (ep->get_inflight_bytes >= mod->p.sendq_max ||
           len > mod->p.sendq_max - ep->get_inflight_bytes)))
@@ -174,4 +174,81 @@ int tcp_put(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t 
 int tcp_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des)
 {
     return rdma_start((tcp_module_t *)btl, ep, des, TCP_OP_GET);
+}
+
+/* ---- atomics, executed by the target ---- */
+
+static int amo_resolve(ferry_btl_module_t *btl, const uint8_t *keybytes, uint64_t addr,
+                       size_t len, uint32_t need, void **ptr_out)
+{
+    tcp_key_t key;
+    memcpy(&key, keybytes, sizeof(key));
+    tcp_reg_t *reg = NULL;
+    int rc = tcp_reg_lookup((tcp_module_t *)btl, &key, addr, len, need, &reg);
+    if (rc != FERRY_OK)
+        return FERRY_ERR_ACCESS;
+    *ptr_out = (void *)(uintptr_t)addr;
+    return FERRY_OK;
+}
+
+static btl_amo_ep_t *amo_ep(ferry_btl_endpoint_t *ep)
+{
+    return &ep->amo;
+}
+
+const btl_amo_hooks_t tcp_amo_hooks = {
+    .send = tcp_amo_send,
+    .resolve = amo_resolve,
+    .ep_state = amo_ep,
+};
+
+/* The endpoint checks of rdma_start, then the generic path. */
+static int atomic_start(tcp_module_t *mod, ferry_btl_endpoint_t *ep, void *local,
+                        ferry_btl_reg_t *lreg, uint64_t raddr, const uint8_t *rkey, uint32_t op,
+                        uint64_t operand, uint64_t compare, uint32_t flags, bool cswap,
+                        bool fetch, ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata)
+{
+    if (mod == NULL || ep == NULL || ep->mod != mod)
+        return FERRY_ERR_INVALID;
+    int rc = btl_base_atomic_check(&mod->super, op, cswap, raddr, flags);
+    if (rc != FERRY_OK)
+        return rc;
+    if (ep->deleted || ep->state == TCP_EP_CLOSED || ep->state == TCP_EP_FAILED)
+        return FERRY_ERR_UNREACH;
+    /* Atomics count in the answers a target owes the peer with its puts
+     * and gets (tcp_io.c, owed_over): the same budget holds. */
+    if (ep->rdma_inflight + btl_amo_inflight(&ep->amo) >= mod->p.rdma_max_inflight)
+        return FERRY_ERR_NO_RESOURCE;
+    if (ep->state == TCP_EP_NEW && tcp_ep_connect(mod, ep) != FERRY_OK)
+        return FERRY_ERR_UNREACH;
+    if (ep->state == TCP_EP_FAILED)
+        return FERRY_ERR_UNREACH;
+    return btl_amo_start(&mod->super, &mod->amo, ep, local, lreg, raddr, rkey, op, operand,
+                         compare, flags, cswap, fetch, cb, cbctx, cbdata);
+}
+
+int tcp_atomic_op(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, uint64_t raddr,
+                  const uint8_t *rkey, ferry_btl_atomic_op_t op, uint64_t operand,
+                  uint32_t flags, ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata)
+{
+    return atomic_start((tcp_module_t *)btl, ep, NULL, NULL, raddr, rkey, op, operand, 0, flags,
+                        false, false, cb, cbctx, cbdata);
+}
+
+int tcp_atomic_fop(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                   uint64_t raddr, ferry_btl_reg_t *lreg, const uint8_t *rkey,
+                   ferry_btl_atomic_op_t op, uint64_t operand, uint32_t flags,
+                   ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata)
+{
+    return atomic_start((tcp_module_t *)btl, ep, local, lreg, raddr, rkey, op, operand, 0, flags,
+                        false, true, cb, cbctx, cbdata);
+}
+
+int tcp_atomic_cswap(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                     uint64_t raddr, ferry_btl_reg_t *lreg, const uint8_t *rkey,
+                     uint64_t compare, uint64_t value, uint32_t flags, ferry_btl_rdma_cb_t cb,
+                     void *cbctx, void *cbdata)
+{
+    return atomic_start((tcp_module_t *)btl, ep, local, lreg, raddr, rkey, 0, value, compare,
+                        flags, true, true, cb, cbctx, cbdata);
 }

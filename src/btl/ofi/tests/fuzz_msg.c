@@ -83,11 +83,11 @@ static void h_deliver(void *arg, int rank, const ofi_hdr_t *hdr, const unsigned 
 {
     harness_t *h = arg;
     check(!h->failed[rank], "delivered a message of a failed rank");
-    check(hdr->type == OFI_T_DATA || hdr->type == OFI_T_CLOSE, "delivered a control message");
+    check(ofi_wire_ordered(hdr->type), "delivered a control message");
     check(hdr->src == (uint32_t)rank, "delivered a message that claims another rank");
     check(hdr->seq == h->delivered[rank], "delivered out of order");
     check(hdr->type != OFI_T_DATA || hdr->tag < FERRY_BTL_TAG_BTL_MIN, "delivered a bad tag");
-    check(hdr->type == OFI_T_DATA || len == 0, "delivered a CLOSE with a payload");
+    check(hdr->type != OFI_T_CLOSE || len == 0, "delivered a CLOSE with a payload");
     h->delivered[rank]++;
     /* Touch every byte, so that a length past the buffer shows. */
     unsigned sum = 0;
@@ -102,7 +102,7 @@ static void h_control(void *arg, int rank, const ofi_hdr_t *hdr)
 {
     harness_t *h = arg;
     check(!h->failed[rank], "control message of a failed rank");
-    check(hdr->type >= OFI_T_PROBE && hdr->type <= OFI_T_MAX, "control with an ordered type");
+    check(hdr->type >= OFI_T_PROBE && hdr->type <= OFI_T_FAIL, "control with an ordered type");
     if (hdr->type == OFI_T_FAIL)
         fail_rank(h, rank);
 }
