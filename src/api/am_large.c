@@ -112,24 +112,6 @@ struct api_am_large {
 
 static const char *const rndv_names = "auto, get or put";
 
-int api_am_large_register_params(ferry_ctx_t *ctx) {
-    size_t max;
-    int rc = rt_param_register_size(&ctx->params, "am_large_max", API_AM_LARGE_MAX_DEFAULT, 1,
-                                    SIZE_MAX / 2,
-                                    "Largest active message a peer may announce to a tag "
-                                    "without a data handler (ferry then allocates it); more is "
-                                    "refused at both ends",
-                                    &max);
-    if (rc != FERRY_OK)
-        return rc;
-    const char *mode;
-    return rt_param_register_string(&ctx->params, "am_rndv", "auto",
-                                    "How rendezvous moves active messages above the max send "
-                                    "size: auto (get where the path has GET, else put), get "
-                                    "or put",
-                                    &mode);
-}
-
 static int parse_rndv(ferry_ctx_t *ctx, long long *mode_out) {
     const char *mode;
     int rc = rt_param_register_string(&ctx->params, "am_rndv", "auto", "", &mode);
@@ -146,6 +128,29 @@ static int parse_rndv(ferry_ctx_t *ctx, long long *mode_out) {
         return FERRY_ERR_INVALID;
     }
     return FERRY_OK;
+}
+
+int api_am_large_register_params(ferry_ctx_t *ctx) {
+    size_t max;
+    int rc = rt_param_register_size(&ctx->params, "am_large_max", API_AM_LARGE_MAX_DEFAULT, 1,
+                                    SIZE_MAX / 2,
+                                    "Largest active message a peer may announce to a tag "
+                                    "without a data handler (ferry then allocates it); more is "
+                                    "refused at both ends",
+                                    &max);
+    if (rc != FERRY_OK)
+        return rc;
+    const char *mode;
+    rc = rt_param_register_string(&ctx->params, "am_rndv", "auto",
+                                  "How rendezvous moves active messages above the max send "
+                                  "size: auto (get where the path has GET, else put), get "
+                                  "or put",
+                                  &mode);
+    if (rc != FERRY_OK)
+        return rc;
+    /* A bad value fails ferry_init, naming the variable. */
+    long long parsed;
+    return parse_rndv(ctx, &parsed);
 }
 
 /* The context's large-message state, made on first use. */
