@@ -26,6 +26,11 @@
  * waitany, recv, send, probe). ferry_msg_test and ferry_msg_iprobe progress
  * once.
  *
+ * Called from inside a ferry callback (an active-message handler, a
+ * completion), where progress does nothing, ferry_msg_send and
+ * ferry_msg_recv are FERRY_ERR_BUSY, and so are wait, waitany and probe
+ * when they would have to wait; the non-blocking calls work there.
+ *
  * Threading: as the context it was made from.
  */
 #ifndef FERRY_MSG_H

@@ -370,6 +370,8 @@ int ferry_msg_isend(ferry_msg_t *m, int dst, uint32_t ctx_id, uint64_t tag, cons
 
 int ferry_msg_send(ferry_msg_t *m, int dst, uint32_t ctx_id, uint64_t tag, const void *buf,
                    size_t len) {
+    if (m != NULL && m->ctx->in_callback > 0)
+        return FERRY_ERR_BUSY; /* it could not wait there */
     ferry_msg_req_t *r;
     int rc = ferry_msg_isend(m, dst, ctx_id, tag, buf, len, &r);
     if (rc != FERRY_OK)
@@ -424,6 +426,8 @@ int ferry_msg_irecv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint
 
 int ferry_msg_recv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint64_t mask, void *buf,
                    size_t len, ferry_msg_status_t *status) {
+    if (m != NULL && m->ctx->in_callback > 0)
+        return FERRY_ERR_BUSY; /* it could not wait there */
     ferry_msg_req_t *r;
     int rc = ferry_msg_irecv(m, src, ctx_id, tag, mask, buf, len, &r);
     if (rc != FERRY_OK)
@@ -502,6 +506,10 @@ int ferry_msg_waitany(ferry_msg_t *m, size_t n, ferry_msg_req_t **reqs, int *ind
                 return req_finish(m, &reqs[i], status);
             }
         }
+        /* Inside a ferry callback progress does nothing: waiting would
+         * never end. */
+        if (m->ctx->in_callback > 0)
+            return FERRY_ERR_BUSY;
         int rc = ferry_msg_progress(m);
         if (rc < 0)
             return rc;
@@ -543,6 +551,8 @@ int ferry_msg_probe(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint
         int rc = ferry_msg_iprobe(m, src, ctx_id, tag, mask, &found, status);
         if (rc != FERRY_OK || found)
             return rc;
+        if (m->ctx->in_callback > 0)
+            return FERRY_ERR_BUSY; /* as ferry_msg_waitany */
         if (src != FERRY_MSG_ANY_SOURCE && src != ferry_rank(m->ctx) &&
             ferry_am_max_size(m->ctx, src) == FERRY_ERR_UNREACH)
             return FERRY_ERR_UNREACH;
