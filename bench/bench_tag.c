@@ -22,8 +22,7 @@
 enum { TAG_DATA = 1, TAG_ACK = 2 };
 
 /* Whole active messages: counted into b->rx.units when they have arrived. */
-static void whole_cb(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
-                     void *arg)
+static void whole_cb(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len, void *arg)
 {
     bench_t *b = arg;
     (void)ctx, (void)src, (void)tag;
@@ -50,16 +49,16 @@ static void whole_arrived(void *arg, int status)
     free(w);
 }
 
-static void whole_data_cb(ferry_ctx_t *ctx, int src, int tag, ferry_am_data_t *data,
-                          size_t len, void *arg)
+static void whole_data_cb(ferry_ctx_t *ctx, int src, int tag, ferry_am_data_t *data, size_t len,
+                          void *arg)
 {
     bench_t *b = arg;
     (void)src, (void)tag;
     whole_rx_t *w = malloc(sizeof(*w));
     if (w == NULL || len > b->buf_len) {
         free(w);
-        snprintf(b->rx.proto_error, sizeof(b->rx.proto_error),
-                 "cannot take a %zu-byte message", len);
+        snprintf(b->rx.proto_error, sizeof(b->rx.proto_error), "cannot take a %zu-byte message",
+                 len);
         ferry_am_data_drop(ctx, data);
         return;
     }
@@ -132,8 +131,8 @@ static int tag_lat(bench_t *b, tag_run_t *r, long n)
                 FERRY_OK)
                 return rc;
         }
-        rc = ferry_msg_recv(r->msg, b->peer, 0, TAG_DATA, FERRY_MSG_TAG_EXACT, b->scratch,
-                            r->size, &st);
+        rc = ferry_msg_recv(r->msg, b->peer, 0, TAG_DATA, FERRY_MSG_TAG_EXACT, b->scratch, r->size,
+                            &st);
         if ((rc = check_tag_status(b, rc, &st, r->size)) != FERRY_OK)
             return rc;
         if (b->rank == 1 &&
@@ -153,8 +152,8 @@ static int tag_window(bench_t *b, tag_run_t *r, bool send, bool recv)
                                   r->size, &reqs[n++])) != FERRY_OK)
             return rc;
     for (int i = 0; send && i < BENCH_WINDOW; i++)
-        if ((rc = ferry_msg_isend(r->msg, b->peer, 0, TAG_DATA, b->pattern, r->size,
-                                  &reqs[n++])) != FERRY_OK)
+        if ((rc = ferry_msg_isend(r->msg, b->peer, 0, TAG_DATA, b->pattern, r->size, &reqs[n++])) !=
+            FERRY_OK)
             return rc;
     for (int i = 0; i < n; i++) {
         ferry_msg_status_t st;
@@ -235,8 +234,9 @@ static int whole_bw(bench_t *b, tag_run_t *r, long n)
             if (r->error != FERRY_OK)
                 return r->error;
             r->units++; /* the acknowledgement, counted as one unit */
-            if ((rc = bench_wait_units(b, r->units, "waiting for a window's "
-                                                    "acknowledgement")) != FERRY_OK)
+            if ((rc = bench_wait_units(b, r->units,
+                                       "waiting for a window's "
+                                       "acknowledgement")) != FERRY_OK)
                 return rc;
         } else {
             r->units += bench_units(r->size) * BENCH_WINDOW;
@@ -323,8 +323,8 @@ static int one_size(bench_t *b, tag_run_t *r, bench_row_t *row)
     if ((rc = bench_barrier(b)) != FERRY_OK)
         return rc;
     if (b->rx.bad_chunks > 0) {
-        bench_error(b, "%s size %zu: %llu messages arrived with wrong bytes",
-                    bench_mode_name(mode), size, (unsigned long long)b->rx.bad_chunks);
+        bench_error(b, "%s size %zu: %llu messages arrived with wrong bytes", bench_mode_name(mode),
+                    size, (unsigned long long)b->rx.bad_chunks);
         return FERRY_ERR_PROTO;
     }
     bool whole = mode == BENCH_AM_LAT_RNDV || mode == BENCH_AM_BW_RNDV;

@@ -45,7 +45,7 @@ typedef struct am_send {
 } am_send_t;
 
 /* States of an announced message at the receiver. */
-enum { DATA_ANNOUNCED, DATA_MOVING, DATA_WAIT_PUT };
+enum { DATA_ANNOUNCED, DATA_MOVING, DATA_WAIT_REG, DATA_WAIT_PUT };
 
 struct ferry_am_data {
     util_list_item_t link; /* in large->recvs */
@@ -62,6 +62,7 @@ struct ferry_am_data {
     ferry_convertor_t conv; /* the destination, when bounce is used */
     char *bounce;           /* data taken here, then unpacked into conv */
     ferry_mem_t *mem;       /* PUT: the destination's registration */
+    void *dst;              /* PUT: the memory registered */
     /* Delivered to the application handler afterwards (no data handler). */
     char *own;
     ferry_comp_cb_t cb;
@@ -112,7 +113,8 @@ struct api_am_large {
 
 static const char *const rndv_names = "auto, get or put";
 
-static int parse_rndv(ferry_ctx_t *ctx, long long *mode_out) {
+static int parse_rndv(ferry_ctx_t *ctx, long long *mode_out)
+{
     const char *mode;
     int rc = rt_param_register_string(&ctx->params, "am_rndv", "auto", "", &mode);
     if (rc != FERRY_OK)
@@ -130,7 +132,8 @@ static int parse_rndv(ferry_ctx_t *ctx, long long *mode_out) {
     return FERRY_OK;
 }
 
-int api_am_large_register_params(ferry_ctx_t *ctx) {
+int api_am_large_register_params(ferry_ctx_t *ctx)
+{
     size_t max;
     int rc = rt_param_register_size(&ctx->params, "am_large_max", API_AM_LARGE_MAX_DEFAULT, 1,
                                     SIZE_MAX / 2,
@@ -154,7 +157,8 @@ int api_am_large_register_params(ferry_ctx_t *ctx) {
 }
 
 /* The context's large-message state, made on first use. */
-static struct api_am_large *large_get(ferry_ctx_t *ctx, int *status_out) {
+static struct api_am_large *large_get(ferry_ctx_t *ctx, int *status_out)
+{
     struct api_state *api = ctx->api;
     if (api->large != NULL)
         return api->large;
@@ -187,7 +191,8 @@ static struct api_am_large *large_get(ferry_ctx_t *ctx, int *status_out) {
     return lg;
 }
 
-static void run_cb(ferry_ctx_t *ctx, ferry_comp_cb_t cb, void *arg, int status) {
+static void run_cb(ferry_ctx_t *ctx, ferry_comp_cb_t cb, void *arg, int status)
+{
     if (cb == NULL)
         return;
     ctx->in_callback++;
@@ -199,7 +204,8 @@ static void run_cb(ferry_ctx_t *ctx, ferry_comp_cb_t cb, void *arg, int status) 
 
 /* One try of a message of header + payload on tag. */
 static int send_once(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, size_t hlen,
-                     const void *payload, size_t plen) {
+                     const void *payload, size_t plen)
+{
     btl_peer_t *peer = &ctx->peers[dst];
     if (peer->module_idx < 0 || peer->failed)
         return FERRY_ERR_UNREACH;
@@ -227,7 +233,8 @@ static int send_once(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, si
 /* A control message (FIN, CTS, PUT_DONE): sent now, or queued and sent by
  * progress in order, so that none is lost for lack of resources. */
 static void ctl_send(ferry_ctx_t *ctx, struct api_am_large *lg, int dst, uint8_t tag,
-                     const void *msg, size_t len) {
+                     const void *msg, size_t len)
+{
     if (lg->closing)
         return;
     int rc = util_list_empty(&lg->ctl) ? send_once(ctx, dst, tag, msg, len, NULL, 0)
@@ -251,14 +258,16 @@ static void ctl_send(ferry_ctx_t *ctx, struct api_am_large *lg, int dst, uint8_t
     util_list_append(&lg->ctl, &q->link);
 }
 
-static void send_fin(ferry_ctx_t *ctx, struct api_am_large *lg, int dst, uint64_t id, int status) {
+static void send_fin(ferry_ctx_t *ctx, struct api_am_large *lg, int dst, uint64_t id, int status)
+{
     am_fin_t fin = {.id = id, .status = status};
     ctl_send(ctx, lg, dst, API_TAG_AM_FIN, &fin, sizeof(fin));
 }
 
 /* ---- the sender ---- */
 
-static void send_complete(ferry_ctx_t *ctx, struct api_am_large *lg, am_send_t *s, int status) {
+static void send_complete(ferry_ctx_t *ctx, struct api_am_large *lg, am_send_t *s, int status)
+{
     util_list_remove(&lg->sends, &s->link);
     if (s->mem != NULL) {
         ferry_mem_deregister(ctx, s->mem);
@@ -276,7 +285,8 @@ static void send_complete(ferry_ctx_t *ctx, struct api_am_large *lg, am_send_t *
     }
 }
 
-static am_send_t *find_send(struct api_am_large *lg, int peer, uint64_t id) {
+static am_send_t *find_send(struct api_am_large *lg, int peer, uint64_t id)
+{
     for (util_list_item_t *it = util_list_first(&lg->sends); it != NULL;
          it = util_list_next(&lg->sends, it)) {
         am_send_t *s = UTIL_CONTAINER_OF(it, am_send_t, link);
@@ -286,7 +296,8 @@ static am_send_t *find_send(struct api_am_large *lg, int peer, uint64_t id) {
     return NULL;
 }
 
-static uint8_t proto_for(const struct api_am_large *lg, const ferry_btl_module_t *btl) {
+static uint8_t proto_for(const struct api_am_large *lg, const ferry_btl_module_t *btl)
+{
     if (lg->rndv_mode == RNDV_GET || lg->rndv_mode == RNDV_PUT)
         return (uint8_t)lg->rndv_mode;
     return (btl->attr.flags & FERRY_BTL_FLAG_GET) ? RNDV_GET : RNDV_PUT;
@@ -299,7 +310,8 @@ static uint8_t proto_for(const struct api_am_large *lg, const ferry_btl_module_t
  */
 static int large_start(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, size_t hlen,
                        ferry_convertor_t *conv, ferry_comp_cb_t cb, void *arg, bool blocking,
-                       am_send_t **s_out) {
+                       am_send_t **s_out)
+{
     int rc;
     struct api_am_large *lg = large_get(ctx, &rc);
     if (lg == NULL)
@@ -369,7 +381,8 @@ static int large_start(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, 
 }
 
 /* Progresses until s is done; returns its status and frees it. */
-static int large_wait(ferry_ctx_t *ctx, am_send_t *s) {
+static int large_wait(ferry_ctx_t *ctx, am_send_t *s)
+{
     unsigned idle = 0;
     while (!s->done) {
         int rc = ferry_progress(ctx);
@@ -388,7 +401,8 @@ static int large_wait(ferry_ctx_t *ctx, am_send_t *s) {
     return status;
 }
 
-static int check_send_args(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *conv) {
+static int check_send_args(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *conv)
+{
     int rc;
     if (conv == NULL || !api_tag_valid(tag))
         return FERRY_ERR_INVALID;
@@ -397,7 +411,8 @@ static int check_send_args(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t
     return FERRY_OK;
 }
 
-int api_am_send_large_blocking(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *conv) {
+int api_am_send_large_blocking(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *conv)
+{
     int rc = check_send_args(ctx, dst, tag, conv);
     if (rc != FERRY_OK)
         return rc;
@@ -421,7 +436,8 @@ int api_am_send_large_blocking(ferry_ctx_t *ctx, int dst, int tag, ferry_convert
 }
 
 /* A callback due from progress. */
-static int due_add(ferry_ctx_t *ctx, ferry_comp_cb_t cb, void *arg, int status) {
+static int due_add(ferry_ctx_t *ctx, ferry_comp_cb_t cb, void *arg, int status)
+{
     int rc;
     struct api_am_large *lg = large_get(ctx, &rc);
     if (lg == NULL)
@@ -437,7 +453,8 @@ static int due_add(ferry_ctx_t *ctx, ferry_comp_cb_t cb, void *arg, int status) 
 }
 
 int ferry_am_send_conv_nb(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *conv,
-                          ferry_comp_cb_t cb, void *arg) {
+                          ferry_comp_cb_t cb, void *arg)
+{
     int rc = check_send_args(ctx, dst, tag, conv);
     if (rc != FERRY_OK)
         return rc;
@@ -472,7 +489,8 @@ int ferry_am_send_conv_nb(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t 
 }
 
 int ferry_am_send_nb(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t len,
-                     ferry_comp_cb_t cb, void *arg) {
+                     ferry_comp_cb_t cb, void *arg)
+{
     if (data == NULL && len > 0)
         return FERRY_ERR_INVALID;
     ferry_convertor_t conv;
@@ -482,7 +500,8 @@ int ferry_am_send_nb(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_
 
 /* ---- internal senders (src/msg) ---- */
 
-long api_am_internal_eager_max(ferry_ctx_t *ctx, int dst, size_t hlen) {
+long api_am_internal_eager_max(ferry_ctx_t *ctx, int dst, size_t hlen)
+{
     long max = ferry_am_max_size(ctx, dst);
     if (max < 0)
         return max;
@@ -490,7 +509,8 @@ long api_am_internal_eager_max(ferry_ctx_t *ctx, int dst, size_t hlen) {
 }
 
 int api_am_send_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen,
-                         ferry_convertor_t *conv, ferry_comp_cb_t cb, void *arg, bool *done_out) {
+                         ferry_convertor_t *conv, ferry_comp_cb_t cb, void *arg, bool *done_out)
+{
     int rc;
     if (hlen > API_AM_HDR_MAX || conv == NULL || done_out == NULL)
         return FERRY_ERR_INVALID;
@@ -532,7 +552,8 @@ int api_am_send_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen
 }
 
 int api_am_register_internal(ferry_ctx_t *ctx, api_am_frag_cb_t frag_cb,
-                             api_am_hdr_data_cb_t data_cb, void *arg) {
+                             api_am_hdr_data_cb_t data_cb, void *arg)
+{
     int rc;
     if (!api_ctx_live(ctx) || ctx->api == NULL)
         return FERRY_ERR_INVALID;
@@ -547,7 +568,8 @@ int api_am_register_internal(ferry_ctx_t *ctx, api_am_frag_cb_t frag_cb,
     return FERRY_OK;
 }
 
-int ferry_am_register_data(ferry_ctx_t *ctx, int tag, ferry_am_data_cb_t cb, void *arg) {
+int ferry_am_register_data(ferry_ctx_t *ctx, int tag, ferry_am_data_cb_t cb, void *arg)
+{
     int rc;
     if (!api_ctx_live(ctx) || ctx->api == NULL || !api_tag_valid(tag))
         return FERRY_ERR_INVALID;
@@ -559,7 +581,8 @@ int ferry_am_register_data(ferry_ctx_t *ctx, int tag, ferry_am_data_cb_t cb, voi
     return FERRY_OK;
 }
 
-int ferry_am_sizes(ferry_ctx_t *ctx, int dst, ferry_am_sizes_t *out) {
+int ferry_am_sizes(ferry_ctx_t *ctx, int dst, ferry_am_sizes_t *out)
+{
     int rc;
     if (out == NULL)
         return FERRY_ERR_INVALID;
@@ -579,7 +602,8 @@ int ferry_am_sizes(ferry_ctx_t *ctx, int dst, ferry_am_sizes_t *out) {
 
 /* ---- the receiver ---- */
 
-static void data_free(struct api_am_large *lg, ferry_am_data_t *d) {
+static void data_free(struct api_am_large *lg, ferry_am_data_t *d)
+{
     util_list_remove(&lg->recvs, &d->link);
     free(d->bounce);
     free(d->own);
@@ -590,7 +614,8 @@ static void release_held(ferry_ctx_t *ctx, struct api_am_large *lg, int src);
 
 /* The transfer of d is over with status (the sender has been told, or is
  * told here for GET): the destination's owner hears of it. */
-static void data_finish(ferry_ctx_t *ctx, struct api_am_large *lg, ferry_am_data_t *d, int status) {
+static void data_finish(ferry_ctx_t *ctx, struct api_am_large *lg, ferry_am_data_t *d, int status)
+{
     if (d->mem != NULL) {
         ferry_mem_deregister(ctx, d->mem);
         d->mem = NULL;
@@ -623,8 +648,8 @@ static void data_finish(ferry_ctx_t *ctx, struct api_am_large *lg, ferry_am_data
 /* A transfer that could not start: the sender is told, and the
  * destination's owner hears of it from progress (never inside the call that
  * tried). */
-static void data_fail_now(ferry_ctx_t *ctx, struct api_am_large *lg, ferry_am_data_t *d,
-                          int status) {
+static void data_fail_now(ferry_ctx_t *ctx, struct api_am_large *lg, ferry_am_data_t *d, int status)
+{
     send_fin(ctx, lg, d->src, d->id, status);
     if (d->own != NULL) {
         /* Only the announcement's handler starts these: in progress. */
@@ -646,7 +671,8 @@ typedef struct get_arg {
     ferry_am_data_t *d;
 } get_arg_t;
 
-static void get_complete(void *arg, int status) {
+static void get_complete(void *arg, int status)
+{
     get_arg_t *ga = arg;
     ferry_ctx_t *ctx = ga->ctx;
     ferry_am_data_t *d = ga->d;
@@ -656,9 +682,39 @@ static void get_complete(void *arg, int status) {
     data_finish(ctx, lg, d, status);
 }
 
+/* PUT: the destination is registered for the duration and offered with a
+ * clear-to-send. A transport out of registrations leaves the message
+ * waiting (DATA_WAIT_REG), to be offered again from progress: nothing
+ * accepted is dropped for lack of resources. Returns true while it waits
+ * so (false: offered, or ended; d may be freed). */
+static bool offer_put(ferry_ctx_t *ctx, struct api_am_large *lg, ferry_am_data_t *d)
+{
+    am_cts_t cts;
+    memset(&cts, 0, sizeof(cts));
+    int rc = ferry_mem_register(ctx, d->dst, d->n, FERRY_ACCESS_REMOTE_WRITE, &d->mem);
+    if (rc == FERRY_ERR_NO_RESOURCE) {
+        d->mem = NULL;
+        d->state = DATA_WAIT_REG;
+        return true;
+    }
+    if (rc == FERRY_OK)
+        rc = ferry_mem_rkey(d->mem, &cts.rkey);
+    if (rc != FERRY_OK) {
+        data_fail_now(ctx, lg, d, rc);
+        return false;
+    }
+    cts.id = d->id;
+    cts.len = d->n;
+    cts.raddr = (uint64_t)(uintptr_t)d->dst;
+    d->state = DATA_WAIT_PUT;
+    ctl_send(ctx, lg, d->src, API_TAG_AM_CTS, &cts, sizeof(cts));
+    return false;
+}
+
 /* Takes d into conv (from its cursor): min(space, len) bytes. */
 static int data_take(ferry_ctx_t *ctx, ferry_am_data_t *d, ferry_convertor_t *conv,
-                     ferry_comp_cb_t cb, void *arg) {
+                     ferry_comp_cb_t cb, void *arg)
+{
     struct api_am_large *lg = ctx->api->large;
     size_t space = ferry_convertor_remaining(conv);
     d->n = space < d->len ? space : d->len;
@@ -709,26 +765,14 @@ static int data_take(ferry_ctx_t *ctx, ferry_am_data_t *d, ferry_convertor_t *co
         }
         return FERRY_OK;
     }
-    /* PUT: the destination is registered for the duration and offered. */
-    am_cts_t cts;
-    memset(&cts, 0, sizeof(cts));
-    int rc = ferry_mem_register(ctx, dst, d->n, FERRY_ACCESS_REMOTE_WRITE, &d->mem);
-    if (rc == FERRY_OK)
-        rc = ferry_mem_rkey(d->mem, &cts.rkey);
-    if (rc != FERRY_OK) {
-        data_fail_now(ctx, lg, d, rc);
-        return FERRY_OK;
-    }
-    cts.id = d->id;
-    cts.len = d->n;
-    cts.raddr = (uint64_t)(uintptr_t)dst;
-    d->state = DATA_WAIT_PUT;
-    ctl_send(ctx, lg, d->src, API_TAG_AM_CTS, &cts, sizeof(cts));
+    d->dst = dst;
+    offer_put(ctx, lg, d);
     return FERRY_OK;
 }
 
 /* The checks every public call on an announced message makes. */
-static bool data_live(ferry_ctx_t *ctx, const ferry_am_data_t *d) {
+static bool data_live(ferry_ctx_t *ctx, const ferry_am_data_t *d)
+{
     if (!api_ctx_live(ctx) || ctx->api == NULL || ctx->api->large == NULL || d == NULL)
         return false;
     for (util_list_item_t *it = util_list_first(&ctx->api->large->recvs); it != NULL;
@@ -739,14 +783,16 @@ static bool data_live(ferry_ctx_t *ctx, const ferry_am_data_t *d) {
 }
 
 int ferry_am_recv_data_conv(ferry_ctx_t *ctx, ferry_am_data_t *data, ferry_convertor_t *conv,
-                            ferry_comp_cb_t cb, void *arg) {
+                            ferry_comp_cb_t cb, void *arg)
+{
     if (conv == NULL || !data_live(ctx, data))
         return FERRY_ERR_INVALID;
     return data_take(ctx, data, conv, cb, arg);
 }
 
 int ferry_am_recv_data(ferry_ctx_t *ctx, ferry_am_data_t *data, void *buf, size_t len,
-                       ferry_comp_cb_t cb, void *arg) {
+                       ferry_comp_cb_t cb, void *arg)
+{
     if (buf == NULL && len > 0)
         return FERRY_ERR_INVALID;
     ferry_convertor_t conv;
@@ -754,7 +800,8 @@ int ferry_am_recv_data(ferry_ctx_t *ctx, ferry_am_data_t *data, void *buf, size_
     return ferry_am_recv_data_conv(ctx, data, &conv, cb, arg);
 }
 
-int ferry_am_data_drop(ferry_ctx_t *ctx, ferry_am_data_t *data) {
+int ferry_am_data_drop(ferry_ctx_t *ctx, ferry_am_data_t *data)
+{
     if (!data_live(ctx, data))
         return FERRY_ERR_INVALID;
     send_fin(ctx, ctx->api->large, data->src, data->id, FERRY_ERR_CANCELED);
@@ -762,7 +809,8 @@ int ferry_am_data_drop(ferry_ctx_t *ctx, ferry_am_data_t *data) {
     return FERRY_OK;
 }
 
-int api_am_data_peek_key(const ferry_am_data_t *data, uint64_t *raddr_out, ferry_rkey_t *rkey_out) {
+int api_am_data_peek_key(const ferry_am_data_t *data, uint64_t *raddr_out, ferry_rkey_t *rkey_out)
+{
     if (data == NULL || raddr_out == NULL || rkey_out == NULL)
         return FERRY_ERR_INVALID;
     if (data->proto != RNDV_GET)
@@ -774,7 +822,8 @@ int api_am_data_peek_key(const ferry_am_data_t *data, uint64_t *raddr_out, ferry
 
 /* An announcement from src (not held). */
 static void rts_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const void *msg,
-                     size_t len) {
+                     size_t len)
+{
     am_rts_t rts;
     if (len < sizeof(rts)) {
         rt_log(&ctx->log, RT_LOG_WARN, "malformed announcement of %zu bytes from rank %d dropped",
@@ -872,7 +921,8 @@ static void rts_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const v
 }
 
 static void fin_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const void *msg,
-                     size_t len) {
+                     size_t len)
+{
     am_fin_t fin;
     if (len != sizeof(fin)) {
         rt_log(&ctx->log, RT_LOG_WARN, "malformed completion of %zu bytes from rank %d dropped",
@@ -896,7 +946,8 @@ typedef struct put_arg {
     am_send_t *s;
 } put_arg_t;
 
-static void put_complete(void *arg, int status) {
+static void put_complete(void *arg, int status)
+{
     put_arg_t *pa = arg;
     ferry_ctx_t *ctx = pa->ctx;
     am_send_t *s = pa->s;
@@ -908,7 +959,8 @@ static void put_complete(void *arg, int status) {
 }
 
 static void cts_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const void *msg,
-                     size_t len) {
+                     size_t len)
+{
     am_cts_t cts;
     if (len != sizeof(cts)) {
         rt_log(&ctx->log, RT_LOG_WARN, "malformed clear-to-send of %zu bytes from rank %d", len,
@@ -941,7 +993,8 @@ static void cts_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const v
 }
 
 static void put_done_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const void *msg,
-                          size_t len) {
+                          size_t len)
+{
     am_fin_t done;
     if (len != sizeof(done)) {
         rt_log(&ctx->log, RT_LOG_WARN, "malformed put completion of %zu bytes from rank %d", len,
@@ -966,7 +1019,8 @@ static void put_done_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, co
 /* A message in sender order from src: delivered, or held behind a large
  * one. */
 static void ordered_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, uint8_t tag,
-                         const void *data, size_t len) {
+                         const void *data, size_t len)
+{
     if (tag == API_TAG_AM_RTS) {
         rts_recv(ctx, lg, src, data, len);
     } else if (tag == API_TAG_MSG) {
@@ -983,7 +1037,8 @@ static void ordered_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, uin
     }
 }
 
-static void release_held(ferry_ctx_t *ctx, struct api_am_large *lg, int src) {
+static void release_held(ferry_ctx_t *ctx, struct api_am_large *lg, int src)
+{
     am_hold_t *h = &lg->hold[src];
     util_list_item_t *it;
     while (h->count == 0 && (it = util_list_pop_front(&h->q)) != NULL) {
@@ -993,12 +1048,14 @@ static void release_held(ferry_ctx_t *ctx, struct api_am_large *lg, int src) {
     }
 }
 
-bool api_am_large_holding(const ferry_ctx_t *ctx, int src) {
+bool api_am_large_holding(const ferry_ctx_t *ctx, int src)
+{
     const struct api_am_large *lg = ctx->api->large;
     return lg != NULL && lg->hold[src].count > 0;
 }
 
-void api_am_large_hold(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len) {
+void api_am_large_hold(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len)
+{
     struct api_am_large *lg = ctx->api->large;
     am_queued_t *q = malloc(sizeof(*q) + len);
     if (q == NULL) {
@@ -1014,7 +1071,8 @@ void api_am_large_hold(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data,
     util_list_append(&lg->hold[src].q, &q->link);
 }
 
-void api_am_large_recv(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len) {
+void api_am_large_recv(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len)
+{
     int rc;
     struct api_am_large *lg = large_get(ctx, &rc);
     if (lg == NULL) {
@@ -1047,7 +1105,8 @@ void api_am_large_recv(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data,
 
 /* ---- progress and teardown ---- */
 
-int api_am_large_progress(ferry_ctx_t *ctx) {
+int api_am_large_progress(ferry_ctx_t *ctx)
+{
     struct api_am_large *lg = ctx->api->large;
     if (lg == NULL)
         return 0;
@@ -1066,22 +1125,39 @@ int api_am_large_progress(ferry_ctx_t *ctx) {
         events++;
     }
     /* Sends and announced messages of failed peers end now: no answer will
-     * come. (A get or put in flight ends through its own callback.) */
-    util_list_item_t *next;
-    for (it = util_list_first(&lg->sends); it != NULL; it = next) {
-        next = util_list_next(&lg->sends, it);
-        am_send_t *s = UTIL_CONTAINER_OF(it, am_send_t, link);
-        if (ctx->peers[s->dst].failed && !s->putting) {
-            send_complete(ctx, lg, s, FERRY_ERR_UNREACH);
-            events++;
+     * come. (A get or put in flight ends through its own callback.) Each
+     * end runs callbacks that may change the lists, so the walk starts
+     * again after one. */
+    bool again = true;
+    while (again) {
+        again = false;
+        for (it = util_list_first(&lg->sends); it != NULL; it = util_list_next(&lg->sends, it)) {
+            am_send_t *s = UTIL_CONTAINER_OF(it, am_send_t, link);
+            if (ctx->peers[s->dst].failed && !s->putting) {
+                send_complete(ctx, lg, s, FERRY_ERR_UNREACH);
+                events++;
+                again = true;
+                break;
+            }
         }
     }
-    for (it = util_list_first(&lg->recvs); it != NULL; it = next) {
-        next = util_list_next(&lg->recvs, it);
-        ferry_am_data_t *d = UTIL_CONTAINER_OF(it, ferry_am_data_t, link);
-        if (ctx->peers[d->src].failed && d->state == DATA_WAIT_PUT) {
-            data_finish(ctx, lg, d, FERRY_ERR_UNREACH);
+    again = true;
+    while (again) {
+        again = false;
+        for (it = util_list_first(&lg->recvs); it != NULL; it = util_list_next(&lg->recvs, it)) {
+            ferry_am_data_t *d = UTIL_CONTAINER_OF(it, ferry_am_data_t, link);
+            bool waiting = d->state == DATA_WAIT_PUT || d->state == DATA_WAIT_REG;
+            if (ctx->peers[d->src].failed && waiting) {
+                data_finish(ctx, lg, d, FERRY_ERR_UNREACH);
+            } else if (d->state == DATA_WAIT_REG) {
+                if (offer_put(ctx, lg, d))
+                    continue; /* still out of registrations */
+            } else {
+                continue;
+            }
             events++;
+            again = true;
+            break;
         }
     }
     while ((it = util_list_pop_front(&lg->due)) != NULL) {
@@ -1096,7 +1172,8 @@ int api_am_large_progress(ferry_ctx_t *ctx) {
     return events;
 }
 
-void api_am_large_quiesce(ferry_ctx_t *ctx) {
+void api_am_large_quiesce(ferry_ctx_t *ctx)
+{
     struct api_am_large *lg = ctx->api != NULL ? ctx->api->large : NULL;
     if (lg == NULL)
         return;
@@ -1125,7 +1202,8 @@ void api_am_large_quiesce(ferry_ctx_t *ctx) {
     }
 }
 
-void api_am_large_fini(ferry_ctx_t *ctx) {
+void api_am_large_fini(ferry_ctx_t *ctx)
+{
     struct api_am_large *lg = ctx->api != NULL ? ctx->api->large : NULL;
     if (lg == NULL)
         return;

@@ -73,18 +73,21 @@ struct ferry_msg {
     int size;
 };
 
-static void conv_copy(ferry_convertor_t *dst, const ferry_convertor_t *src) {
+static void conv_copy(ferry_convertor_t *dst, const ferry_convertor_t *src)
+{
     *dst = *src;
     if (src->kind == FERRY_CONV_CONTIG)
         dst->iov = &dst->single;
 }
 
-static bool matches(const ferry_msg_req_t *r, int src, const msg_hdr_t *h) {
+static bool matches(const ferry_msg_req_t *r, int src, const msg_hdr_t *h)
+{
     return r->ctx_id == h->ctx_id && (r->peer == FERRY_MSG_ANY_SOURCE || r->peer == src) &&
            ((r->tag ^ h->tag) & r->mask) == 0;
 }
 
-static void req_status(ferry_msg_req_t *r, int src, const msg_hdr_t *h) {
+static void req_status(ferry_msg_req_t *r, int src, const msg_hdr_t *h)
+{
     size_t space = ferry_convertor_remaining(&r->conv);
     r->status.source = src;
     r->status.tag = h->tag;
@@ -93,14 +96,16 @@ static void req_status(ferry_msg_req_t *r, int src, const msg_hdr_t *h) {
     r->status.received = space < h->len ? space : (size_t)h->len;
 }
 
-static void recv_done(void *arg, int status) {
+static void recv_done(void *arg, int status)
+{
     ferry_msg_req_t *r = arg;
     r->status.error = status;
     r->state = REQ_DONE;
 }
 
 /* Hands a matched message to receive r. */
-static void deliver_eager(ferry_msg_req_t *r, int src, const msg_hdr_t *h, const void *data) {
+static void deliver_eager(ferry_msg_req_t *r, int src, const msg_hdr_t *h, const void *data)
+{
     req_status(r, src, h);
     ferry_convertor_unpack(&r->conv, data, r->status.received);
     r->status.error = r->status.received < r->status.len ? FERRY_ERR_TRUNCATE : FERRY_OK;
@@ -108,7 +113,8 @@ static void deliver_eager(ferry_msg_req_t *r, int src, const msg_hdr_t *h, const
 }
 
 static void deliver_large(ferry_msg_t *m, ferry_msg_req_t *r, int src, const msg_hdr_t *h,
-                          ferry_am_data_t *data) {
+                          ferry_am_data_t *data)
+{
     req_status(r, src, h);
     r->state = REQ_ACTIVE;
     int rc = ferry_am_recv_data_conv(m->ctx, data, &r->conv, recv_done, r);
@@ -119,7 +125,8 @@ static void deliver_large(ferry_msg_t *m, ferry_msg_req_t *r, int src, const msg
     }
 }
 
-static ferry_msg_req_t *match_posted(ferry_msg_t *m, int src, const msg_hdr_t *h) {
+static ferry_msg_req_t *match_posted(ferry_msg_t *m, int src, const msg_hdr_t *h)
+{
     for (util_list_item_t *it = util_list_first(&m->posted); it != NULL;
          it = util_list_next(&m->posted, it)) {
         ferry_msg_req_t *r = UTIL_CONTAINER_OF(it, ferry_msg_req_t, link);
@@ -131,7 +138,8 @@ static ferry_msg_req_t *match_posted(ferry_msg_t *m, int src, const msg_hdr_t *h
     return NULL;
 }
 
-static void on_frag(ferry_ctx_t *ctx, int src, const void *data, size_t len, void *arg) {
+static void on_frag(ferry_ctx_t *ctx, int src, const void *data, size_t len, void *arg)
+{
     ferry_msg_t *m = arg;
     msg_hdr_t h;
     if (len < sizeof(h)) {
@@ -172,7 +180,8 @@ static void on_frag(ferry_ctx_t *ctx, int src, const void *data, size_t len, voi
 }
 
 static void on_data(ferry_ctx_t *ctx, int src, const void *hdr, size_t hlen, ferry_am_data_t *data,
-                    size_t len, void *arg) {
+                    size_t len, void *arg)
+{
     ferry_msg_t *m = arg;
     msg_hdr_t h;
     if (hlen != sizeof(h)) {
@@ -208,7 +217,8 @@ static void on_data(ferry_ctx_t *ctx, int src, const void *hdr, size_t hlen, fer
     util_list_append(&m->unexpected, &u->link);
 }
 
-int ferry_msg_init(ferry_ctx_t *ctx, ferry_msg_t **msg_out) {
+int ferry_msg_init(ferry_ctx_t *ctx, ferry_msg_t **msg_out)
+{
     if (msg_out == NULL)
         return FERRY_ERR_INVALID;
     int size = ferry_size(ctx);
@@ -238,7 +248,8 @@ int ferry_msg_init(ferry_ctx_t *ctx, ferry_msg_t **msg_out) {
     return FERRY_OK;
 }
 
-int ferry_msg_fini(ferry_msg_t **msg_p) {
+int ferry_msg_fini(ferry_msg_t **msg_p)
+{
     if (msg_p == NULL || *msg_p == NULL)
         return FERRY_OK;
     ferry_msg_t *m = *msg_p;
@@ -259,7 +270,8 @@ int ferry_msg_fini(ferry_msg_t **msg_p) {
 }
 
 static ferry_msg_req_t *req_new(ferry_msg_t *m, int kind, int peer, uint32_t ctx_id, uint64_t tag,
-                                uint64_t mask, const ferry_convertor_t *conv) {
+                                uint64_t mask, const ferry_convertor_t *conv)
+{
     ferry_msg_req_t *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return NULL;
@@ -277,19 +289,22 @@ static ferry_msg_req_t *req_new(ferry_msg_t *m, int kind, int peer, uint32_t ctx
     return r;
 }
 
-static void req_free(ferry_msg_t *m, ferry_msg_req_t *r) {
+static void req_free(ferry_msg_t *m, ferry_msg_req_t *r)
+{
     m->live--;
     free(r);
 }
 
-static void send_done(void *arg, int status) {
+static void send_done(void *arg, int status)
+{
     ferry_msg_req_t *r = arg;
     r->status.error = status;
     r->state = REQ_DONE;
 }
 
 /* One try of a send. FERRY_ERR_NO_RESOURCE: try again later. */
-static int send_try(ferry_msg_t *m, ferry_msg_req_t *r) {
+static int send_try(ferry_msg_t *m, ferry_msg_req_t *r)
+{
     bool done = false;
     int rc = api_am_send_internal(m->ctx, r->peer, &r->hdr, sizeof(r->hdr), &r->conv, send_done, r,
                                   &done);
@@ -300,7 +315,8 @@ static int send_try(ferry_msg_t *m, ferry_msg_req_t *r) {
 }
 
 /* Sends waiting for resources go on, in order per peer. */
-static int drain_queued(ferry_msg_t *m) {
+static int drain_queued(ferry_msg_t *m)
+{
     int events = 0;
     for (int p = 0; p < m->size && m->n_queued > 0; p++) {
         util_list_item_t *it;
@@ -321,7 +337,8 @@ static int drain_queued(ferry_msg_t *m) {
     return events;
 }
 
-int ferry_msg_progress(ferry_msg_t *m) {
+int ferry_msg_progress(ferry_msg_t *m)
+{
     if (m == NULL)
         return FERRY_ERR_INVALID;
     int rc = ferry_progress(m->ctx);
@@ -333,7 +350,8 @@ int ferry_msg_progress(ferry_msg_t *m) {
 }
 
 int ferry_msg_isend_conv(ferry_msg_t *m, int dst, uint32_t ctx_id, uint64_t tag,
-                         ferry_convertor_t *conv, ferry_msg_req_t **req_out) {
+                         ferry_convertor_t *conv, ferry_msg_req_t **req_out)
+{
     if (m == NULL || conv == NULL || req_out == NULL || dst < 0 || dst >= m->size)
         return FERRY_ERR_INVALID;
     long max = ferry_am_max_size(m->ctx, dst);
@@ -360,7 +378,8 @@ int ferry_msg_isend_conv(ferry_msg_t *m, int dst, uint32_t ctx_id, uint64_t tag,
 }
 
 int ferry_msg_isend(ferry_msg_t *m, int dst, uint32_t ctx_id, uint64_t tag, const void *buf,
-                    size_t len, ferry_msg_req_t **req_out) {
+                    size_t len, ferry_msg_req_t **req_out)
+{
     if (buf == NULL && len > 0)
         return FERRY_ERR_INVALID;
     ferry_convertor_t conv;
@@ -369,7 +388,8 @@ int ferry_msg_isend(ferry_msg_t *m, int dst, uint32_t ctx_id, uint64_t tag, cons
 }
 
 int ferry_msg_send(ferry_msg_t *m, int dst, uint32_t ctx_id, uint64_t tag, const void *buf,
-                   size_t len) {
+                   size_t len)
+{
     if (m != NULL && m->ctx->in_callback > 0)
         return FERRY_ERR_BUSY; /* it could not wait there */
     ferry_msg_req_t *r;
@@ -380,7 +400,8 @@ int ferry_msg_send(ferry_msg_t *m, int dst, uint32_t ctx_id, uint64_t tag, const
 }
 
 static msg_unexp_t *find_unexpected(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag,
-                                    uint64_t mask) {
+                                    uint64_t mask)
+{
     ferry_msg_req_t probe = {.peer = src, .ctx_id = ctx_id, .tag = tag, .mask = mask};
     for (util_list_item_t *it = util_list_first(&m->unexpected); it != NULL;
          it = util_list_next(&m->unexpected, it)) {
@@ -392,7 +413,8 @@ static msg_unexp_t *find_unexpected(ferry_msg_t *m, int src, uint32_t ctx_id, ui
 }
 
 int ferry_msg_irecv_conv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint64_t mask,
-                         ferry_convertor_t *conv, ferry_msg_req_t **req_out) {
+                         ferry_convertor_t *conv, ferry_msg_req_t **req_out)
+{
     if (m == NULL || conv == NULL || req_out == NULL ||
         (src != FERRY_MSG_ANY_SOURCE && (src < 0 || src >= m->size)))
         return FERRY_ERR_INVALID;
@@ -416,7 +438,8 @@ int ferry_msg_irecv_conv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag,
 }
 
 int ferry_msg_irecv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint64_t mask,
-                    void *buf, size_t len, ferry_msg_req_t **req_out) {
+                    void *buf, size_t len, ferry_msg_req_t **req_out)
+{
     if (buf == NULL && len > 0)
         return FERRY_ERR_INVALID;
     ferry_convertor_t conv;
@@ -425,7 +448,8 @@ int ferry_msg_irecv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint
 }
 
 int ferry_msg_recv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint64_t mask, void *buf,
-                   size_t len, ferry_msg_status_t *status) {
+                   size_t len, ferry_msg_status_t *status)
+{
     if (m != NULL && m->ctx->in_callback > 0)
         return FERRY_ERR_BUSY; /* it could not wait there */
     ferry_msg_req_t *r;
@@ -436,7 +460,8 @@ int ferry_msg_recv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint6
 }
 
 /* A posted receive from one rank that has failed can never match. */
-static void check_failed_source(ferry_msg_t *m, ferry_msg_req_t *r) {
+static void check_failed_source(ferry_msg_t *m, ferry_msg_req_t *r)
+{
     if (r->kind == REQ_RECV && r->state == REQ_POSTED && r->peer != FERRY_MSG_ANY_SOURCE &&
         r->peer != ferry_rank(m->ctx) && ferry_am_max_size(m->ctx, r->peer) == FERRY_ERR_UNREACH) {
         util_list_remove(&m->posted, &r->link);
@@ -445,7 +470,8 @@ static void check_failed_source(ferry_msg_t *m, ferry_msg_req_t *r) {
     }
 }
 
-static int req_finish(ferry_msg_t *m, ferry_msg_req_t **req, ferry_msg_status_t *status) {
+static int req_finish(ferry_msg_t *m, ferry_msg_req_t **req, ferry_msg_status_t *status)
+{
     ferry_msg_req_t *r = *req;
     int outcome = r->status.error;
     if (status != NULL)
@@ -455,7 +481,8 @@ static int req_finish(ferry_msg_t *m, ferry_msg_req_t **req, ferry_msg_status_t 
     return outcome;
 }
 
-int ferry_msg_test(ferry_msg_t *m, ferry_msg_req_t **req, int *done, ferry_msg_status_t *status) {
+int ferry_msg_test(ferry_msg_t *m, ferry_msg_req_t **req, int *done, ferry_msg_status_t *status)
+{
     if (m == NULL || req == NULL || done == NULL)
         return FERRY_ERR_INVALID;
     if (*req == NULL) {
@@ -478,7 +505,8 @@ int ferry_msg_test(ferry_msg_t *m, ferry_msg_req_t **req, int *done, ferry_msg_s
     return req_finish(m, req, status);
 }
 
-int ferry_msg_wait(ferry_msg_t *m, ferry_msg_req_t **req, ferry_msg_status_t *status) {
+int ferry_msg_wait(ferry_msg_t *m, ferry_msg_req_t **req, ferry_msg_status_t *status)
+{
     int index;
     if (req == NULL)
         return FERRY_ERR_INVALID;
@@ -486,7 +514,8 @@ int ferry_msg_wait(ferry_msg_t *m, ferry_msg_req_t **req, ferry_msg_status_t *st
 }
 
 int ferry_msg_waitany(ferry_msg_t *m, size_t n, ferry_msg_req_t **reqs, int *index,
-                      ferry_msg_status_t *status) {
+                      ferry_msg_status_t *status)
+{
     if (m == NULL || (reqs == NULL && n > 0) || index == NULL || n > INT32_MAX)
         return FERRY_ERR_INVALID;
     bool any = false;
@@ -525,7 +554,8 @@ int ferry_msg_waitany(ferry_msg_t *m, size_t n, ferry_msg_req_t **reqs, int *ind
 }
 
 int ferry_msg_iprobe(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint64_t mask,
-                     int *found, ferry_msg_status_t *status) {
+                     int *found, ferry_msg_status_t *status)
+{
     if (m == NULL || found == NULL || (src != FERRY_MSG_ANY_SOURCE && (src < 0 || src >= m->size)))
         return FERRY_ERR_INVALID;
     int rc = ferry_msg_progress(m);
@@ -544,7 +574,8 @@ int ferry_msg_iprobe(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uin
 }
 
 int ferry_msg_probe(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint64_t mask,
-                    ferry_msg_status_t *status) {
+                    ferry_msg_status_t *status)
+{
     unsigned idle = 0;
     for (;;) {
         int found = 0;
@@ -560,7 +591,8 @@ int ferry_msg_probe(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint
     }
 }
 
-int ferry_msg_cancel(ferry_msg_t *m, ferry_msg_req_t *r) {
+int ferry_msg_cancel(ferry_msg_t *m, ferry_msg_req_t *r)
+{
     if (m == NULL || r == NULL || r->msg != m)
         return FERRY_ERR_INVALID;
     if (r->state == REQ_POSTED) {

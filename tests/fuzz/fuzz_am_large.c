@@ -26,8 +26,8 @@
 #include "api/am_large.h"
 #include "fuzz.h"
 
-static const uint8_t tags[5] = {API_TAG_AM_RTS, API_TAG_AM_FIN, API_TAG_AM_CTS,
-                                API_TAG_AM_PUT_DONE, API_TAG_MSG};
+static const uint8_t tags[5] = {API_TAG_AM_RTS, API_TAG_AM_FIN, API_TAG_AM_CTS, API_TAG_AM_PUT_DONE,
+                                API_TAG_MSG};
 
 typedef struct harness {
     uint8_t sink[64];

@@ -23,11 +23,14 @@
 
 #include <ferry/ferry.h>
 
+#include "../unit/check.h"
 #include "api/am_large.h"
 #include "api/api.h"
-#include "../unit/check.h"
 
-enum { TAG_ORD = 1, TAG_DATA = 2, TAG_KEY = 3, TAG_NOTE = 4 };
+enum { TAG_ORD = 1, TAG_DATA = 2, TAG_KEY = 3, TAG_NOTE = 4, TAG_WIN = 5, TAG_WIN_DATA = 6 };
+
+/* The window phase: messages in flight at once. */
+#define WIN 40
 
 static uint8_t pat(uint64_t seq, size_t i)
 {
@@ -70,6 +73,11 @@ typedef struct state {
     int knum;
     int notes;
     int absurd_calls;
+    /* window */
+    uint64_t win_next;
+    size_t win_len;
+    uint8_t *win_buf; /* WIN slices of win_len */
+    int win_taken, win_arrived;
 } state_t;
 
 static void on_ord(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len, void *arg)
@@ -96,6 +104,35 @@ static void on_note(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t
     ((state_t *)arg)->notes++;
 }
 
+static void on_win(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len, void *arg)
+{
+    state_t *st = arg;
+    (void)ctx, (void)src, (void)tag;
+    uint64_t seq;
+    CHECK(len == st->win_len);
+    memcpy(&seq, data, 8);
+    CHECK(seq == st->win_next);
+    CHECK(good(data, len, seq, 8));
+    st->win_next++;
+}
+
+static void win_arrived(void *arg, int status)
+{
+    state_t *st = arg;
+    CHECK(status == FERRY_OK);
+    st->win_arrived++;
+}
+
+static void on_win_data(ferry_ctx_t *ctx, int src, int tag, ferry_am_data_t *data, size_t len,
+                        void *arg)
+{
+    state_t *st = arg;
+    (void)src, (void)tag;
+    CHECK(len == st->win_len && st->win_taken < WIN);
+    uint8_t *slice = st->win_buf + (size_t)st->win_taken++ * len;
+    CHECK(ferry_am_recv_data(ctx, data, slice, len, win_arrived, st) == FERRY_OK);
+}
+
 static void data_cb_done(void *arg, int status)
 {
     state_t *st = arg;
@@ -118,8 +155,7 @@ static void on_data(ferry_ctx_t *ctx, int src, int tag, ferry_am_data_t *data, s
         CHECK(len <= st->dcap);
         CHECK(ferry_am_recv_data(ctx, data, st->dbuf, len, data_cb_done, st) == FERRY_OK);
         /* Taken once only. */
-        CHECK(ferry_am_recv_data(ctx, data, st->dbuf, len, data_cb_done, st) ==
-              FERRY_ERR_INVALID);
+        CHECK(ferry_am_recv_data(ctx, data, st->dbuf, len, data_cb_done, st) == FERRY_ERR_INVALID);
         break;
     case MODE_VECTOR: {
         ferry_convertor_t conv;
@@ -149,8 +185,7 @@ static void on_data(ferry_ctx_t *ctx, int src, int tag, ferry_am_data_t *data, s
     }
 }
 
-static void on_key(ferry_ctx_t *ctx, int src, int tag, ferry_am_data_t *data, size_t len,
-                   void *arg)
+static void on_key(ferry_ctx_t *ctx, int src, int tag, ferry_am_data_t *data, size_t len, void *arg)
 {
     state_t *st = arg;
     (void)ctx, (void)src, (void)tag, (void)len;
@@ -189,8 +224,8 @@ static void nb_done(void *arg, int status)
 static void phase_order(state_t *st, size_t max)
 {
     ferry_ctx_t *ctx = st->ctx;
-    const size_t sizes[] = {8, max, max + 1, 2 * max + 3, (size_t)1 << 20, 3 * max + 11,
-                            ((size_t)5 << 20) + 1, 64};
+    const size_t sizes[] = {
+        8, max, max + 1, 2 * max + 3, (size_t)1 << 20, 3 * max + 11, ((size_t)5 << 20) + 1, 64};
     const size_t n = sizeof(sizes) / sizeof(sizes[0]);
     size_t big = ((size_t)5 << 20) + 1 > 3 * max + 11 ? ((size_t)5 << 20) + 1 : 3 * max + 11;
     uint8_t *buf = malloc(big);
@@ -210,8 +245,7 @@ static void phase_order(state_t *st, size_t max)
                 /* Non-blocking: its buffer waits for the callback; a
                  * small one sent right behind must not overtake it. */
                 nb_t done = {0, 1};
-                CHECK(ferry_am_send_nb(ctx, dst, TAG_ORD, buf, len, nb_done, &done) ==
-                      FERRY_OK);
+                CHECK(ferry_am_send_nb(ctx, dst, TAG_ORD, buf, len, nb_done, &done) == FERRY_OK);
                 seq[t]++;
                 fill(buf2, 8, seq[t]);
                 CHECK(send_small(ctx, dst, TAG_ORD, buf2, 8) == FERRY_OK);
@@ -258,8 +292,7 @@ static void phase_data(state_t *st, size_t max)
     size_t vlen = len / 1000 * 1000;
     uint8_t *vbuf = calloc(1, vlen / 1000 * 1500);
     CHECK(vbuf != NULL);
-    g_vec = (ferry_vector_t){.base = vbuf, .count = vlen / 1000, .block_len = 1000,
-                             .stride = 1500};
+    g_vec = (ferry_vector_t){.base = vbuf, .count = vlen / 1000, .block_len = 1000, .stride = 1500};
     const int modes[] = {MODE_EXACT, MODE_VECTOR, MODE_SHORT, MODE_DROP, MODE_KEEP};
     for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
         st->data_mode = modes[m];
@@ -389,6 +422,53 @@ static void phase_absurd(state_t *st)
     st->dbuf = NULL;
 }
 
+/* WIN large messages in flight at once, to a tag without a data handler
+ * (taken one after the other, in order) and to one with a data handler
+ * that takes each into its own slice (all at once): with few registration
+ * slots (FERRY_SM_REG_SLOTS=16) the sender and the receiver run out, and
+ * must wait and retry, never lose a message. */
+static void phase_window(state_t *st, size_t max)
+{
+    ferry_ctx_t *ctx = st->ctx;
+    size_t len = max + 1000;
+    st->win_len = len;
+    st->win_buf = malloc(len * WIN);
+    uint8_t *src = malloc(len * WIN);
+    CHECK(st->win_buf != NULL && src != NULL);
+    for (int k = 0; k < WIN; k++)
+        fill(src + (size_t)k * len, len, (uint64_t)k);
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    for (int tag = TAG_WIN; tag <= TAG_WIN_DATA; tag++) {
+        nb_t done[WIN];
+        for (int k = 0; k < WIN; k++) {
+            done[k] = (nb_t){0, 1};
+            int rc;
+            while ((rc = ferry_am_send_nb(ctx, st->next, tag, src + (size_t)k * len, len, nb_done,
+                                          &done[k])) == FERRY_ERR_NO_RESOURCE)
+                CHECK(ferry_progress(ctx) >= 0);
+            CHECK(rc == FERRY_OK);
+        }
+        for (int k = 0; k < WIN; k++) {
+            while (done[k].done == 0)
+                CHECK(ferry_progress(ctx) >= 0);
+            CHECK(done[k].status == FERRY_OK);
+        }
+        if (tag == TAG_WIN) {
+            while (st->win_next < WIN)
+                CHECK(ferry_progress(ctx) >= 0);
+        } else {
+            wait_until(ctx, &st->win_arrived, WIN);
+            CHECK(st->win_taken == WIN);
+            /* Slices were taken in announcement order, which is send order. */
+            CHECK(memcmp(st->win_buf, src, len * WIN) == 0);
+        }
+        CHECK(ferry_barrier(ctx) == FERRY_OK);
+    }
+    free(src);
+    free(st->win_buf);
+    st->win_buf = NULL;
+}
+
 static int get_status(ferry_ctx_t *ctx, int src, void *buf, size_t len, uint64_t raddr,
                       const ferry_rkey_t *rkey)
 {
@@ -494,6 +574,8 @@ int main(int argc, char **argv)
     CHECK(ferry_am_register(ctx, TAG_NOTE, on_note, &st) == FERRY_OK);
     CHECK(ferry_am_register_data(ctx, TAG_DATA, on_data, &st) == FERRY_OK);
     CHECK(ferry_am_register_data(ctx, TAG_KEY, on_key, &st) == FERRY_OK);
+    CHECK(ferry_am_register(ctx, TAG_WIN, on_win, &st) == FERRY_OK);
+    CHECK(ferry_am_register_data(ctx, TAG_WIN_DATA, on_win_data, &st) == FERRY_OK);
     CHECK(ferry_am_register_data(ctx, FERRY_AM_TAG_MAX + 1, on_key, &st) == FERRY_ERR_INVALID);
     CHECK(ferry_barrier(ctx) == FERRY_OK);
 
@@ -509,13 +591,15 @@ int main(int argc, char **argv)
     long self_max = ferry_am_max_size(ctx, st.me);
     size_t max = (size_t)(maxl < self_max ? maxl : self_max);
     if (st.me == 0)
-        printf("max send %zu (next) / %ld (self), rendezvous by %s, large max %zu\n",
-               (size_t)maxl, self_max, sz.rndv == FERRY_AM_RNDV_GET ? "get" : "put",
-               sz.large_max);
+        printf("max send %zu (next) / %ld (self), rendezvous by %s, large max %zu\n", (size_t)maxl,
+               self_max, sz.rndv == FERRY_AM_RNDV_GET ? "get" : "put", sz.large_max);
 
     if (limit) {
         phase_limit(&st);
+    } else if (argc > 1 && strcmp(argv[1], "--window") == 0) {
+        phase_window(&st, (size_t)maxl);
     } else {
+        phase_window(&st, (size_t)maxl);
         phase_order(&st, max);
         phase_data(&st, (size_t)maxl);
         phase_absurd(&st);

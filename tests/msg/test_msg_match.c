@@ -54,15 +54,12 @@ typedef struct mcase {
 #define ANYT FERRY_MSG_ANY_TAG
 
 static const mcase_t cases[] = {
-    {"exact",
-     {{0, 5, 10}},
-     {{OP_RECV, 0, 5, EXACT, 10, 0, FERRY_OK, false}}},
+    {"exact", {{0, 5, 10}}, {{OP_RECV, 0, 5, EXACT, 10, 0, FERRY_OK, false}}},
     {"any tag, in order",
      {{0, 1, 10}, {0, 2, 20}},
-     {{OP_RECV, 0, 0, ANYT, 64, 0, FERRY_OK, false}, {OP_RECV, 0, 0, ANYT, 64, 1, FERRY_OK, false}}},
-    {"any source",
-     {{0, 3, 8}},
-     {{OP_RECV, 0, 3, EXACT, 8, 0, FERRY_OK, true}}},
+     {{OP_RECV, 0, 0, ANYT, 64, 0, FERRY_OK, false},
+      {OP_RECV, 0, 0, ANYT, 64, 1, FERRY_OK, false}}},
+    {"any source", {{0, 3, 8}}, {{OP_RECV, 0, 3, EXACT, 8, 0, FERRY_OK, true}}},
     {"tag masks",
      {{0, 0x12, 4}, {0, 0x22, 5}, {0, 0x13, 6}},
      {{OP_RECV, 0, 0x03, 0x0f, 64, 2, FERRY_OK, false},
@@ -103,9 +100,7 @@ static const mcase_t cases[] = {
      {{0, 6, 12}},
      {{OP_CANCEL, 0, 6, EXACT, 64, -1, FERRY_ERR_CANCELED, false},
       {OP_RECV, 0, 6, EXACT, 64, 0, FERRY_OK, false}}},
-    {"zero length",
-     {{0, 8, 0}},
-     {{OP_RECV, 0, 8, EXACT, 16, 0, FERRY_OK, false}}},
+    {"zero length", {{0, 8, 0}}, {{OP_RECV, 0, 8, EXACT, 16, 0, FERRY_OK, false}}},
     {"large tags and contexts",
      {{0x7fffffff, UINT64_MAX, 5}, {0x7fffffff, UINT64_MAX - 1, 6}},
      {{OP_RECV, 0x7fffffff, UINT64_MAX - 1, EXACT, 64, 1, FERRY_OK, false},
@@ -150,8 +145,8 @@ static void check_recv(const world_t *w, const mcase_t *c, const rop_t *op, int 
     CHECK(st->received == (len < cap ? len : cap));
     for (size_t i = 0; i < st->received; i++)
         if (buf[i] != pat(w->prev, op->want, i)) {
-            fprintf(stderr, "rank %d case '%s': byte %zu of message %d is wrong\n", w->me,
-                    c->name, i, op->want);
+            fprintf(stderr, "rank %d case '%s': byte %zu of message %d is wrong\n", w->me, c->name,
+                    i, op->want);
             CHECK(0);
         }
     for (size_t i = st->received; i < cap + GUARD; i++)
@@ -161,8 +156,7 @@ static void check_recv(const world_t *w, const mcase_t *c, const rop_t *op, int 
 static void run_case(world_t *w, const mcase_t *c, bool post_first)
 {
     int ns = 0, no = 0;
-    while (ns < MAXOPS &&
-           (c->sends[ns].ctx != 0 || c->sends[ns].tag != 0 || c->sends[ns].len != 0))
+    while (ns < MAXOPS && (c->sends[ns].ctx != 0 || c->sends[ns].tag != 0 || c->sends[ns].len != 0))
         ns++;
     while (no < MAXOPS && c->ops[no].op != 0)
         no++;
@@ -390,8 +384,7 @@ static void layouts(world_t *w)
 
 /* Inside a ferry callback the calls that would wait are refused; the
  * non-blocking ones work. */
-static void in_handler(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
-                       void *arg)
+static void in_handler(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len, void *arg)
 {
     world_t *w = arg;
     (void)ctx, (void)src, (void)tag, (void)data, (void)len;

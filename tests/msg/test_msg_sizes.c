@@ -122,8 +122,8 @@ int main(int argc, char **argv)
                 size_t i = 0;
                 while (want[i] == rbuf[i])
                     i++;
-                fprintf(stderr, "rank %d: %zu-byte message from %d (round %d) differs at %zu\n",
-                        me, rlen, from, round, i);
+                fprintf(stderr, "rank %d: %zu-byte message from %d (round %d) differs at %zu\n", me,
+                        rlen, from, round, i);
                 CHECK(0);
             }
             for (size_t i = 0; i < rlen; i += 4096)
