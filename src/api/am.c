@@ -116,7 +116,7 @@ void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, v
         api_barrier_recv(ctx, data, len);
     else if (rd->tag > FERRY_AM_TAG_MAX)
         api_am_large_recv(ctx, rd->peer, rd->tag, data, len);
-    else if (api_am_large_holding(ctx, rd->peer))
+    else if (ctx->api->large != NULL && api_am_large_holding(ctx, rd->peer))
         api_am_large_hold(ctx, rd->peer, rd->tag, data, len); /* behind a large message */
     else
         api_am_deliver(ctx, rd->peer, rd->tag, data, len);

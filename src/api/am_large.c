@@ -1108,7 +1108,10 @@ void api_am_large_recv(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data,
 int api_am_large_progress(ferry_ctx_t *ctx)
 {
     struct api_am_large *lg = ctx->api->large;
-    if (lg == NULL)
+    /* The common case, on every progress once the state exists: nothing
+     * to do. */
+    if (lg == NULL || (util_list_empty(&lg->ctl) && util_list_empty(&lg->sends) &&
+                       util_list_empty(&lg->recvs) && util_list_empty(&lg->due)))
         return 0;
     int events = 0;
     util_list_item_t *it;
