@@ -106,6 +106,7 @@ struct api_am_large {
         void *arg;
     } data[FERRY_AM_TAG_MAX + 1];
     bool closing; /* at teardown: no more control messages */
+    size_t n_waiting; /* recvs in DATA_WAIT_REG or DATA_WAIT_PUT: progress looks at them */
     api_am_frag_cb_t int_frag;
     api_am_hdr_data_cb_t int_data;
     void *int_arg;
@@ -604,6 +605,8 @@ int ferry_am_sizes(ferry_ctx_t *ctx, int dst, ferry_am_sizes_t *out)
 
 static void data_free(struct api_am_large *lg, ferry_am_data_t *d)
 {
+    if (d->state == DATA_WAIT_REG || d->state == DATA_WAIT_PUT)
+        lg->n_waiting--;
     util_list_remove(&lg->recvs, &d->link);
     free(d->bounce);
     free(d->own);
@@ -694,6 +697,8 @@ static bool offer_put(ferry_ctx_t *ctx, struct api_am_large *lg, ferry_am_data_t
     int rc = ferry_mem_register(ctx, d->dst, d->n, FERRY_ACCESS_REMOTE_WRITE, &d->mem);
     if (rc == FERRY_ERR_NO_RESOURCE) {
         d->mem = NULL;
+        if (d->state != DATA_WAIT_REG)
+            lg->n_waiting++;
         d->state = DATA_WAIT_REG;
         return true;
     }
@@ -706,6 +711,8 @@ static bool offer_put(ferry_ctx_t *ctx, struct api_am_large *lg, ferry_am_data_t
     cts.id = d->id;
     cts.len = d->n;
     cts.raddr = (uint64_t)(uintptr_t)d->dst;
+    if (d->state != DATA_WAIT_REG)
+        lg->n_waiting++;
     d->state = DATA_WAIT_PUT;
     ctl_send(ctx, lg, d->src, API_TAG_AM_CTS, &cts, sizeof(cts));
     return false;
@@ -1111,7 +1118,7 @@ int api_am_large_progress(ferry_ctx_t *ctx)
     /* The common case, on every progress once the state exists: nothing
      * to do. */
     if (lg == NULL || (util_list_empty(&lg->ctl) && util_list_empty(&lg->sends) &&
-                       util_list_empty(&lg->recvs) && util_list_empty(&lg->due)))
+                       lg->n_waiting == 0 && util_list_empty(&lg->due)))
         return 0;
     int events = 0;
     util_list_item_t *it;
@@ -1144,7 +1151,9 @@ int api_am_large_progress(ferry_ctx_t *ctx)
             }
         }
     }
-    again = true;
+    /* Only messages waiting for a registration or a put need looking at;
+     * the others end through their own callbacks or when taken. */
+    again = lg->n_waiting > 0;
     while (again) {
         again = false;
         for (it = util_list_first(&lg->recvs); it != NULL; it = util_list_next(&lg->recvs, it)) {
