@@ -71,7 +71,12 @@ struct ferry_msg {
     size_t n_queued;
     size_t live; /* requests not yet freed */
     int size;
+    /* Freed requests kept for reuse (at most MSG_SPARE_MAX): a send or
+     * receive then costs no malloc. */
+    util_list_t spare;
 };
+
+#define MSG_SPARE_MAX 256
 
 static void conv_copy(ferry_convertor_t *dst, const ferry_convertor_t *src)
 {
@@ -236,6 +241,7 @@ int ferry_msg_init(ferry_ctx_t *ctx, ferry_msg_t **msg_out)
     m->size = size;
     util_list_init(&m->posted);
     util_list_init(&m->unexpected);
+    util_list_init(&m->spare);
     for (int r = 0; r < size; r++)
         util_list_init(&m->queued[r]);
     int rc = api_am_register_internal(ctx, on_frag, on_data, m);
@@ -263,6 +269,8 @@ int ferry_msg_fini(ferry_msg_t **msg_p)
         free(u);
     }
     api_am_register_internal(m->ctx, NULL, NULL, NULL);
+    while ((it = util_list_pop_front(&m->spare)) != NULL)
+        free(UTIL_CONTAINER_OF(it, ferry_msg_req_t, link));
     free(m->queued);
     free(m);
     *msg_p = NULL;
@@ -272,9 +280,12 @@ int ferry_msg_fini(ferry_msg_t **msg_p)
 static ferry_msg_req_t *req_new(ferry_msg_t *m, int kind, int peer, uint32_t ctx_id, uint64_t tag,
                                 uint64_t mask, const ferry_convertor_t *conv)
 {
-    ferry_msg_req_t *r = calloc(1, sizeof(*r));
+    util_list_item_t *it = util_list_pop_front(&m->spare);
+    ferry_msg_req_t *r = it != NULL ? UTIL_CONTAINER_OF(it, ferry_msg_req_t, link)
+                                    : malloc(sizeof(*r));
     if (r == NULL)
         return NULL;
+    memset(r, 0, sizeof(*r));
     r->msg = m;
     r->kind = kind;
     r->peer = peer;
@@ -292,7 +303,10 @@ static ferry_msg_req_t *req_new(ferry_msg_t *m, int kind, int peer, uint32_t ctx
 static void req_free(ferry_msg_t *m, ferry_msg_req_t *r)
 {
     m->live--;
-    free(r);
+    if (util_list_len(&m->spare) < MSG_SPARE_MAX)
+        util_list_prepend(&m->spare, &r->link);
+    else
+        free(r);
 }
 
 static void send_done(void *arg, int status)
