@@ -16,6 +16,7 @@
  *   after its message completed, and while a newer one is live on the
  *   same buffer, is refused.
  */
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -469,6 +470,44 @@ static void phase_window(state_t *st, size_t max)
     st->win_buf = NULL;
 }
 
+/* --peer-dies: rank 1 keeps rank 0's large messages without taking them,
+ * then dies (SIGKILL). Rank 0's non-blocking send must complete with
+ * FERRY_ERR_UNREACH and its blocking one return it: nothing waits for ever
+ * on a dead peer. */
+static void keep_data(ferry_ctx_t *ctx, int src, int tag, ferry_am_data_t *data, size_t len,
+                      void *arg)
+{
+    state_t *st = arg;
+    (void)ctx, (void)src, (void)tag, (void)data, (void)len;
+    if (++st->knum == 2)
+        raise(SIGKILL);
+}
+
+static int phase_peer_dies(state_t *st, size_t max)
+{
+    ferry_ctx_t *ctx = st->ctx;
+    size_t len = 4 * max;
+    uint8_t *src = calloc(1, len);
+    CHECK(src != NULL);
+    CHECK(ferry_am_register_data(ctx, TAG_KEY, keep_data, st) == FERRY_OK);
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    if (st->me == 0) {
+        nb_t done = {0, 1};
+        CHECK(ferry_am_send_nb(ctx, 1, TAG_KEY, src, len, nb_done, &done) == FERRY_OK);
+        int rc = ferry_am_send(ctx, 1, TAG_KEY, src, len);
+        while (done.done == 0)
+            CHECK(ferry_progress(ctx) >= 0);
+        printf("rank 0: sends to a dead peer: %s (blocking), %s (callback)\n",
+               ferry_status_name(rc), ferry_status_name(done.status));
+        CHECK(rc == FERRY_ERR_UNREACH && done.status == FERRY_ERR_UNREACH);
+    } else if (st->me == 1) {
+        for (;;)
+            ferry_progress(ctx); /* until the second announcement kills it */
+    }
+    free(src);
+    return 0;
+}
+
 static int get_status(ferry_ctx_t *ctx, int src, void *buf, size_t len, uint64_t raddr,
                       const ferry_rkey_t *rkey)
 {
@@ -596,6 +635,8 @@ int main(int argc, char **argv)
 
     if (limit) {
         phase_limit(&st);
+    } else if (argc > 1 && strcmp(argv[1], "--peer-dies") == 0) {
+        phase_peer_dies(&st, (size_t)maxl);
     } else if (argc > 1 && strcmp(argv[1], "--window") == 0) {
         phase_window(&st, (size_t)maxl);
     } else {
