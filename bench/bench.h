@@ -3,7 +3,7 @@
  * ranks, each figure printed next to the machine's own floor measured in the
  * same run (cache-line ping-pong, memcpy, process_vm_writev).
  *
- * The tool uses only include/ferry/ferry.h and POSIX. Its parts:
+ * The tool uses only include/ferry/ferry.h, include/ferry/msg.h and POSIX. Its parts:
  *   bench_main.c   options, the run, tables and CSV
  *   bench_comm.c   active-message plumbing: data counting, control messages,
  *                  chunked sends, bounded waits, timing
@@ -11,6 +11,8 @@
  *   bench_pair.c   paired measurement: floor and figure in alternating blocks
  *   bench_am.c     am-lat, am-bw, am-bibw, am-rate
  *   bench_rdma.c   put-lat, get-lat, put-bw, get-bw
+ *   bench_tag.c    tag-lat, tag-bw, tag-bibw, tag-rate (include/ferry/msg.h),
+ *                  am-lat-rndv, am-bw-rndv (whole messages of any size)
  * Everything hangs off one bench_t that main() owns; there is no global
  * mutable state.
  */
@@ -50,7 +52,8 @@
 enum {
     BENCH_TAG_DATA = 1, /* payload of the measured messages, counted */
     BENCH_TAG_ACK = 2,  /* end of a window, counted */
-    BENCH_TAG_CTRL = 3  /* setup and phase messages, queued (bench_ctrl_*) */
+    BENCH_TAG_CTRL = 3, /* setup and phase messages, queued (bench_ctrl_*) */
+    BENCH_TAG_WHOLE = 4 /* am-lat-rndv, am-bw-rndv: whole messages of any size */
 };
 
 /* Kinds of control message. */
@@ -74,6 +77,14 @@ typedef enum bench_mode {
     BENCH_GET_LAT,
     BENCH_PUT_BW,
     BENCH_GET_BW,
+    /* bench_tag.c: whole active messages beyond the eager size, and the
+     * tagged layer. */
+    BENCH_AM_LAT_RNDV,
+    BENCH_AM_BW_RNDV,
+    BENCH_TAG_LAT,
+    BENCH_TAG_BW,
+    BENCH_TAG_BIBW,
+    BENCH_TAG_RATE,
     BENCH_MODE_COUNT
 } bench_mode_t;
 
@@ -356,6 +367,11 @@ void bench_floor_ofi_fini(bench_t *b);
 /* ---- bench_am.c ---- */
 
 int bench_run_am(bench_t *b, bench_mode_t mode);
+
+/* ---- bench_tag.c ---- */
+
+/* tag-lat, tag-bw, tag-bibw, tag-rate, am-lat-rndv and am-bw-rndv. */
+int bench_run_tag(bench_t *b, bench_mode_t mode);
 
 /* ---- bench_rdma.c ---- */
 

@@ -23,6 +23,9 @@ static const char *const mode_names[BENCH_MODE_COUNT] = {
     [BENCH_LIMITS] = "limits",   [BENCH_AM_LAT] = "am-lat",   [BENCH_AM_BW] = "am-bw",
     [BENCH_AM_BIBW] = "am-bibw", [BENCH_AM_RATE] = "am-rate", [BENCH_PUT_LAT] = "put-lat",
     [BENCH_GET_LAT] = "get-lat", [BENCH_PUT_BW] = "put-bw",   [BENCH_GET_BW] = "get-bw",
+    [BENCH_AM_LAT_RNDV] = "am-lat-rndv", [BENCH_AM_BW_RNDV] = "am-bw-rndv",
+    [BENCH_TAG_LAT] = "tag-lat", [BENCH_TAG_BW] = "tag-bw", [BENCH_TAG_BIBW] = "tag-bibw",
+    [BENCH_TAG_RATE] = "tag-rate",
 };
 
 const char *bench_mode_name(bench_mode_t mode)
@@ -32,8 +35,11 @@ const char *bench_mode_name(bench_mode_t mode)
 
 static const char usage_text[] =
     "usage: ferryrun -n 2 [--bind-to core] ferry-bench [mode] [options]\n"
-    "modes: limits am-lat am-bw am-bibw am-rate put-lat get-lat put-bw get-bw, all (the\n"
-    "       default), or a comma list of them, which run in the order above\n"
+    "modes: limits am-lat am-bw am-bibw am-rate put-lat get-lat put-bw get-bw am-lat-rndv\n"
+    "       am-bw-rndv tag-lat tag-bw tag-bibw tag-rate, all (the default), or a comma\n"
+    "       list of them, which run in the order above. am-*-rndv send each message\n"
+    "       whole (rendezvous above the eager size; am-* cut it into chunks); tag-* use\n"
+    "       the tagged layer (ferry/msg.h)\n"
     "  -m, --message-size MIN:MAX  sizes swept in powers of two (MIN:, :MAX and MAX also;\n"
     "                              K, M, G suffixes); default 0 or 1 to 1M, am-rate 8\n"
     "  -i, --iterations N   timed iterations (windows for bandwidth and rate) per\n"
@@ -328,8 +334,11 @@ static mode_kind_t mode_kind(bench_mode_t mode)
     case BENCH_AM_LAT:
     case BENCH_PUT_LAT:
     case BENCH_GET_LAT:
+    case BENCH_AM_LAT_RNDV:
+    case BENCH_TAG_LAT:
         return KIND_LAT;
     case BENCH_AM_RATE:
+    case BENCH_TAG_RATE:
         return KIND_RATE;
     case BENCH_LIMITS:
         return KIND_LIMITS;
@@ -377,10 +386,10 @@ int bench_sizes(const bench_t *b, bench_mode_t mode, size_t sizes_out[BENCH_SIZE
     if (b->opts.have_range) {
         lo = b->opts.min_size;
         hi = b->opts.max_size;
-    } else if (mode == BENCH_AM_RATE) {
+    } else if (mode == BENCH_AM_RATE || mode == BENCH_TAG_RATE) {
         lo = hi = 8;
     } else {
-        lo = mode == BENCH_AM_LAT ? 0 : 1;
+        lo = mode == BENCH_AM_LAT || mode == BENCH_TAG_LAT || mode == BENCH_AM_LAT_RNDV ? 0 : 1;
     }
     /* A bandwidth of nothing is meaningless; latency and rate of empty
      * messages are not. Put and get of nothing are left out as OSU does. */
@@ -458,7 +467,7 @@ void bench_table_begin(bench_t *b, bench_mode_t mode, const char *floor_what,
                  bench_iters(b, mode, 1), BENCH_WINDOW, bench_warmup(b, mode, 1));
     printf("\n# ferry-bench %s%s (transport %s)\n", bench_mode_name(mode),
            rdma_alloc(b, mode) ? "-alloc" : "", b->transport);
-    if (mode == BENCH_AM_RATE) {
+    if (mode_kind(mode) == KIND_RATE) {
         printf("# each value: median of %d repetitions of %s up to %d bytes, scaled down by "
                "%d/size above\n", b->opts.reps, iters, BENCH_LARGE_FROM, BENCH_LARGE_FROM);
     } else {
@@ -476,7 +485,7 @@ void bench_table_begin(bench_t *b, bench_mode_t mode, const char *floor_what,
     /* >>> tcp floors: the tables' floors are TCP's when tcp carries the run. */
     if (bench_floor_tcp_selected(b) && mode_kind(mode) == KIND_LAT)
         floor_what = "loopback TCP busy-poll ping-pong half round trip (ratio = latency / floor)";
-    else if (bench_floor_tcp_selected(b) && mode != BENCH_AM_RATE && !rdma_alloc(b, mode))
+    else if (bench_floor_tcp_selected(b) && mode_kind(mode) != KIND_RATE && !rdma_alloc(b, mode))
         floor_what = "loopback TCP stream, one socket, writes of the same size (ratio = "
                      "bandwidth / floor)";
     /* <<< tcp floors */
@@ -484,12 +493,12 @@ void bench_table_begin(bench_t *b, bench_mode_t mode, const char *floor_what,
     if (bench_floor_ofi_selected(b) && mode_kind(mode) == KIND_LAT)
         floor_what = "raw libfabric 8-byte fi_inject/fi_recv ping-pong half round trip, same "
                      "provider (ratio = latency / floor)";
-    else if (bench_floor_ofi_selected(b) && mode != BENCH_AM_RATE && !rdma_alloc(b, mode))
+    else if (bench_floor_ofi_selected(b) && mode_kind(mode) != KIND_RATE && !rdma_alloc(b, mode))
         floor_what = "raw libfabric fi_write stream, 64 in flight, same size and provider "
                      "(ratio = bandwidth / floor)";
     /* <<< ofi floors */
     printf("# floor: %s\n", floor_what);
-    if (mode == BENCH_AM_RATE)
+    if (mode_kind(mode) == KIND_RATE)
         printf("# %-8s%18s%14s%10s\n", "Size", value_col, floor_col, "Ratio");
     else
         printf("# %-8s%18s%14s%10s%9s%9s%7s%7s\n", "Size", value_col, floor_col, "Ratio", "Q1",
@@ -684,6 +693,13 @@ static int run_mode(bench_t *b, bench_mode_t mode)
     case BENCH_AM_BIBW:
     case BENCH_AM_RATE:
         return bench_run_am(b, mode);
+    case BENCH_AM_LAT_RNDV:
+    case BENCH_AM_BW_RNDV:
+    case BENCH_TAG_LAT:
+    case BENCH_TAG_BW:
+    case BENCH_TAG_BIBW:
+    case BENCH_TAG_RATE:
+        return bench_run_tag(b, mode);
     default:
         return bench_run_rdma(b, mode);
     }

@@ -137,7 +137,8 @@ execute_process(COMMAND "${FERRYRUN}" -n 2 "${BENCH}" all ${common} --csv "${CSV
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "ferry-bench all exited with ${rc}")
 endif()
-check_file("${CSV}.csv" "am-lat;am-bw;am-bibw;put-lat;get-lat;put-bw;get-bw")
+check_file("${CSV}.csv"
+           "am-lat;am-bw;am-bibw;put-lat;get-lat;put-bw;get-bw;am-lat-rndv;am-bw-rndv;tag-lat;tag-bw;tag-bibw")
 execute_process(COMMAND "${FERRYRUN}" -n 2 "${BENCH}" put-bw,get-bw --alloc ${common}
                         --csv "${CSV}-alloc.csv"
                 RESULT_VARIABLE rc)

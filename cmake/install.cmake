@@ -19,11 +19,13 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ferry
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.h")
 
-# Manual pages: ferry(7) the overview, ferry(3) the API, and the tools'.
+# Manual pages: ferry(7) the overview, ferry(3) the API, ferry_msg(3) the
+# tagged layer, and the tools'.
 # (Each transport's own page is installed from its folder.)
 set(FERRY_MAN_PAGES
   ${PROJECT_SOURCE_DIR}/docs/man/ferry.7
   ${PROJECT_SOURCE_DIR}/docs/man/ferry.3
+  ${PROJECT_SOURCE_DIR}/docs/man/ferry_msg.3
   ${PROJECT_SOURCE_DIR}/docs/man/ferryrun.1
   ${PROJECT_SOURCE_DIR}/docs/man/ferry_info.1
   ${PROJECT_SOURCE_DIR}/docs/man/ferry-bench.1)

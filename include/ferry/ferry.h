@@ -294,16 +294,26 @@ typedef void (*ferry_am_cb_t)(ferry_ctx_t *ctx, int src, int tag, const void *da
  * outside 0 .. FERRY_AM_TAG_MAX is FERRY_ERR_INVALID. */
 int ferry_am_register(ferry_ctx_t *ctx, int tag, ferry_am_cb_t cb, void *arg);
 
-/* Largest active message that can go to dst (the transport's max send size
- * less ferry's header), or a negative status. */
+/* Largest active message that goes to dst in one fragment (the transport's
+ * max send size; active messages carry no ferry header), or a negative
+ * status. Larger messages are accepted too: they go by rendezvous
+ * (ferry_am_sizes below). */
 long ferry_am_max_size(ferry_ctx_t *ctx, int dst);
 
 /*
- * Sends len bytes to dst under tag. The data is copied or sent before the call
- * returns, so the buffer may be reused at once. Returns FERRY_ERR_NO_RESOURCE
- * when the transport is out of buffers or credits: call ferry_progress and
- * retry; nothing was sent. Messages from one sender to one receiver are
- * delivered in the order sent. len above ferry_am_max_size, a tag outside
+ * Sends len bytes to dst under tag. When the call returns the data has been
+ * copied or delivered, so the buffer may be reused at once:
+ * - up to ferry_am_max_size(dst) bytes the message is copied into the
+ *   transport (one fragment) and the call returns at once. Out of buffers
+ *   or credits it returns FERRY_ERR_NO_RESOURCE: call ferry_progress and
+ *   retry; nothing was sent.
+ * - above that the message goes by rendezvous (see "Active messages of any
+ *   size" below) and the call blocks, progressing, until the receiver has
+ *   the data; its handlers and callbacks run meanwhile. Called from inside
+ *   a ferry callback, where it could not progress, a message that large is
+ *   FERRY_ERR_BUSY: use ferry_am_send_nb there.
+ * Handlers at the receiver run in the order the messages were sent, for
+ * messages from one sender to one receiver. A tag outside
  * 0 .. FERRY_AM_TAG_MAX or dst outside [0, size) is FERRY_ERR_INVALID.
  */
 int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t len);
@@ -348,7 +358,8 @@ int ferry_flush(ferry_ctx_t *ctx, int dst);
  * As ferry_am_send, with the message gathered from an iovec list (n blocks)
  * or from a convertor. The receiver sees one contiguous message. Returns
  * FERRY_ERR_NO_RESOURCE (progress and retry; nothing was sent) like
- * ferry_am_send; more bytes than ferry_am_max_size is FERRY_ERR_INVALID.
+ * ferry_am_send; more bytes than ferry_am_max_size go by rendezvous, packed
+ * into a buffer of ferry's first, and the call blocks as ferry_am_send does.
  */
 int ferry_am_sendv(ferry_ctx_t *ctx, int dst, int tag, const ferry_iov_t *iov, size_t n);
 int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *conv);
@@ -370,6 +381,100 @@ int ferry_get_conv(ferry_ctx_t *ctx, int dst, ferry_convertor_t *conv, uint64_t 
                    const ferry_rkey_t *rkey, ferry_comp_cb_t cb, void *arg);
 
 /* ---- end of non-contiguous data ----------------------------------------- */
+
+/* ---- Active messages of any size ---------------------------------------- */
+/*
+ * Above ferry_am_max_size(dst) an active message goes by rendezvous: the
+ * sender registers its buffer for the duration (zero copy for contiguous
+ * data; other layouts are packed first) and sends a small announcement;
+ * the receiver pulls the data with get where the path has GET, otherwise
+ * it registers the destination and the sender puts into it after a
+ * clear-to-send (FERRY_AM_RNDV chooses: auto, get or put). When the
+ * transfer is over the receiver says so, the sender releases the
+ * registration, and its key is dead: a get through it is refused.
+ *
+ * At the receiver a large message reaches, in the order sent:
+ * - the tag's data handler (ferry_am_register_data), when it has one, at
+ *   once, with a ferry_am_data_t that names the message but holds no data
+ *   yet: the handler (or later code) takes the message into memory of its
+ *   own choosing with ferry_am_recv_data, and hears when it has arrived;
+ * - otherwise the tag's ordinary handler, once ferry has taken the message
+ *   into a buffer of its own; later messages from that sender wait meanwhile
+ *   so that handlers still run in the order sent.
+ * A peer announcing more than FERRY_AM_LARGE_MAX bytes (default 4 GiB) to a
+ * tag without a data handler is refused with an error at both ends, before
+ * anything is allocated.
+ */
+
+/* A large message announced and not yet received. */
+typedef struct ferry_am_data ferry_am_data_t;
+
+/*
+ * Called from ferry_progress when a message above ferry_am_max_size
+ * arrives for a tag with a data handler. len is the sender's length. The
+ * handler, or any later code, must hand data to exactly one of
+ * ferry_am_recv_data, ferry_am_recv_data_conv or ferry_am_data_drop; until
+ * then the sender's send is not complete. data is valid until then.
+ */
+typedef void (*ferry_am_data_cb_t)(ferry_ctx_t *ctx, int src, int tag, ferry_am_data_t *data,
+                                   size_t len, void *arg);
+
+/* Sets (or with cb NULL, clears) the data handler of an application tag.
+ * Messages up to ferry_am_max_size still go to the ordinary handler. */
+int ferry_am_register_data(ferry_ctx_t *ctx, int tag, ferry_am_data_cb_t cb, void *arg);
+
+/*
+ * Receives the message into [buf, buf + len) (or the layout of conv, from
+ * its cursor): min(len, message length) bytes. cb(arg, status) runs from
+ * progress when they have arrived: FERRY_OK, FERRY_ERR_TRUNCATE when the
+ * message was longer than the space (only the space was written), or the
+ * error that ended the transfer. The memory must stay untouched until cb.
+ * Returns FERRY_OK (data is then consumed, even when cb reports an error)
+ * or FERRY_ERR_INVALID for bad arguments (data is then still the caller's).
+ */
+int ferry_am_recv_data(ferry_ctx_t *ctx, ferry_am_data_t *data, void *buf, size_t len,
+                       ferry_comp_cb_t cb, void *arg);
+int ferry_am_recv_data_conv(ferry_ctx_t *ctx, ferry_am_data_t *data, ferry_convertor_t *conv,
+                            ferry_comp_cb_t cb, void *arg);
+
+/* Discards the message; the sender's send completes with
+ * FERRY_ERR_CANCELED. */
+int ferry_am_data_drop(ferry_ctx_t *ctx, ferry_am_data_t *data);
+
+/*
+ * As ferry_am_send, without blocking at any size: FERRY_OK means accepted,
+ * and cb(arg, status) then runs from progress once the buffer may be reused
+ * (always from progress, even when the message went at once). status is
+ * FERRY_OK, or the error that ended it (FERRY_ERR_UNREACH when the peer
+ * failed, FERRY_ERR_TRUNCATE or FERRY_ERR_CANCELED when the receiver
+ * refused or dropped it). FERRY_ERR_NO_RESOURCE: nothing was sent, progress
+ * and retry. cb may be NULL. Handler order as for ferry_am_send, in the
+ * order the calls were accepted.
+ */
+int ferry_am_send_nb(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t len,
+                     ferry_comp_cb_t cb, void *arg);
+int ferry_am_send_conv_nb(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *conv,
+                          ferry_comp_cb_t cb, void *arg);
+
+/* How rendezvous moves the data to a peer. */
+typedef enum {
+    FERRY_AM_RNDV_GET = 1, /* the receiver gets from the sender's registered buffer */
+    FERRY_AM_RNDV_PUT = 2  /* the sender puts after the receiver's clear-to-send */
+} ferry_am_rndv_t;
+
+/* The sizes at which the active-message protocols change, for one peer. */
+typedef struct ferry_am_sizes {
+    size_t eager_max; /* up to this (ferry_am_max_size): one fragment, copied */
+    size_t rndv_min;  /* from this (eager_max + 1) on: rendezvous */
+    size_t large_max; /* the most a receiver without a data handler takes */
+    ferry_am_rndv_t rndv; /* how rendezvous moves the data */
+} ferry_am_sizes_t;
+
+/* Fills *out for dst; FERRY_ERR_INVALID or FERRY_ERR_UNREACH as
+ * ferry_am_max_size. */
+int ferry_am_sizes(ferry_ctx_t *ctx, int dst, ferry_am_sizes_t *out);
+
+/* ---- end of active messages of any size --------------------------------- */
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/am_large.h"
 #include "api/api.h"
 
 void api_barrier_recv(ferry_ctx_t *ctx, const void *data, size_t len);
@@ -56,8 +57,11 @@ int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t l
     if (peer == NULL)
         return rc;
     ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
-    if (len > btl->attr.max_send_size)
-        return FERRY_ERR_INVALID;
+    if (len > btl->attr.max_send_size) {
+        ferry_convertor_t large;
+        ferry_convertor_init_contig(&large, data, len);
+        return api_am_send_large_blocking(ctx, dst, tag, &large);
+    }
     /* An inline send copies straight from the caller's buffer to the
      * transport; a descriptor would add a copy. */
     if (btl->attr.flags & FERRY_BTL_FLAG_SENDI)
@@ -108,15 +112,25 @@ void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, v
         data = joined;
     }
 
-    if (rd->tag == API_TAG_BARRIER) {
+    if (rd->tag == API_TAG_BARRIER)
         api_barrier_recv(ctx, data, len);
-    } else if (rd->tag <= FERRY_AM_TAG_MAX && ctx->api->am[rd->tag].cb != NULL) {
+    else if (rd->tag > FERRY_AM_TAG_MAX)
+        api_am_large_recv(ctx, rd->peer, rd->tag, data, len);
+    else if (ctx->api->large != NULL && api_am_large_holding(ctx, rd->peer))
+        api_am_large_hold(ctx, rd->peer, rd->tag, data, len); /* behind a large message */
+    else
+        api_am_deliver(ctx, rd->peer, rd->tag, data, len);
+    free(joined);
+}
+
+void api_am_deliver(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len)
+{
+    if (ctx->api->am[tag].cb != NULL) {
         ctx->in_callback++;
-        ctx->api->am[rd->tag].cb(ctx, rd->peer, rd->tag, data, len, ctx->api->am[rd->tag].arg);
+        ctx->api->am[tag].cb(ctx, src, tag, data, len, ctx->api->am[tag].arg);
         ctx->in_callback--;
     } else {
         rt_log(&ctx->log, RT_LOG_WARN, "message with tag %u from rank %d has no handler; dropped",
-               (unsigned)rd->tag, rd->peer);
+               (unsigned)tag, src);
     }
-    free(joined);
 }

@@ -53,6 +53,10 @@ struct api_state {
     size_t *outstanding;     /* ops in flight per peer */
     int *first_error;        /* per peer, since the last flush */
 
+    /* Active messages above the max send size (am_large.c), made on first
+     * use. */
+    struct api_am_large *large;
+
     /* Dissemination barrier: messages counted by epoch parity and round. */
     uint32_t barrier_epoch;
     uint32_t barrier_count[2][API_BARRIER_ROUNDS];

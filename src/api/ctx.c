@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api/am_large.h"
 #include "api/api.h"
 #include "btl/base.h"
 
@@ -101,6 +102,8 @@ int api_ctx_create_hosted(const ferry_init_params_t *params, unsigned flags,
                         (flags & API_CTX_ALL_MODULES) != 0 ? BTL_CTX_ALL_MODULES : 0);
     if (rc != FERRY_OK)
         goto err_fini;
+    if ((rc = api_am_large_register_params(ctx)) != FERRY_OK)
+        goto err_fini;
     if ((flags & API_CTX_OPEN) == 0) {
         /* No job is joined, but the launcher interface's variables are
          * still ferry's own: declared, so that they are listed and not
@@ -172,6 +175,7 @@ int api_ctx_destroy(ferry_ctx_t *ctx)
 {
     int src = FERRY_OK;
     if (ctx->api != NULL && ctx->peers != NULL) {
+        api_am_large_quiesce(ctx);
         ferry_flush(ctx, -1);
         /* Nobody tears down while a peer may still send to it. */
         src = finalize_sync(ctx);
@@ -182,6 +186,8 @@ int api_ctx_destroy(ferry_ctx_t *ctx)
                                        : ferry_strerror(src));
     }
     btl_ctx_del_procs(ctx);
+    if (ctx->api != NULL)
+        api_am_large_fini(ctx);
     api_state_fini(ctx);
     int rc = btl_ctx_close(ctx);
     if (src != FERRY_OK)
@@ -241,6 +247,8 @@ int ferry_progress(ferry_ctx_t *ctx)
         return events;
     if (ctx->api != NULL)
         events += api_rdma_progress(ctx);
+    if (ctx->api != NULL && ctx->api->large != NULL)
+        events += api_am_large_progress(ctx);
     return events;
 }
 

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/am_large.h"
 #include "api/api.h"
 
 /* Below this average block size, or this total, packing beats one
@@ -33,7 +34,7 @@ int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *co
     ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
     size_t len = ferry_convertor_remaining(conv);
     if (len > btl->attr.max_send_size)
-        return FERRY_ERR_INVALID;
+        return api_am_send_large_blocking(ctx, dst, tag, conv);
     if (!ferry_convertor_need_buffers(conv))
         return ferry_am_send(ctx, dst, tag, ferry_convertor_contig_ptr(conv), len);
     size_t start = conv->pos;

@@ -60,7 +60,8 @@ api)
     names=$(cat "$@" | grep -oE '^[a-z][a-z_ ]*[ *]ferry_[a-z_]+\(' |
             grep -oE 'ferry_[a-z_]+' | sort -u)
     codes=$(cat "$@" | grep -oE '^ *X\((OK|ERR[A-Z_]*),' | sed 's/^ *X(//; s/,$//; s/^/FERRY_/')
-    [ -n "$names" ] && [ -n "$codes" ] || { bad "no declarations found in $*"; exit 1; }
+    # A header without the status table (ferry/msg.h) has only functions.
+    [ -n "$names" ] || { bad "no declarations found in $*"; exit 1; }
     for name in $names $codes; do
         printf '%s\n' "$text" | grep -qw -- "$name" || bad "$page does not name $name"
     done

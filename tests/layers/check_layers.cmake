@@ -10,7 +10,7 @@
 if(NOT SRC)
   message(FATAL_ERROR "usage: cmake -DSRC=<src folder> -P check_layers.cmake")
 endif()
-set(order util rt mem dt btl api)
+set(order util rt mem dt btl api msg)
 file(GLOB_RECURSE files RELATIVE ${SRC} ${SRC}/*.c ${SRC}/*.h ${SRC}/*.c.in)
 set(bad "")
 set(checked 0)

@@ -1,0 +1,1245 @@
+/*
+ * Active messages of any size: the rendezvous protocols above a path's max
+ * send size (see am_large.h for the wire messages, ferry.h for the
+ * contract).
+ *
+ * GET: the sender registers its buffer (REMOTE_READ, for the duration) and
+ * announces it; the receiver gets the data into memory of its choosing and
+ * sends FIN; the sender then deregisters, so the key is dead once the send
+ * is complete. PUT: the announcement carries no key; the receiver
+ * registers its destination (REMOTE_WRITE, for the duration) and answers
+ * CTS; the sender puts and, once the put is complete at both ends, says
+ * PUT_DONE; the receiver deregisters.
+ *
+ * Order: a receiver that takes a large message into a buffer of ferry's
+ * own (no data handler) holds every later message from that sender until
+ * the large one has been handed over, so handlers still run in the order
+ * sent. A data handler runs when the announcement arrives, which already is
+ * in order, so nothing is held for it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/am_large.h"
+#include "api/api.h"
+
+/* FERRY_AM_RNDV values. */
+enum { RNDV_AUTO = 0, RNDV_GET = FERRY_AM_RNDV_GET, RNDV_PUT = FERRY_AM_RNDV_PUT };
+
+/* A large send in flight. */
+typedef struct am_send {
+    util_list_item_t link; /* in large->sends */
+    uint64_t id;
+    int dst;
+    uint8_t proto;
+    const char *buf; /* the data (the caller's, or bounce) */
+    size_t len;
+    char *bounce;     /* packed copy of a non-contiguous layout, or NULL */
+    ferry_mem_t *mem; /* GET: the buffer's registration, for the duration */
+    bool putting;     /* PUT: the put has been started */
+    bool blocking;    /* the caller waits on done and frees the record */
+    bool done;
+    int status;
+    ferry_comp_cb_t cb;
+    void *arg;
+} am_send_t;
+
+/* States of an announced message at the receiver. */
+enum { DATA_ANNOUNCED, DATA_MOVING, DATA_WAIT_REG, DATA_WAIT_PUT };
+
+struct ferry_am_data {
+    util_list_item_t link; /* in large->recvs */
+    int src;
+    uint8_t tag;
+    uint8_t proto;
+    int state;
+    uint64_t id;
+    size_t len;
+    uint64_t raddr;
+    ferry_rkey_t rkey;
+    /* Where the data goes. */
+    size_t n;               /* bytes taken: min(space, len) */
+    ferry_convertor_t conv; /* the destination, when bounce is used */
+    char *bounce;           /* data taken here, then unpacked into conv */
+    ferry_mem_t *mem;       /* PUT: the destination's registration */
+    void *dst;              /* PUT: the memory registered */
+    /* Delivered to the application handler afterwards (no data handler). */
+    char *own;
+    ferry_comp_cb_t cb;
+    void *arg;
+};
+
+/* A callback due from progress (ferry_am_send_nb of a small message). */
+typedef struct am_due {
+    util_list_item_t link;
+    ferry_comp_cb_t cb;
+    void *arg;
+    int status;
+} am_due_t;
+
+/* A message waiting: control messages out of resources, or messages held
+ * behind a large one. */
+typedef struct am_queued {
+    util_list_item_t link;
+    int peer;
+    uint8_t tag;
+    size_t len;
+    char data[];
+} am_queued_t;
+
+typedef struct am_hold {
+    unsigned count; /* large messages from the peer being taken in */
+    util_list_t q;  /* what arrived behind them, in order */
+} am_hold_t;
+
+struct api_am_large {
+    uint64_t next_id;
+    size_t large_max;
+    long long rndv_mode;
+    util_list_t sends; /* am_send_t */
+    util_list_t recvs; /* ferry_am_data_t */
+    util_list_t due;   /* am_due_t */
+    util_list_t ctl;   /* am_queued_t control messages, in order */
+    am_hold_t *hold;   /* [size] */
+    struct {
+        ferry_am_data_cb_t cb;
+        void *arg;
+    } data[FERRY_AM_TAG_MAX + 1];
+    bool closing; /* at teardown: no more control messages */
+    size_t n_waiting; /* recvs in DATA_WAIT_REG or DATA_WAIT_PUT: progress looks at them */
+    api_am_frag_cb_t int_frag;
+    api_am_hdr_data_cb_t int_data;
+    void *int_arg;
+};
+
+static const char *const rndv_names = "auto, get or put";
+
+static int parse_rndv(ferry_ctx_t *ctx, long long *mode_out)
+{
+    const char *mode;
+    int rc = rt_param_register_string(&ctx->params, "am_rndv", "auto", "", &mode);
+    if (rc != FERRY_OK)
+        return rc;
+    if (strcmp(mode, "auto") == 0)
+        *mode_out = RNDV_AUTO;
+    else if (strcmp(mode, "get") == 0)
+        *mode_out = RNDV_GET;
+    else if (strcmp(mode, "put") == 0)
+        *mode_out = RNDV_PUT;
+    else {
+        rt_log(&ctx->log, RT_LOG_ERROR, "FERRY_AM_RNDV='%.32s' is not one of %s", mode, rndv_names);
+        return FERRY_ERR_INVALID;
+    }
+    return FERRY_OK;
+}
+
+int api_am_large_register_params(ferry_ctx_t *ctx)
+{
+    size_t max;
+    int rc = rt_param_register_size(&ctx->params, "am_large_max", API_AM_LARGE_MAX_DEFAULT, 1,
+                                    SIZE_MAX / 2,
+                                    "Largest active message a peer may announce to a tag "
+                                    "without a data handler (ferry then allocates it); more is "
+                                    "refused at both ends",
+                                    &max);
+    if (rc != FERRY_OK)
+        return rc;
+    const char *mode;
+    rc = rt_param_register_string(&ctx->params, "am_rndv", "auto",
+                                  "How rendezvous moves active messages above the max send "
+                                  "size: auto (get where the path has GET, else put), get "
+                                  "or put",
+                                  &mode);
+    if (rc != FERRY_OK)
+        return rc;
+    /* A bad value fails ferry_init, naming the variable. */
+    long long parsed;
+    return parse_rndv(ctx, &parsed);
+}
+
+/* The context's large-message state, made on first use. */
+static struct api_am_large *large_get(ferry_ctx_t *ctx, int *status_out)
+{
+    struct api_state *api = ctx->api;
+    if (api->large != NULL)
+        return api->large;
+    struct api_am_large *lg = calloc(1, sizeof(*lg));
+    if (lg == NULL) {
+        *status_out = FERRY_ERR_NO_MEMORY;
+        return NULL;
+    }
+    lg->hold = calloc((size_t)ctx->size, sizeof(*lg->hold));
+    int rc = lg->hold == NULL ? FERRY_ERR_NO_MEMORY : FERRY_OK;
+    if (rc == FERRY_OK)
+        rc = rt_param_register_size(&ctx->params, "am_large_max", API_AM_LARGE_MAX_DEFAULT, 1,
+                                    SIZE_MAX / 2, "", &lg->large_max);
+    if (rc == FERRY_OK)
+        rc = parse_rndv(ctx, &lg->rndv_mode);
+    if (rc != FERRY_OK) {
+        free(lg->hold);
+        free(lg);
+        *status_out = rc;
+        return NULL;
+    }
+    lg->next_id = 1;
+    util_list_init(&lg->sends);
+    util_list_init(&lg->recvs);
+    util_list_init(&lg->due);
+    util_list_init(&lg->ctl);
+    for (int r = 0; r < ctx->size; r++)
+        util_list_init(&lg->hold[r].q);
+    api->large = lg;
+    return lg;
+}
+
+static void run_cb(ferry_ctx_t *ctx, ferry_comp_cb_t cb, void *arg, int status)
+{
+    if (cb == NULL)
+        return;
+    ctx->in_callback++;
+    cb(arg, status);
+    ctx->in_callback--;
+}
+
+/* ---- sending ferry's own small messages ---- */
+
+/* One try of a message of header + payload on tag. */
+static int send_once(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, size_t hlen,
+                     const void *payload, size_t plen)
+{
+    btl_peer_t *peer = &ctx->peers[dst];
+    if (peer->module_idx < 0 || peer->failed)
+        return FERRY_ERR_UNREACH;
+    ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
+    if (hlen + plen > btl->attr.max_send_size)
+        return FERRY_ERR_INVALID;
+    if (btl->attr.flags & FERRY_BTL_FLAG_SENDI)
+        return btl->ops->sendi(btl, peer->ep, hdr, hlen, payload, plen, tag);
+    ferry_btl_desc_t *des;
+    int rc = btl->ops->alloc(btl, peer->ep, hlen + plen, FERRY_BTL_DES_OWNERSHIP, &des);
+    if (rc != FERRY_OK)
+        return rc;
+    char *p = ferry_btl_seg_ptr(&des->src[0]);
+    if (hlen > 0)
+        memcpy(p, hdr, hlen);
+    if (plen > 0)
+        memcpy(p + hlen, payload, plen);
+    des->cbfunc = NULL;
+    rc = btl->ops->send(btl, peer->ep, des, tag);
+    if (rc != FERRY_OK)
+        btl->ops->free(btl, des);
+    return rc;
+}
+
+/* A control message (FIN, CTS, PUT_DONE): sent now, or queued and sent by
+ * progress in order, so that none is lost for lack of resources. */
+static void ctl_send(ferry_ctx_t *ctx, struct api_am_large *lg, int dst, uint8_t tag,
+                     const void *msg, size_t len)
+{
+    if (lg->closing)
+        return;
+    int rc = util_list_empty(&lg->ctl) ? send_once(ctx, dst, tag, msg, len, NULL, 0)
+                                       : FERRY_ERR_NO_RESOURCE;
+    if (rc == FERRY_OK)
+        return;
+    if (rc != FERRY_ERR_NO_RESOURCE) {
+        rt_log(&ctx->log, RT_LOG_DEBUG, "control message %u to rank %d not sent: %s", (unsigned)tag,
+               dst, ferry_strerror(rc));
+        return;
+    }
+    am_queued_t *q = malloc(sizeof(*q) + len);
+    if (q == NULL) {
+        rt_log(&ctx->log, RT_LOG_ERROR, "out of memory queueing a control message to rank %d", dst);
+        return;
+    }
+    q->peer = dst;
+    q->tag = tag;
+    q->len = len;
+    memcpy(q->data, msg, len);
+    util_list_append(&lg->ctl, &q->link);
+}
+
+static void send_fin(ferry_ctx_t *ctx, struct api_am_large *lg, int dst, uint64_t id, int status)
+{
+    am_fin_t fin = {.id = id, .status = status};
+    ctl_send(ctx, lg, dst, API_TAG_AM_FIN, &fin, sizeof(fin));
+}
+
+/* ---- the sender ---- */
+
+static void send_complete(ferry_ctx_t *ctx, struct api_am_large *lg, am_send_t *s, int status)
+{
+    util_list_remove(&lg->sends, &s->link);
+    if (s->mem != NULL) {
+        ferry_mem_deregister(ctx, s->mem);
+        s->mem = NULL;
+    }
+    free(s->bounce);
+    s->bounce = NULL;
+    s->status = status;
+    s->done = true;
+    if (!s->blocking) {
+        ferry_comp_cb_t cb = s->cb;
+        void *arg = s->arg;
+        free(s);
+        run_cb(ctx, cb, arg, status);
+    }
+}
+
+static am_send_t *find_send(struct api_am_large *lg, int peer, uint64_t id)
+{
+    for (util_list_item_t *it = util_list_first(&lg->sends); it != NULL;
+         it = util_list_next(&lg->sends, it)) {
+        am_send_t *s = UTIL_CONTAINER_OF(it, am_send_t, link);
+        if (s->id == id && s->dst == peer)
+            return s;
+    }
+    return NULL;
+}
+
+static uint8_t proto_for(const struct api_am_large *lg, const ferry_btl_module_t *btl)
+{
+    if (lg->rndv_mode == RNDV_GET || lg->rndv_mode == RNDV_PUT)
+        return (uint8_t)lg->rndv_mode;
+    return (btl->attr.flags & FERRY_BTL_FLAG_GET) ? RNDV_GET : RNDV_PUT;
+}
+
+/*
+ * Starts a large send of conv's data (header hdr of hlen bytes for an
+ * internal tag). On FERRY_OK *s_out is in lg->sends; anything else leaves
+ * nothing behind.
+ */
+static int large_start(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, size_t hlen,
+                       ferry_convertor_t *conv, ferry_comp_cb_t cb, void *arg, bool blocking,
+                       am_send_t **s_out)
+{
+    int rc;
+    struct api_am_large *lg = large_get(ctx, &rc);
+    if (lg == NULL)
+        return rc;
+    rc = FERRY_OK;
+    btl_peer_t *peer = &ctx->peers[dst];
+    ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
+    uint8_t proto = proto_for(lg, btl);
+    if (!(btl->attr.flags & (proto == RNDV_GET ? FERRY_BTL_FLAG_GET : FERRY_BTL_FLAG_PUT))) {
+        rt_log(&ctx->log, RT_LOG_ERROR,
+               "a %zu-byte active message to rank %d needs %s, which %s does not have",
+               ferry_convertor_remaining(conv), dst, proto == RNDV_GET ? "get" : "put",
+               btl->attr.name);
+        return FERRY_ERR_NOT_SUPPORTED;
+    }
+    am_send_t *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    size_t len = ferry_convertor_remaining(conv);
+    size_t start = conv->pos;
+    if (ferry_convertor_need_buffers(conv)) {
+        s->bounce = malloc(len);
+        if (s->bounce == NULL) {
+            free(s);
+            return FERRY_ERR_NO_MEMORY;
+        }
+        ferry_convertor_pack(conv, s->bounce, len);
+        s->buf = s->bounce;
+    } else {
+        s->buf = ferry_convertor_contig_ptr(conv);
+    }
+    s->len = len;
+    s->dst = dst;
+    s->proto = proto;
+    s->id = lg->next_id;
+    s->blocking = blocking;
+    s->cb = cb;
+    s->arg = arg;
+
+    am_rts_t rts;
+    memset(&rts, 0, sizeof(rts));
+    rts.id = s->id;
+    rts.len = len;
+    rts.tag = tag;
+    rts.proto = proto;
+    rts.hdr_len = (uint16_t)hlen;
+    if (proto == RNDV_GET) {
+        rc = ferry_mem_register(ctx, (void *)s->buf, len, FERRY_ACCESS_REMOTE_READ, &s->mem);
+        if (rc == FERRY_OK)
+            rc = ferry_mem_rkey(s->mem, &rts.rkey);
+        rts.raddr = (uint64_t)(uintptr_t)s->buf;
+    }
+    if (rc == FERRY_OK)
+        rc = send_once(ctx, dst, API_TAG_AM_RTS, &rts, sizeof(rts), hdr, hlen);
+    if (rc != FERRY_OK) {
+        if (s->mem != NULL)
+            ferry_mem_deregister(ctx, s->mem);
+        free(s->bounce);
+        free(s);
+        ferry_convertor_set_position(conv, start);
+        return rc;
+    }
+    lg->next_id++;
+    util_list_append(&lg->sends, &s->link);
+    *s_out = s;
+    return FERRY_OK;
+}
+
+/* Progresses until s is done; returns its status and frees it. */
+static int large_wait(ferry_ctx_t *ctx, am_send_t *s)
+{
+    unsigned idle = 0;
+    while (!s->done) {
+        int rc = ferry_progress(ctx);
+        if (rc < 0 && !s->done) {
+            /* A fatal transport error: nothing will complete it. */
+            send_complete(ctx, ctx->api->large, s, rc);
+            break;
+        }
+        if (rc == 0)
+            rt_idle(&idle);
+        else
+            idle = 0;
+    }
+    int status = s->status;
+    free(s);
+    return status;
+}
+
+static int check_send_args(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *conv)
+{
+    int rc;
+    if (conv == NULL || !api_tag_valid(tag))
+        return FERRY_ERR_INVALID;
+    if (api_peer(ctx, dst, &rc) == NULL)
+        return rc;
+    return FERRY_OK;
+}
+
+int api_am_send_large_blocking(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *conv)
+{
+    int rc = check_send_args(ctx, dst, tag, conv);
+    if (rc != FERRY_OK)
+        return rc;
+    if (ctx->in_callback > 0)
+        return FERRY_ERR_BUSY;
+    am_send_t *s;
+    unsigned idle = 0;
+    for (;;) {
+        rc = large_start(ctx, dst, (uint8_t)tag, NULL, 0, conv, NULL, NULL, true, &s);
+        if (rc != FERRY_ERR_NO_RESOURCE)
+            break;
+        int prc = ferry_progress(ctx);
+        if (prc < 0)
+            return prc;
+        if (prc == 0)
+            rt_idle(&idle);
+    }
+    if (rc != FERRY_OK)
+        return rc;
+    return large_wait(ctx, s);
+}
+
+/* A callback due from progress. */
+static int due_add(ferry_ctx_t *ctx, ferry_comp_cb_t cb, void *arg, int status)
+{
+    int rc;
+    struct api_am_large *lg = large_get(ctx, &rc);
+    if (lg == NULL)
+        return rc;
+    am_due_t *d = malloc(sizeof(*d));
+    if (d == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    d->cb = cb;
+    d->arg = arg;
+    d->status = status;
+    util_list_append(&lg->due, &d->link);
+    return FERRY_OK;
+}
+
+int ferry_am_send_conv_nb(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *conv,
+                          ferry_comp_cb_t cb, void *arg)
+{
+    int rc = check_send_args(ctx, dst, tag, conv);
+    if (rc != FERRY_OK)
+        return rc;
+    long max = ferry_am_max_size(ctx, dst);
+    if (max < 0)
+        return (int)max;
+    if (ferry_convertor_remaining(conv) <= (size_t)max) {
+        if (cb != NULL) {
+            /* Room for the completion first, so that a message sent is
+             * never left without its callback. */
+            struct api_am_large *lg = large_get(ctx, &rc);
+            if (lg == NULL)
+                return rc;
+            am_due_t *d = malloc(sizeof(*d));
+            if (d == NULL)
+                return FERRY_ERR_NO_MEMORY;
+            rc = ferry_am_send_conv(ctx, dst, tag, conv);
+            if (rc != FERRY_OK) {
+                free(d);
+                return rc;
+            }
+            d->cb = cb;
+            d->arg = arg;
+            d->status = FERRY_OK;
+            util_list_append(&lg->due, &d->link);
+            return FERRY_OK;
+        }
+        return ferry_am_send_conv(ctx, dst, tag, conv);
+    }
+    am_send_t *s;
+    return large_start(ctx, dst, (uint8_t)tag, NULL, 0, conv, cb, arg, false, &s);
+}
+
+int ferry_am_send_nb(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t len,
+                     ferry_comp_cb_t cb, void *arg)
+{
+    if (data == NULL && len > 0)
+        return FERRY_ERR_INVALID;
+    ferry_convertor_t conv;
+    ferry_convertor_init_contig(&conv, data, len);
+    return ferry_am_send_conv_nb(ctx, dst, tag, &conv, cb, arg);
+}
+
+/* ---- internal senders (src/msg) ---- */
+
+long api_am_internal_eager_max(ferry_ctx_t *ctx, int dst, size_t hlen)
+{
+    long max = ferry_am_max_size(ctx, dst);
+    if (max < 0)
+        return max;
+    return (size_t)max > hlen ? max - (long)hlen : 0;
+}
+
+int api_am_send_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen,
+                         ferry_convertor_t *conv, ferry_comp_cb_t cb, void *arg, bool *done_out)
+{
+    int rc;
+    if (hlen > API_AM_HDR_MAX || conv == NULL || done_out == NULL)
+        return FERRY_ERR_INVALID;
+    btl_peer_t *peer = api_peer(ctx, dst, &rc);
+    if (peer == NULL)
+        return rc;
+    ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
+    size_t len = ferry_convertor_remaining(conv);
+    if (len <= btl->attr.max_send_size && hlen <= btl->attr.max_send_size - len) {
+        if (!ferry_convertor_need_buffers(conv)) {
+            rc = send_once(ctx, dst, API_TAG_MSG, hdr, hlen, ferry_convertor_contig_ptr(conv), len);
+        } else {
+            size_t start = conv->pos, size = len;
+            ferry_btl_desc_t *des;
+            rc = btl->ops->prepare_src(btl, peer->ep, NULL, conv, hlen, &size, 0, &des);
+            if (rc == FERRY_OK && size != len) {
+                btl->ops->free(btl, des);
+                rc = FERRY_ERR;
+            } else if (rc == FERRY_OK) {
+                memcpy(ferry_btl_seg_ptr(&des->src[0]), hdr, hlen);
+                des->flags |= FERRY_BTL_DES_OWNERSHIP;
+                des->cbfunc = NULL;
+                rc = btl->ops->send(btl, peer->ep, des, API_TAG_MSG);
+                if (rc != FERRY_OK)
+                    btl->ops->free(btl, des);
+            }
+            if (rc != FERRY_OK)
+                ferry_convertor_set_position(conv, start);
+        }
+        if (rc == FERRY_OK)
+            *done_out = true;
+        return rc;
+    }
+    am_send_t *s;
+    rc = large_start(ctx, dst, API_TAG_MSG, hdr, hlen, conv, cb, arg, false, &s);
+    if (rc == FERRY_OK)
+        *done_out = false;
+    return rc;
+}
+
+int api_am_register_internal(ferry_ctx_t *ctx, api_am_frag_cb_t frag_cb,
+                             api_am_hdr_data_cb_t data_cb, void *arg)
+{
+    int rc;
+    if (!api_ctx_live(ctx) || ctx->api == NULL)
+        return FERRY_ERR_INVALID;
+    struct api_am_large *lg = large_get(ctx, &rc);
+    if (lg == NULL)
+        return rc;
+    if (frag_cb != NULL && lg->int_frag != NULL)
+        return FERRY_ERR_BUSY;
+    lg->int_frag = frag_cb;
+    lg->int_data = frag_cb != NULL ? data_cb : NULL;
+    lg->int_arg = frag_cb != NULL ? arg : NULL;
+    return FERRY_OK;
+}
+
+int ferry_am_register_data(ferry_ctx_t *ctx, int tag, ferry_am_data_cb_t cb, void *arg)
+{
+    int rc;
+    if (!api_ctx_live(ctx) || ctx->api == NULL || !api_tag_valid(tag))
+        return FERRY_ERR_INVALID;
+    struct api_am_large *lg = large_get(ctx, &rc);
+    if (lg == NULL)
+        return rc;
+    lg->data[tag].cb = cb;
+    lg->data[tag].arg = cb != NULL ? arg : NULL;
+    return FERRY_OK;
+}
+
+int ferry_am_sizes(ferry_ctx_t *ctx, int dst, ferry_am_sizes_t *out)
+{
+    int rc;
+    if (out == NULL)
+        return FERRY_ERR_INVALID;
+    btl_peer_t *peer = api_peer(ctx, dst, &rc);
+    if (peer == NULL)
+        return rc;
+    struct api_am_large *lg = large_get(ctx, &rc);
+    if (lg == NULL)
+        return rc;
+    ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
+    out->eager_max = btl->attr.max_send_size;
+    out->rndv_min = btl->attr.max_send_size + 1;
+    out->large_max = lg->large_max;
+    out->rndv = (ferry_am_rndv_t)proto_for(lg, btl);
+    return FERRY_OK;
+}
+
+/* ---- the receiver ---- */
+
+static void data_free(struct api_am_large *lg, ferry_am_data_t *d)
+{
+    if (d->state == DATA_WAIT_REG || d->state == DATA_WAIT_PUT)
+        lg->n_waiting--;
+    util_list_remove(&lg->recvs, &d->link);
+    free(d->bounce);
+    free(d->own);
+    free(d);
+}
+
+static void release_held(ferry_ctx_t *ctx, struct api_am_large *lg, int src);
+
+/* The transfer of d is over with status (the sender has been told, or is
+ * told here for GET): the destination's owner hears of it. */
+static void data_finish(ferry_ctx_t *ctx, struct api_am_large *lg, ferry_am_data_t *d, int status)
+{
+    if (d->mem != NULL) {
+        ferry_mem_deregister(ctx, d->mem);
+        d->mem = NULL;
+    }
+    if (status == FERRY_OK && d->bounce != NULL)
+        ferry_convertor_unpack(&d->conv, d->bounce, d->n);
+    if (status == FERRY_OK && d->n < d->len)
+        status = FERRY_ERR_TRUNCATE;
+    if (d->own != NULL) {
+        /* Ferry's own buffer: the application's ordinary handler gets it,
+         * and what was held behind it follows. */
+        int src = d->src;
+        if (status == FERRY_OK)
+            api_am_deliver(ctx, src, d->tag, d->own, d->len);
+        else
+            rt_log(&ctx->log, RT_LOG_ERROR,
+                   "a %zu-byte active message with tag %u from rank %d was lost: %s", d->len,
+                   (unsigned)d->tag, src, ferry_strerror(status));
+        data_free(lg, d);
+        lg->hold[src].count--;
+        release_held(ctx, lg, src);
+        return;
+    }
+    ferry_comp_cb_t cb = d->cb;
+    void *arg = d->arg;
+    data_free(lg, d);
+    run_cb(ctx, cb, arg, status);
+}
+
+/* A transfer that could not start: the sender is told, and the
+ * destination's owner hears of it from progress (never inside the call that
+ * tried). */
+static void data_fail_now(ferry_ctx_t *ctx, struct api_am_large *lg, ferry_am_data_t *d, int status)
+{
+    send_fin(ctx, lg, d->src, d->id, status);
+    if (d->own != NULL) {
+        /* Only the announcement's handler starts these: in progress. */
+        data_finish(ctx, lg, d, status);
+        return;
+    }
+    if (d->mem != NULL) {
+        ferry_mem_deregister(ctx, d->mem);
+        d->mem = NULL;
+    }
+    if (due_add(ctx, d->cb, d->arg, status) != FERRY_OK)
+        rt_log(&ctx->log, RT_LOG_ERROR, "out of memory: a receive's completion is lost");
+    data_free(lg, d);
+}
+
+/* A get's callback finds the context through this pair. */
+typedef struct get_arg {
+    ferry_ctx_t *ctx;
+    ferry_am_data_t *d;
+} get_arg_t;
+
+static void get_complete(void *arg, int status)
+{
+    get_arg_t *ga = arg;
+    ferry_ctx_t *ctx = ga->ctx;
+    ferry_am_data_t *d = ga->d;
+    free(ga);
+    struct api_am_large *lg = ctx->api->large;
+    send_fin(ctx, lg, d->src, d->id, status);
+    data_finish(ctx, lg, d, status);
+}
+
+/* PUT: the destination is registered for the duration and offered with a
+ * clear-to-send. A transport out of registrations leaves the message
+ * waiting (DATA_WAIT_REG), to be offered again from progress: nothing
+ * accepted is dropped for lack of resources. Returns true while it waits
+ * so (false: offered, or ended; d may be freed). */
+static bool offer_put(ferry_ctx_t *ctx, struct api_am_large *lg, ferry_am_data_t *d)
+{
+    am_cts_t cts;
+    memset(&cts, 0, sizeof(cts));
+    int rc = ferry_mem_register(ctx, d->dst, d->n, FERRY_ACCESS_REMOTE_WRITE, &d->mem);
+    if (rc == FERRY_ERR_NO_RESOURCE) {
+        d->mem = NULL;
+        if (d->state != DATA_WAIT_REG)
+            lg->n_waiting++;
+        d->state = DATA_WAIT_REG;
+        return true;
+    }
+    if (rc == FERRY_OK)
+        rc = ferry_mem_rkey(d->mem, &cts.rkey);
+    if (rc != FERRY_OK) {
+        data_fail_now(ctx, lg, d, rc);
+        return false;
+    }
+    cts.id = d->id;
+    cts.len = d->n;
+    cts.raddr = (uint64_t)(uintptr_t)d->dst;
+    if (d->state != DATA_WAIT_REG)
+        lg->n_waiting++;
+    d->state = DATA_WAIT_PUT;
+    ctl_send(ctx, lg, d->src, API_TAG_AM_CTS, &cts, sizeof(cts));
+    return false;
+}
+
+/* Takes d into conv (from its cursor): min(space, len) bytes. */
+static int data_take(ferry_ctx_t *ctx, ferry_am_data_t *d, ferry_convertor_t *conv,
+                     ferry_comp_cb_t cb, void *arg)
+{
+    struct api_am_large *lg = ctx->api->large;
+    size_t space = ferry_convertor_remaining(conv);
+    d->n = space < d->len ? space : d->len;
+    d->cb = cb;
+    d->arg = arg;
+    d->state = DATA_MOVING;
+    if (d->n == 0) {
+        /* Nothing to move: the sender is done, the receiver hears from
+         * progress. */
+        send_fin(ctx, lg, d->src, d->id, FERRY_OK);
+        int rc = due_add(ctx, cb, arg, d->len > 0 ? FERRY_ERR_TRUNCATE : FERRY_OK);
+        data_free(lg, d);
+        return rc;
+    }
+    void *dst = NULL;
+    bool contig = !ferry_convertor_need_buffers(conv);
+    if (contig) {
+        dst = ferry_convertor_contig_ptr(conv);
+    } else if (space > d->len || d->proto == RNDV_PUT) {
+        /* A layout longer than the message (a get would read past its
+         * end), or one a put cannot address in one key: taken whole into
+         * a buffer, then unpacked. */
+        d->bounce = malloc(d->n);
+        if (d->bounce == NULL) {
+            data_fail_now(ctx, lg, d, FERRY_ERR_NO_MEMORY);
+            return FERRY_OK;
+        }
+        d->conv = *conv;
+        dst = d->bounce;
+    }
+    if (d->proto == RNDV_GET) {
+        get_arg_t *ga = malloc(sizeof(*ga));
+        if (ga == NULL) {
+            data_fail_now(ctx, lg, d, FERRY_ERR_NO_MEMORY);
+            return FERRY_OK;
+        }
+        ga->ctx = ctx;
+        ga->d = d;
+        int rc = dst != NULL
+                     ? ferry_get(ctx, d->src, dst, d->n, NULL, d->raddr, &d->rkey, get_complete, ga)
+                     : ferry_get_conv(ctx, d->src, conv, d->raddr, &d->rkey, get_complete, ga);
+        if (rc != FERRY_OK) {
+            free(ga);
+            rt_log(&ctx->log, RT_LOG_WARN,
+                   "taking a %zu-byte message from rank %d: get refused: %s", d->len, d->src,
+                   ferry_strerror(rc));
+            data_fail_now(ctx, lg, d, rc);
+        }
+        return FERRY_OK;
+    }
+    d->dst = dst;
+    offer_put(ctx, lg, d);
+    return FERRY_OK;
+}
+
+/* The checks every public call on an announced message makes. */
+static bool data_live(ferry_ctx_t *ctx, const ferry_am_data_t *d)
+{
+    if (!api_ctx_live(ctx) || ctx->api == NULL || ctx->api->large == NULL || d == NULL)
+        return false;
+    for (util_list_item_t *it = util_list_first(&ctx->api->large->recvs); it != NULL;
+         it = util_list_next(&ctx->api->large->recvs, it))
+        if (UTIL_CONTAINER_OF(it, ferry_am_data_t, link) == d)
+            return d->state == DATA_ANNOUNCED && d->own == NULL;
+    return false;
+}
+
+int ferry_am_recv_data_conv(ferry_ctx_t *ctx, ferry_am_data_t *data, ferry_convertor_t *conv,
+                            ferry_comp_cb_t cb, void *arg)
+{
+    if (conv == NULL || !data_live(ctx, data))
+        return FERRY_ERR_INVALID;
+    return data_take(ctx, data, conv, cb, arg);
+}
+
+int ferry_am_recv_data(ferry_ctx_t *ctx, ferry_am_data_t *data, void *buf, size_t len,
+                       ferry_comp_cb_t cb, void *arg)
+{
+    if (buf == NULL && len > 0)
+        return FERRY_ERR_INVALID;
+    ferry_convertor_t conv;
+    ferry_convertor_init_contig(&conv, buf, len);
+    return ferry_am_recv_data_conv(ctx, data, &conv, cb, arg);
+}
+
+int ferry_am_data_drop(ferry_ctx_t *ctx, ferry_am_data_t *data)
+{
+    if (!data_live(ctx, data))
+        return FERRY_ERR_INVALID;
+    send_fin(ctx, ctx->api->large, data->src, data->id, FERRY_ERR_CANCELED);
+    data_free(ctx->api->large, data);
+    return FERRY_OK;
+}
+
+int api_am_data_peek_key(const ferry_am_data_t *data, uint64_t *raddr_out, ferry_rkey_t *rkey_out)
+{
+    if (data == NULL || raddr_out == NULL || rkey_out == NULL)
+        return FERRY_ERR_INVALID;
+    if (data->proto != RNDV_GET)
+        return FERRY_ERR_NOT_SUPPORTED;
+    *raddr_out = data->raddr;
+    *rkey_out = data->rkey;
+    return FERRY_OK;
+}
+
+/* An announcement from src (not held). */
+static void rts_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const void *msg,
+                     size_t len)
+{
+    am_rts_t rts;
+    if (len < sizeof(rts)) {
+        rt_log(&ctx->log, RT_LOG_WARN, "malformed announcement of %zu bytes from rank %d dropped",
+               len, src);
+        return;
+    }
+    memcpy(&rts, msg, sizeof(rts));
+    const char *hdr = (const char *)msg + sizeof(rts);
+    size_t hlen = len - sizeof(rts);
+    bool internal = rts.tag == API_TAG_MSG;
+    if (rts.hdr_len != hlen || hlen > API_AM_HDR_MAX || (hlen > 0 && !internal) ||
+        (!internal && rts.tag > FERRY_AM_TAG_MAX) ||
+        (rts.proto != RNDV_GET && rts.proto != RNDV_PUT)) {
+        rt_log(&ctx->log, RT_LOG_WARN,
+               "malformed announcement from rank %d (tag %u, protocol %u, header %u of %zu "
+               "bytes) refused",
+               src, (unsigned)rts.tag, (unsigned)rts.proto, (unsigned)rts.hdr_len, hlen);
+        send_fin(ctx, lg, src, rts.id, FERRY_ERR_PROTO);
+        return;
+    }
+    if (rts.len > SIZE_MAX / 2) {
+        rt_log(&ctx->log, RT_LOG_ERROR,
+               "rank %d announced a %llu-byte active message (tag %u): more than any process "
+               "can address; refused",
+               src, (unsigned long long)rts.len, (unsigned)rts.tag);
+        send_fin(ctx, lg, src, rts.id, FERRY_ERR_TRUNCATE);
+        return;
+    }
+    ferry_am_data_t *d = calloc(1, sizeof(*d));
+    if (d == NULL) {
+        send_fin(ctx, lg, src, rts.id, FERRY_ERR_NO_MEMORY);
+        return;
+    }
+    d->src = src;
+    d->tag = rts.tag;
+    d->proto = rts.proto;
+    d->state = DATA_ANNOUNCED;
+    d->id = rts.id;
+    d->len = (size_t)rts.len;
+    d->raddr = rts.raddr;
+    d->rkey = rts.rkey;
+    util_list_append(&lg->recvs, &d->link);
+
+    if (internal) {
+        if (lg->int_data == NULL) {
+            rt_log(&ctx->log, RT_LOG_WARN,
+                   "tagged message of %zu bytes from rank %d, but no tagged layer here; dropped",
+                   d->len, src);
+            send_fin(ctx, lg, src, d->id, FERRY_ERR_CANCELED);
+            data_free(lg, d);
+            return;
+        }
+        ctx->in_callback++;
+        lg->int_data(ctx, src, hdr, hlen, d, d->len, lg->int_arg);
+        ctx->in_callback--;
+        return;
+    }
+    if (lg->data[d->tag].cb != NULL) {
+        ctx->in_callback++;
+        lg->data[d->tag].cb(ctx, src, d->tag, d, d->len, lg->data[d->tag].arg);
+        ctx->in_callback--;
+        return;
+    }
+    if (ctx->api->am[d->tag].cb == NULL) {
+        rt_log(&ctx->log, RT_LOG_WARN,
+               "message of %zu bytes with tag %u from rank %d has no handler; dropped", d->len,
+               (unsigned)d->tag, src);
+        send_fin(ctx, lg, src, d->id, FERRY_ERR_CANCELED);
+        data_free(lg, d);
+        return;
+    }
+    /* Into ferry's own buffer, within FERRY_AM_LARGE_MAX, before anything
+     * is allocated. */
+    if (d->len > lg->large_max) {
+        rt_log(&ctx->log, RT_LOG_ERROR,
+               "rank %d announced a %zu-byte active message with tag %u, more than "
+               "FERRY_AM_LARGE_MAX (%zu); refused",
+               src, d->len, (unsigned)d->tag, lg->large_max);
+        send_fin(ctx, lg, src, d->id, FERRY_ERR_TRUNCATE);
+        data_free(lg, d);
+        return;
+    }
+    d->own = malloc(d->len);
+    if (d->own == NULL) {
+        rt_log(&ctx->log, RT_LOG_ERROR,
+               "out of memory for a %zu-byte active message from rank %d; refused", d->len, src);
+        send_fin(ctx, lg, src, d->id, FERRY_ERR_NO_MEMORY);
+        data_free(lg, d);
+        return;
+    }
+    lg->hold[src].count++;
+    ferry_convertor_t conv;
+    ferry_convertor_init_contig(&conv, d->own, d->len);
+    data_take(ctx, d, &conv, NULL, NULL);
+}
+
+static void fin_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const void *msg,
+                     size_t len)
+{
+    am_fin_t fin;
+    if (len != sizeof(fin)) {
+        rt_log(&ctx->log, RT_LOG_WARN, "malformed completion of %zu bytes from rank %d dropped",
+               len, src);
+        return;
+    }
+    memcpy(&fin, msg, sizeof(fin));
+    am_send_t *s = find_send(lg, src, fin.id);
+    if (s == NULL || (s->proto == RNDV_PUT && s->putting)) {
+        rt_log(&ctx->log, RT_LOG_WARN, "completion from rank %d for no send of its (id %llu)", src,
+               (unsigned long long)fin.id);
+        return;
+    }
+    int status = fin.status <= 0 && fin.status > FERRY_ERR_LAST ? fin.status : FERRY_ERR_PROTO;
+    send_complete(ctx, lg, s, status);
+}
+
+/* Progress callback of the sender's put. */
+typedef struct put_arg {
+    ferry_ctx_t *ctx;
+    am_send_t *s;
+} put_arg_t;
+
+static void put_complete(void *arg, int status)
+{
+    put_arg_t *pa = arg;
+    ferry_ctx_t *ctx = pa->ctx;
+    am_send_t *s = pa->s;
+    free(pa);
+    struct api_am_large *lg = ctx->api->large;
+    am_fin_t done = {.id = s->id, .status = status};
+    ctl_send(ctx, lg, s->dst, API_TAG_AM_PUT_DONE, &done, sizeof(done));
+    send_complete(ctx, lg, s, status);
+}
+
+static void cts_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const void *msg,
+                     size_t len)
+{
+    am_cts_t cts;
+    if (len != sizeof(cts)) {
+        rt_log(&ctx->log, RT_LOG_WARN, "malformed clear-to-send of %zu bytes from rank %d", len,
+               src);
+        return;
+    }
+    memcpy(&cts, msg, sizeof(cts));
+    am_send_t *s = find_send(lg, src, cts.id);
+    if (s == NULL || s->proto != RNDV_PUT || s->putting || cts.len > s->len) {
+        rt_log(&ctx->log, RT_LOG_WARN,
+               "clear-to-send from rank %d for no send of its (id %llu, %llu bytes) ignored", src,
+               (unsigned long long)cts.id, (unsigned long long)cts.len);
+        return;
+    }
+    s->putting = true;
+    put_arg_t *pa = malloc(sizeof(*pa));
+    int rc = FERRY_ERR_NO_MEMORY;
+    if (pa != NULL) {
+        pa->ctx = ctx;
+        pa->s = s;
+        rc = ferry_put(ctx, src, s->buf, (size_t)cts.len, NULL, cts.raddr, &cts.rkey, put_complete,
+                       pa);
+    }
+    if (rc != FERRY_OK) {
+        free(pa);
+        am_fin_t done = {.id = s->id, .status = rc};
+        ctl_send(ctx, lg, src, API_TAG_AM_PUT_DONE, &done, sizeof(done));
+        send_complete(ctx, lg, s, rc);
+    }
+}
+
+static void put_done_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const void *msg,
+                          size_t len)
+{
+    am_fin_t done;
+    if (len != sizeof(done)) {
+        rt_log(&ctx->log, RT_LOG_WARN, "malformed put completion of %zu bytes from rank %d", len,
+               src);
+        return;
+    }
+    memcpy(&done, msg, sizeof(done));
+    for (util_list_item_t *it = util_list_first(&lg->recvs); it != NULL;
+         it = util_list_next(&lg->recvs, it)) {
+        ferry_am_data_t *d = UTIL_CONTAINER_OF(it, ferry_am_data_t, link);
+        if (d->src == src && d->id == done.id && d->state == DATA_WAIT_PUT) {
+            int status =
+                done.status <= 0 && done.status > FERRY_ERR_LAST ? done.status : FERRY_ERR_PROTO;
+            data_finish(ctx, lg, d, status);
+            return;
+        }
+    }
+    rt_log(&ctx->log, RT_LOG_WARN, "put completion from rank %d for no message of its (id %llu)",
+           src, (unsigned long long)done.id);
+}
+
+/* A message in sender order from src: delivered, or held behind a large
+ * one. */
+static void ordered_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, uint8_t tag,
+                         const void *data, size_t len)
+{
+    if (tag == API_TAG_AM_RTS) {
+        rts_recv(ctx, lg, src, data, len);
+    } else if (tag == API_TAG_MSG) {
+        if (lg->int_frag == NULL) {
+            rt_log(&ctx->log, RT_LOG_WARN,
+                   "tagged message from rank %d, but no tagged layer here; dropped", src);
+            return;
+        }
+        ctx->in_callback++;
+        lg->int_frag(ctx, src, data, len, lg->int_arg);
+        ctx->in_callback--;
+    } else {
+        api_am_deliver(ctx, src, tag, data, len);
+    }
+}
+
+static void release_held(ferry_ctx_t *ctx, struct api_am_large *lg, int src)
+{
+    am_hold_t *h = &lg->hold[src];
+    util_list_item_t *it;
+    while (h->count == 0 && (it = util_list_pop_front(&h->q)) != NULL) {
+        am_queued_t *q = UTIL_CONTAINER_OF(it, am_queued_t, link);
+        ordered_recv(ctx, lg, src, q->tag, q->data, q->len);
+        free(q);
+    }
+}
+
+bool api_am_large_holding(const ferry_ctx_t *ctx, int src)
+{
+    const struct api_am_large *lg = ctx->api->large;
+    return lg != NULL && lg->hold[src].count > 0;
+}
+
+void api_am_large_hold(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len)
+{
+    struct api_am_large *lg = ctx->api->large;
+    am_queued_t *q = malloc(sizeof(*q) + len);
+    if (q == NULL) {
+        rt_log(&ctx->log, RT_LOG_ERROR,
+               "out of memory holding a %zu-byte message from rank %d; dropped", len, src);
+        return;
+    }
+    q->peer = src;
+    q->tag = tag;
+    q->len = len;
+    if (len > 0)
+        memcpy(q->data, data, len);
+    util_list_append(&lg->hold[src].q, &q->link);
+}
+
+void api_am_large_recv(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len)
+{
+    int rc;
+    struct api_am_large *lg = large_get(ctx, &rc);
+    if (lg == NULL) {
+        rt_log(&ctx->log, RT_LOG_ERROR, "message with tag %u from rank %d dropped: %s",
+               (unsigned)tag, src, ferry_strerror(rc));
+        return;
+    }
+    switch (tag) {
+    case API_TAG_AM_FIN:
+        fin_recv(ctx, lg, src, data, len);
+        return;
+    case API_TAG_AM_CTS:
+        cts_recv(ctx, lg, src, data, len);
+        return;
+    case API_TAG_AM_PUT_DONE:
+        put_done_recv(ctx, lg, src, data, len);
+        return;
+    case API_TAG_AM_RTS:
+    case API_TAG_MSG:
+        if (lg->hold[src].count > 0)
+            api_am_large_hold(ctx, src, tag, data, len);
+        else
+            ordered_recv(ctx, lg, src, tag, data, len);
+        return;
+    default:
+        rt_log(&ctx->log, RT_LOG_WARN, "message with ferry's tag %u from rank %d dropped",
+               (unsigned)tag, src);
+    }
+}
+
+/* ---- progress and teardown ---- */
+
+int api_am_large_progress(ferry_ctx_t *ctx)
+{
+    struct api_am_large *lg = ctx->api->large;
+    /* The common case, on every progress once the state exists: nothing
+     * to do. */
+    if (lg == NULL || (util_list_empty(&lg->ctl) && util_list_empty(&lg->sends) &&
+                       lg->n_waiting == 0 && util_list_empty(&lg->due)))
+        return 0;
+    int events = 0;
+    util_list_item_t *it;
+    while ((it = util_list_first(&lg->ctl)) != NULL) {
+        am_queued_t *q = UTIL_CONTAINER_OF(it, am_queued_t, link);
+        int rc = send_once(ctx, q->peer, q->tag, q->data, q->len, NULL, 0);
+        if (rc == FERRY_ERR_NO_RESOURCE)
+            break;
+        if (rc != FERRY_OK)
+            rt_log(&ctx->log, RT_LOG_WARN, "control message %u to rank %d not sent: %s",
+                   (unsigned)q->tag, q->peer, ferry_strerror(rc));
+        util_list_remove(&lg->ctl, it);
+        free(q);
+        events++;
+    }
+    /* Sends and announced messages of failed peers end now: no answer will
+     * come. (A get or put in flight ends through its own callback.) Each
+     * end runs callbacks that may change the lists, so the walk starts
+     * again after one. */
+    bool again = true;
+    while (again) {
+        again = false;
+        for (it = util_list_first(&lg->sends); it != NULL; it = util_list_next(&lg->sends, it)) {
+            am_send_t *s = UTIL_CONTAINER_OF(it, am_send_t, link);
+            if (ctx->peers[s->dst].failed && !s->putting) {
+                send_complete(ctx, lg, s, FERRY_ERR_UNREACH);
+                events++;
+                again = true;
+                break;
+            }
+        }
+    }
+    /* Only messages waiting for a registration or a put need looking at;
+     * the others end through their own callbacks or when taken. */
+    again = lg->n_waiting > 0;
+    while (again) {
+        again = false;
+        for (it = util_list_first(&lg->recvs); it != NULL; it = util_list_next(&lg->recvs, it)) {
+            ferry_am_data_t *d = UTIL_CONTAINER_OF(it, ferry_am_data_t, link);
+            bool waiting = d->state == DATA_WAIT_PUT || d->state == DATA_WAIT_REG;
+            if (ctx->peers[d->src].failed && waiting) {
+                data_finish(ctx, lg, d, FERRY_ERR_UNREACH);
+            } else if (d->state == DATA_WAIT_REG) {
+                if (offer_put(ctx, lg, d))
+                    continue; /* still out of registrations */
+            } else {
+                continue;
+            }
+            events++;
+            again = true;
+            break;
+        }
+    }
+    while ((it = util_list_pop_front(&lg->due)) != NULL) {
+        am_due_t *d = UTIL_CONTAINER_OF(it, am_due_t, link);
+        ferry_comp_cb_t cb = d->cb;
+        void *arg = d->arg;
+        int status = d->status;
+        free(d);
+        run_cb(ctx, cb, arg, status);
+        events++;
+    }
+    return events;
+}
+
+void api_am_large_quiesce(ferry_ctx_t *ctx)
+{
+    struct api_am_large *lg = ctx->api != NULL ? ctx->api->large : NULL;
+    if (lg == NULL)
+        return;
+    util_list_item_t *it, *next;
+    for (it = util_list_first(&lg->recvs); it != NULL; it = next) {
+        next = util_list_next(&lg->recvs, it);
+        ferry_am_data_t *d = UTIL_CONTAINER_OF(it, ferry_am_data_t, link);
+        if (d->state == DATA_ANNOUNCED && d->own == NULL) {
+            rt_log(&ctx->log, RT_LOG_WARN,
+                   "ferry_finalize: a %zu-byte message from rank %d was never taken; dropped",
+                   d->len, d->src);
+            send_fin(ctx, lg, d->src, d->id, FERRY_ERR_CANCELED);
+            data_free(lg, d);
+        }
+    }
+    unsigned idle = 0;
+    while (!util_list_empty(&lg->sends) || !util_list_empty(&lg->ctl) ||
+           !util_list_empty(&lg->due)) {
+        int rc = ferry_progress(ctx);
+        if (rc < 0)
+            break;
+        if (rc == 0)
+            rt_idle(&idle);
+        else
+            idle = 0;
+    }
+}
+
+void api_am_large_fini(ferry_ctx_t *ctx)
+{
+    struct api_am_large *lg = ctx->api != NULL ? ctx->api->large : NULL;
+    if (lg == NULL)
+        return;
+    /* Gets and puts that del_procs ended still hold records of ours: their
+     * callbacks run first, with nothing more sent. */
+    lg->closing = true;
+    api_rdma_progress(ctx);
+    util_list_item_t *it;
+    while ((it = util_list_first(&lg->sends)) != NULL)
+        send_complete(ctx, lg, UTIL_CONTAINER_OF(it, am_send_t, link), FERRY_ERR_CANCELED);
+    while ((it = util_list_first(&lg->recvs)) != NULL) {
+        ferry_am_data_t *d = UTIL_CONTAINER_OF(it, ferry_am_data_t, link);
+        if (d->mem != NULL)
+            ferry_mem_deregister(ctx, d->mem);
+        data_free(lg, d);
+    }
+    while ((it = util_list_pop_front(&lg->ctl)) != NULL)
+        free(UTIL_CONTAINER_OF(it, am_queued_t, link));
+    while ((it = util_list_pop_front(&lg->due)) != NULL)
+        free(UTIL_CONTAINER_OF(it, am_due_t, link));
+    for (int r = 0; r < ctx->size; r++)
+        while ((it = util_list_pop_front(&lg->hold[r].q)) != NULL)
+            free(UTIL_CONTAINER_OF(it, am_queued_t, link));
+    free(lg->hold);
+    free(lg);
+    ctx->api->large = NULL;
+}

@@ -1,0 +1,137 @@
+/*
+ * Active messages of any size (src/api/am_large.c): rendezvous above a
+ * path's max send size, data handlers that receive into memory of their
+ * own choosing, and the hooks the tagged-messaging layer (src/msg) builds
+ * its eager and rendezvous protocols on.
+ *
+ * Wire messages, all on ferry's own tags (between the application's and
+ * the transports'), all little-endian host order as the rest of ferry:
+ *   RTS      sender -> receiver: a message of len bytes is ready (id, inner
+ *            tag, protocol, and for GET the address and remote key of the
+ *            sender's registered buffer), followed by up to
+ *            API_AM_HDR_MAX bytes of header for an internal handler;
+ *   FIN      receiver -> sender (GET): the receiver is done with id;
+ *   CTS      receiver -> sender (PUT): put n bytes of id at this address;
+ *   PUT_DONE sender -> receiver (PUT): the put of id is over (status);
+ *   MSG      one fragment for src/msg: its header, then its data.
+ * Every field a peer writes is checked before use: lengths against the
+ * message, inner tags against the table, ids against what this process
+ * has outstanding with that peer, sizes against FERRY_AM_LARGE_MAX.
+ */
+#ifndef API_AM_LARGE_H
+#define API_AM_LARGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <ferry/btl.h>
+#include <ferry/ferry.h>
+
+enum {
+    API_TAG_AM_RTS = FERRY_BTL_TAG_FERRY_MIN + 1,
+    API_TAG_AM_FIN = FERRY_BTL_TAG_FERRY_MIN + 2,
+    API_TAG_AM_CTS = FERRY_BTL_TAG_FERRY_MIN + 3,
+    API_TAG_AM_PUT_DONE = FERRY_BTL_TAG_FERRY_MIN + 4,
+    /* The tagged-messaging layer's fragments (an internal handler). */
+    API_TAG_MSG = FERRY_BTL_TAG_FERRY_MIN + 5
+};
+
+/* The wire messages (tests craft them to attack the checks). */
+typedef struct am_rts {
+    uint64_t id;
+    uint64_t len;
+    uint64_t raddr; /* GET: the sender's buffer */
+    uint8_t tag;    /* application tag, or API_TAG_MSG */
+    uint8_t proto;  /* FERRY_AM_RNDV_GET or _PUT */
+    uint16_t hdr_len;
+    uint32_t pad;
+    ferry_rkey_t rkey; /* GET: its key */
+} am_rts_t;
+
+typedef struct am_fin {
+    uint64_t id;
+    int32_t status;
+    uint32_t pad;
+} am_fin_t;
+
+typedef struct am_cts {
+    uint64_t id;
+    uint64_t len; /* bytes to put: at most the message */
+    uint64_t raddr;
+    ferry_rkey_t rkey;
+} am_cts_t;
+
+/* Largest header an internal sender puts before its data. */
+#define API_AM_HDR_MAX 64
+
+/* Default of FERRY_AM_LARGE_MAX. */
+#define API_AM_LARGE_MAX_DEFAULT ((size_t)4 << 30)
+
+/* Declares FERRY_AM_LARGE_MAX and FERRY_AM_RNDV (at context creation, so
+ * that ferry_info lists them). */
+int api_am_large_register_params(ferry_ctx_t *ctx);
+
+/* Called from ferry_progress: control messages waiting for resources,
+ * completions due, peers that failed. Returns events handled. */
+int api_am_large_progress(ferry_ctx_t *ctx);
+
+/* At finalize, before the barrier: drops every announced message nobody
+ * took (its sender completes with FERRY_ERR_CANCELED), then progresses
+ * until this process's own large sends are over (or their peers failed). */
+void api_am_large_quiesce(ferry_ctx_t *ctx);
+
+/* Frees what is left; safe when nothing was ever set up. */
+void api_am_large_fini(ferry_ctx_t *ctx);
+
+/* A message on one of the tags above, from the dispatcher. */
+void api_am_large_recv(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len);
+
+/* True while messages from src must wait (a large message before them is
+ * still being taken in). */
+bool api_am_large_holding(const ferry_ctx_t *ctx, int src);
+
+/* Keeps a copy of an application message from src until the hold ends. */
+void api_am_large_hold(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len);
+
+/* Sends conv's data (more than the path's max send size) by rendezvous and
+ * progresses until the receiver has it: ferry_am_send and its variants. */
+int api_am_send_large_blocking(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *conv);
+
+/* Runs the application handler of tag (from am.c). */
+void api_am_deliver(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len);
+
+/* ---- for internal handlers (src/msg) ---- */
+
+/* An internal handler's fragment: hdr/data as the sender wrote them. */
+typedef void (*api_am_frag_cb_t)(ferry_ctx_t *ctx, int src, const void *data, size_t len,
+                                 void *arg);
+/* An internal handler's large message: its header, and the message to take
+ * with ferry_am_recv_data(_conv) or drop. */
+typedef void (*api_am_hdr_data_cb_t)(ferry_ctx_t *ctx, int src, const void *hdr, size_t hlen,
+                                     ferry_am_data_t *data, size_t len, void *arg);
+
+/* Sets the handlers of internal tag API_TAG_MSG (frag_cb NULL clears
+ * them). FERRY_ERR_BUSY when another owner has them. */
+int api_am_register_internal(ferry_ctx_t *ctx, api_am_frag_cb_t frag_cb,
+                             api_am_hdr_data_cb_t data_cb, void *arg);
+
+/*
+ * Sends hlen header bytes and conv's data from its cursor to dst for the
+ * internal handler: as one MSG fragment when they fit the path's max send
+ * size (*done_out set true, nothing more happens: cb is not called), else
+ * by rendezvous (*done_out false; cb runs from progress when the data may
+ * be reused). FERRY_ERR_NO_RESOURCE: nothing sent, retry after progress.
+ */
+int api_am_send_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen,
+                         ferry_convertor_t *conv, ferry_comp_cb_t cb, void *arg, bool *done_out);
+
+/* The largest data that goes with hlen header bytes to dst in one MSG
+ * fragment, or a negative status. */
+long api_am_internal_eager_max(ferry_ctx_t *ctx, int dst, size_t hlen);
+
+/* For attack tests: the announced address and remote key of a GET-mode
+ * message (FERRY_ERR_NOT_SUPPORTED for PUT mode). */
+int api_am_data_peek_key(const ferry_am_data_t *data, uint64_t *raddr_out, ferry_rkey_t *rkey_out);
+
+#endif /* API_AM_LARGE_H */

@@ -1,0 +1,624 @@
+/*
+ * Tagged messaging (include/ferry/msg.h) over ferry's active messages of
+ * any size (src/api/am_large.c).
+ *
+ * A message is one fragment (the header below, then the data) when it fits
+ * the path's max send size, else a rendezvous whose announcement carries
+ * the header: the match happens when the header arrives, which is in the
+ * order sent for one sender, so matching never lets one message of a
+ * sender overtake another, whatever their protocols. A large message
+ * matched (at once or later from the unexpected queue) is taken straight
+ * into the receive buffer by ferry_am_recv_data_conv.
+ *
+ * Everything a peer writes is checked: the header's length against the
+ * fragment and the announcement; nothing is written past a receive's
+ * buffer (what does not fit is reported as FERRY_ERR_TRUNCATE).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <ferry/msg.h>
+
+#include "api/am_large.h"
+#include "btl/ctx.h"
+#include "rt/log.h"
+#include "rt/progress.h"
+#include "util/list.h"
+
+typedef struct msg_hdr {
+    uint64_t tag;
+    uint32_t ctx_id;
+    uint32_t flags; /* 0: no flag is defined yet */
+    uint64_t len;   /* the data's length */
+} msg_hdr_t;
+
+enum { REQ_SEND, REQ_RECV };
+enum {
+    REQ_QUEUED, /* send: waiting in this process for resources */
+    REQ_POSTED, /* receive: waiting for a match */
+    REQ_ACTIVE, /* matched or sent; data moving */
+    REQ_DONE
+};
+
+struct ferry_msg_req {
+    util_list_item_t link; /* in posted, or a peer's queue */
+    ferry_msg_t *msg;
+    int kind;
+    int state;
+    int peer; /* send: dst; receive: src or FERRY_MSG_ANY_SOURCE */
+    uint32_t ctx_id;
+    uint64_t tag;
+    uint64_t mask;
+    msg_hdr_t hdr;          /* send: what goes first */
+    ferry_convertor_t conv; /* the data, or the space for it */
+    ferry_msg_status_t status;
+};
+
+/* A message that arrived before its receive. */
+typedef struct msg_unexp {
+    util_list_item_t link;
+    int src;
+    msg_hdr_t hdr;
+    ferry_am_data_t *data; /* large: still at the sender */
+    char bytes[];          /* eager: its copy */
+} msg_unexp_t;
+
+struct ferry_msg {
+    ferry_ctx_t *ctx;
+    util_list_t posted;     /* receives, in the order posted */
+    util_list_t unexpected; /* messages, in the order arrived */
+    util_list_t *queued;    /* [size] sends waiting for resources, per peer */
+    size_t n_queued;
+    size_t live; /* requests not yet freed */
+    int size;
+    /* Freed requests kept for reuse (at most MSG_SPARE_MAX): a send or
+     * receive then costs no malloc. */
+    util_list_t spare;
+};
+
+#define MSG_SPARE_MAX 256
+
+static void conv_copy(ferry_convertor_t *dst, const ferry_convertor_t *src)
+{
+    *dst = *src;
+    if (src->kind == FERRY_CONV_CONTIG)
+        dst->iov = &dst->single;
+}
+
+static bool matches(const ferry_msg_req_t *r, int src, const msg_hdr_t *h)
+{
+    return r->ctx_id == h->ctx_id && (r->peer == FERRY_MSG_ANY_SOURCE || r->peer == src) &&
+           ((r->tag ^ h->tag) & r->mask) == 0;
+}
+
+static void req_status(ferry_msg_req_t *r, int src, const msg_hdr_t *h)
+{
+    size_t space = ferry_convertor_remaining(&r->conv);
+    r->status.source = src;
+    r->status.tag = h->tag;
+    r->status.context = h->ctx_id;
+    r->status.len = (size_t)h->len;
+    r->status.received = space < h->len ? space : (size_t)h->len;
+}
+
+static void recv_done(void *arg, int status)
+{
+    ferry_msg_req_t *r = arg;
+    r->status.error = status;
+    r->state = REQ_DONE;
+}
+
+/* Hands a matched message to receive r. */
+static void deliver_eager(ferry_msg_req_t *r, int src, const msg_hdr_t *h, const void *data)
+{
+    req_status(r, src, h);
+    ferry_convertor_unpack(&r->conv, data, r->status.received);
+    r->status.error = r->status.received < r->status.len ? FERRY_ERR_TRUNCATE : FERRY_OK;
+    r->state = REQ_DONE;
+}
+
+static void deliver_large(ferry_msg_t *m, ferry_msg_req_t *r, int src, const msg_hdr_t *h,
+                          ferry_am_data_t *data)
+{
+    req_status(r, src, h);
+    r->state = REQ_ACTIVE;
+    int rc = ferry_am_recv_data_conv(m->ctx, data, &r->conv, recv_done, r);
+    if (rc != FERRY_OK) {
+        ferry_am_data_drop(m->ctx, data);
+        r->status.error = rc;
+        r->state = REQ_DONE;
+    }
+}
+
+static ferry_msg_req_t *match_posted(ferry_msg_t *m, int src, const msg_hdr_t *h)
+{
+    for (util_list_item_t *it = util_list_first(&m->posted); it != NULL;
+         it = util_list_next(&m->posted, it)) {
+        ferry_msg_req_t *r = UTIL_CONTAINER_OF(it, ferry_msg_req_t, link);
+        if (matches(r, src, h)) {
+            util_list_remove(&m->posted, it);
+            return r;
+        }
+    }
+    return NULL;
+}
+
+static void on_frag(ferry_ctx_t *ctx, int src, const void *data, size_t len, void *arg)
+{
+    ferry_msg_t *m = arg;
+    msg_hdr_t h;
+    if (len < sizeof(h)) {
+        rt_log(&ctx->log, RT_LOG_WARN,
+               "tagged messaging: a %zu-byte fragment from rank %d is shorter than its "
+               "header; dropped",
+               len, src);
+        return;
+    }
+    memcpy(&h, data, sizeof(h));
+    const char *body = (const char *)data + sizeof(h);
+    if (h.len != len - sizeof(h) || h.flags != 0) {
+        rt_log(&ctx->log, RT_LOG_WARN,
+               "tagged messaging: fragment from rank %d says %llu bytes, carries %zu; "
+               "dropped",
+               src, (unsigned long long)h.len, len - sizeof(h));
+        return;
+    }
+    (void)ctx;
+    ferry_msg_req_t *r = match_posted(m, src, &h);
+    if (r != NULL) {
+        deliver_eager(r, src, &h, body);
+        return;
+    }
+    msg_unexp_t *u = malloc(sizeof(*u) + (size_t)h.len);
+    if (u == NULL) {
+        rt_log(&ctx->log, RT_LOG_WARN,
+               "tagged messaging: out of memory keeping a %llu-byte message from rank %d; "
+               "dropped",
+               (unsigned long long)h.len, src);
+        return;
+    }
+    u->src = src;
+    u->hdr = h;
+    u->data = NULL;
+    memcpy(u->bytes, body, (size_t)h.len);
+    util_list_append(&m->unexpected, &u->link);
+}
+
+static void on_data(ferry_ctx_t *ctx, int src, const void *hdr, size_t hlen, ferry_am_data_t *data,
+                    size_t len, void *arg)
+{
+    ferry_msg_t *m = arg;
+    msg_hdr_t h;
+    if (hlen != sizeof(h)) {
+        rt_log(&ctx->log, RT_LOG_WARN,
+               "tagged messaging: announcement from rank %d with a %zu-byte header; "
+               "dropped",
+               src, hlen);
+        ferry_am_data_drop(ctx, data);
+        return;
+    }
+    memcpy(&h, hdr, sizeof(h));
+    if (h.len != len || h.flags != 0) {
+        rt_log(&ctx->log, RT_LOG_WARN,
+               "tagged messaging: announcement from rank %d says %llu bytes, then %zu; "
+               "dropped",
+               src, (unsigned long long)h.len, len);
+        ferry_am_data_drop(ctx, data);
+        return;
+    }
+    ferry_msg_req_t *r = match_posted(m, src, &h);
+    if (r != NULL) {
+        deliver_large(m, r, src, &h, data);
+        return;
+    }
+    msg_unexp_t *u = malloc(sizeof(*u));
+    if (u == NULL) {
+        ferry_am_data_drop(ctx, data);
+        return;
+    }
+    u->src = src;
+    u->hdr = h;
+    u->data = data;
+    util_list_append(&m->unexpected, &u->link);
+}
+
+int ferry_msg_init(ferry_ctx_t *ctx, ferry_msg_t **msg_out)
+{
+    if (msg_out == NULL)
+        return FERRY_ERR_INVALID;
+    int size = ferry_size(ctx);
+    if (size < 0)
+        return size;
+    ferry_msg_t *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    m->queued = calloc((size_t)size, sizeof(*m->queued));
+    if (m->queued == NULL) {
+        free(m);
+        return FERRY_ERR_NO_MEMORY;
+    }
+    m->ctx = ctx;
+    m->size = size;
+    util_list_init(&m->posted);
+    util_list_init(&m->unexpected);
+    util_list_init(&m->spare);
+    for (int r = 0; r < size; r++)
+        util_list_init(&m->queued[r]);
+    int rc = api_am_register_internal(ctx, on_frag, on_data, m);
+    if (rc != FERRY_OK) {
+        free(m->queued);
+        free(m);
+        return rc;
+    }
+    *msg_out = m;
+    return FERRY_OK;
+}
+
+int ferry_msg_fini(ferry_msg_t **msg_p)
+{
+    if (msg_p == NULL || *msg_p == NULL)
+        return FERRY_OK;
+    ferry_msg_t *m = *msg_p;
+    if (m->live > 0)
+        return FERRY_ERR_BUSY;
+    util_list_item_t *it;
+    while ((it = util_list_pop_front(&m->unexpected)) != NULL) {
+        msg_unexp_t *u = UTIL_CONTAINER_OF(it, msg_unexp_t, link);
+        if (u->data != NULL)
+            ferry_am_data_drop(m->ctx, u->data);
+        free(u);
+    }
+    api_am_register_internal(m->ctx, NULL, NULL, NULL);
+    while ((it = util_list_pop_front(&m->spare)) != NULL)
+        free(UTIL_CONTAINER_OF(it, ferry_msg_req_t, link));
+    free(m->queued);
+    free(m);
+    *msg_p = NULL;
+    return FERRY_OK;
+}
+
+static ferry_msg_req_t *req_new(ferry_msg_t *m, int kind, int peer, uint32_t ctx_id, uint64_t tag,
+                                uint64_t mask, const ferry_convertor_t *conv)
+{
+    util_list_item_t *it = util_list_pop_front(&m->spare);
+    ferry_msg_req_t *r = it != NULL ? UTIL_CONTAINER_OF(it, ferry_msg_req_t, link)
+                                    : malloc(sizeof(*r));
+    if (r == NULL)
+        return NULL;
+    memset(r, 0, sizeof(*r));
+    r->msg = m;
+    r->kind = kind;
+    r->peer = peer;
+    r->ctx_id = ctx_id;
+    r->tag = tag;
+    r->mask = mask;
+    conv_copy(&r->conv, conv);
+    r->status.source = kind == REQ_SEND ? ferry_rank(m->ctx) : peer;
+    r->status.tag = tag;
+    r->status.context = ctx_id;
+    m->live++;
+    return r;
+}
+
+static void req_free(ferry_msg_t *m, ferry_msg_req_t *r)
+{
+    m->live--;
+    if (util_list_len(&m->spare) < MSG_SPARE_MAX)
+        util_list_prepend(&m->spare, &r->link);
+    else
+        free(r);
+}
+
+static void send_done(void *arg, int status)
+{
+    ferry_msg_req_t *r = arg;
+    r->status.error = status;
+    r->state = REQ_DONE;
+}
+
+/* One try of a send. FERRY_ERR_NO_RESOURCE: try again later. */
+static int send_try(ferry_msg_t *m, ferry_msg_req_t *r)
+{
+    bool done = false;
+    int rc = api_am_send_internal(m->ctx, r->peer, &r->hdr, sizeof(r->hdr), &r->conv, send_done, r,
+                                  &done);
+    if (rc != FERRY_OK)
+        return rc;
+    r->state = done ? REQ_DONE : REQ_ACTIVE;
+    return FERRY_OK;
+}
+
+/* Sends waiting for resources go on, in order per peer. */
+static int drain_queued(ferry_msg_t *m)
+{
+    int events = 0;
+    for (int p = 0; p < m->size && m->n_queued > 0; p++) {
+        util_list_item_t *it;
+        while ((it = util_list_first(&m->queued[p])) != NULL) {
+            ferry_msg_req_t *r = UTIL_CONTAINER_OF(it, ferry_msg_req_t, link);
+            int rc = send_try(m, r);
+            if (rc == FERRY_ERR_NO_RESOURCE)
+                break;
+            util_list_remove(&m->queued[p], it);
+            m->n_queued--;
+            if (rc != FERRY_OK) {
+                r->status.error = rc;
+                r->state = REQ_DONE;
+            }
+            events++;
+        }
+    }
+    return events;
+}
+
+int ferry_msg_progress(ferry_msg_t *m)
+{
+    if (m == NULL)
+        return FERRY_ERR_INVALID;
+    int rc = ferry_progress(m->ctx);
+    if (rc < 0)
+        return rc;
+    if (m->n_queued > 0)
+        rc += drain_queued(m);
+    return rc;
+}
+
+int ferry_msg_isend_conv(ferry_msg_t *m, int dst, uint32_t ctx_id, uint64_t tag,
+                         ferry_convertor_t *conv, ferry_msg_req_t **req_out)
+{
+    if (m == NULL || conv == NULL || req_out == NULL || dst < 0 || dst >= m->size)
+        return FERRY_ERR_INVALID;
+    long max = ferry_am_max_size(m->ctx, dst);
+    if (max < 0)
+        return (int)max;
+    ferry_msg_req_t *r = req_new(m, REQ_SEND, dst, ctx_id, tag, FERRY_MSG_TAG_EXACT, conv);
+    if (r == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    r->hdr = (msg_hdr_t){.tag = tag, .ctx_id = ctx_id, .len = ferry_convertor_remaining(conv)};
+    r->status.len = r->status.received = (size_t)r->hdr.len;
+    int rc = util_list_empty(&m->queued[dst]) ? send_try(m, r) : FERRY_ERR_NO_RESOURCE;
+    if (rc == FERRY_ERR_NO_RESOURCE) {
+        r->state = REQ_QUEUED;
+        util_list_append(&m->queued[dst], &r->link);
+        m->n_queued++;
+    } else if (rc != FERRY_OK) {
+        req_free(m, r);
+        return rc;
+    }
+    /* The caller's convertor has been read from (or will be, from ours). */
+    ferry_convertor_set_position(conv, conv->total);
+    *req_out = r;
+    return FERRY_OK;
+}
+
+int ferry_msg_isend(ferry_msg_t *m, int dst, uint32_t ctx_id, uint64_t tag, const void *buf,
+                    size_t len, ferry_msg_req_t **req_out)
+{
+    if (buf == NULL && len > 0)
+        return FERRY_ERR_INVALID;
+    ferry_convertor_t conv;
+    ferry_convertor_init_contig(&conv, buf, len);
+    return ferry_msg_isend_conv(m, dst, ctx_id, tag, &conv, req_out);
+}
+
+int ferry_msg_send(ferry_msg_t *m, int dst, uint32_t ctx_id, uint64_t tag, const void *buf,
+                   size_t len)
+{
+    if (m != NULL && m->ctx->in_callback > 0)
+        return FERRY_ERR_BUSY; /* it could not wait there */
+    ferry_msg_req_t *r;
+    int rc = ferry_msg_isend(m, dst, ctx_id, tag, buf, len, &r);
+    if (rc != FERRY_OK)
+        return rc;
+    return ferry_msg_wait(m, &r, NULL);
+}
+
+static msg_unexp_t *find_unexpected(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag,
+                                    uint64_t mask)
+{
+    ferry_msg_req_t probe = {.peer = src, .ctx_id = ctx_id, .tag = tag, .mask = mask};
+    for (util_list_item_t *it = util_list_first(&m->unexpected); it != NULL;
+         it = util_list_next(&m->unexpected, it)) {
+        msg_unexp_t *u = UTIL_CONTAINER_OF(it, msg_unexp_t, link);
+        if (matches(&probe, u->src, &u->hdr))
+            return u;
+    }
+    return NULL;
+}
+
+int ferry_msg_irecv_conv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint64_t mask,
+                         ferry_convertor_t *conv, ferry_msg_req_t **req_out)
+{
+    if (m == NULL || conv == NULL || req_out == NULL ||
+        (src != FERRY_MSG_ANY_SOURCE && (src < 0 || src >= m->size)))
+        return FERRY_ERR_INVALID;
+    ferry_msg_req_t *r = req_new(m, REQ_RECV, src, ctx_id, tag, mask, conv);
+    if (r == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    msg_unexp_t *u = find_unexpected(m, src, ctx_id, tag, mask);
+    if (u != NULL) {
+        util_list_remove(&m->unexpected, &u->link);
+        if (u->data != NULL)
+            deliver_large(m, r, u->src, &u->hdr, u->data);
+        else
+            deliver_eager(r, u->src, &u->hdr, u->bytes);
+        free(u);
+    } else {
+        r->state = REQ_POSTED;
+        util_list_append(&m->posted, &r->link);
+    }
+    *req_out = r;
+    return FERRY_OK;
+}
+
+int ferry_msg_irecv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint64_t mask,
+                    void *buf, size_t len, ferry_msg_req_t **req_out)
+{
+    if (buf == NULL && len > 0)
+        return FERRY_ERR_INVALID;
+    ferry_convertor_t conv;
+    ferry_convertor_init_contig(&conv, buf, len);
+    return ferry_msg_irecv_conv(m, src, ctx_id, tag, mask, &conv, req_out);
+}
+
+int ferry_msg_recv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint64_t mask, void *buf,
+                   size_t len, ferry_msg_status_t *status)
+{
+    if (m != NULL && m->ctx->in_callback > 0)
+        return FERRY_ERR_BUSY; /* it could not wait there */
+    ferry_msg_req_t *r;
+    int rc = ferry_msg_irecv(m, src, ctx_id, tag, mask, buf, len, &r);
+    if (rc != FERRY_OK)
+        return rc;
+    return ferry_msg_wait(m, &r, status);
+}
+
+/* A posted receive from one rank that has failed can never match. */
+static void check_failed_source(ferry_msg_t *m, ferry_msg_req_t *r)
+{
+    if (r->kind == REQ_RECV && r->state == REQ_POSTED && r->peer != FERRY_MSG_ANY_SOURCE &&
+        r->peer != ferry_rank(m->ctx) && ferry_am_max_size(m->ctx, r->peer) == FERRY_ERR_UNREACH) {
+        util_list_remove(&m->posted, &r->link);
+        r->status.error = FERRY_ERR_UNREACH;
+        r->state = REQ_DONE;
+    }
+}
+
+static int req_finish(ferry_msg_t *m, ferry_msg_req_t **req, ferry_msg_status_t *status)
+{
+    ferry_msg_req_t *r = *req;
+    int outcome = r->status.error;
+    if (status != NULL)
+        *status = r->status;
+    req_free(m, r);
+    *req = NULL;
+    return outcome;
+}
+
+int ferry_msg_test(ferry_msg_t *m, ferry_msg_req_t **req, int *done, ferry_msg_status_t *status)
+{
+    if (m == NULL || req == NULL || done == NULL)
+        return FERRY_ERR_INVALID;
+    if (*req == NULL) {
+        *done = 1;
+        return FERRY_OK;
+    }
+    if ((*req)->msg != m)
+        return FERRY_ERR_INVALID;
+    if ((*req)->state != REQ_DONE) {
+        int rc = ferry_msg_progress(m);
+        if (rc < 0)
+            return rc;
+        check_failed_source(m, *req);
+    }
+    if ((*req)->state != REQ_DONE) {
+        *done = 0;
+        return FERRY_OK;
+    }
+    *done = 1;
+    return req_finish(m, req, status);
+}
+
+int ferry_msg_wait(ferry_msg_t *m, ferry_msg_req_t **req, ferry_msg_status_t *status)
+{
+    int index;
+    if (req == NULL)
+        return FERRY_ERR_INVALID;
+    return ferry_msg_waitany(m, 1, req, &index, status);
+}
+
+int ferry_msg_waitany(ferry_msg_t *m, size_t n, ferry_msg_req_t **reqs, int *index,
+                      ferry_msg_status_t *status)
+{
+    if (m == NULL || (reqs == NULL && n > 0) || index == NULL || n > INT32_MAX)
+        return FERRY_ERR_INVALID;
+    bool any = false;
+    for (size_t i = 0; i < n; i++) {
+        if (reqs[i] != NULL && reqs[i]->msg != m)
+            return FERRY_ERR_INVALID;
+        any = any || reqs[i] != NULL;
+    }
+    *index = -1;
+    if (!any)
+        return FERRY_OK;
+    unsigned idle = 0;
+    for (;;) {
+        for (size_t i = 0; i < n; i++) {
+            if (reqs[i] != NULL && reqs[i]->state == REQ_DONE) {
+                *index = (int)i;
+                return req_finish(m, &reqs[i], status);
+            }
+        }
+        /* Inside a ferry callback progress does nothing: waiting would
+         * never end. */
+        if (m->ctx->in_callback > 0)
+            return FERRY_ERR_BUSY;
+        int rc = ferry_msg_progress(m);
+        if (rc < 0)
+            return rc;
+        if (rc == 0) {
+            rt_idle(&idle);
+            for (size_t i = 0; i < n; i++)
+                if (reqs[i] != NULL)
+                    check_failed_source(m, reqs[i]);
+        } else {
+            idle = 0;
+        }
+    }
+}
+
+int ferry_msg_iprobe(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint64_t mask,
+                     int *found, ferry_msg_status_t *status)
+{
+    if (m == NULL || found == NULL || (src != FERRY_MSG_ANY_SOURCE && (src < 0 || src >= m->size)))
+        return FERRY_ERR_INVALID;
+    int rc = ferry_msg_progress(m);
+    if (rc < 0)
+        return rc;
+    msg_unexp_t *u = find_unexpected(m, src, ctx_id, tag, mask);
+    *found = u != NULL;
+    if (u != NULL && status != NULL)
+        *status = (ferry_msg_status_t){.source = u->src,
+                                       .tag = u->hdr.tag,
+                                       .context = u->hdr.ctx_id,
+                                       .len = (size_t)u->hdr.len,
+                                       .received = 0,
+                                       .error = FERRY_OK};
+    return FERRY_OK;
+}
+
+int ferry_msg_probe(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint64_t mask,
+                    ferry_msg_status_t *status)
+{
+    unsigned idle = 0;
+    for (;;) {
+        int found = 0;
+        int rc = ferry_msg_iprobe(m, src, ctx_id, tag, mask, &found, status);
+        if (rc != FERRY_OK || found)
+            return rc;
+        if (m->ctx->in_callback > 0)
+            return FERRY_ERR_BUSY; /* as ferry_msg_waitany */
+        if (src != FERRY_MSG_ANY_SOURCE && src != ferry_rank(m->ctx) &&
+            ferry_am_max_size(m->ctx, src) == FERRY_ERR_UNREACH)
+            return FERRY_ERR_UNREACH;
+        rt_idle(&idle);
+    }
+}
+
+int ferry_msg_cancel(ferry_msg_t *m, ferry_msg_req_t *r)
+{
+    if (m == NULL || r == NULL || r->msg != m)
+        return FERRY_ERR_INVALID;
+    if (r->state == REQ_POSTED) {
+        util_list_remove(&m->posted, &r->link);
+    } else if (r->state == REQ_QUEUED) {
+        util_list_remove(&m->queued[r->peer], &r->link);
+        m->n_queued--;
+    } else {
+        return FERRY_ERR_BUSY;
+    }
+    r->status.error = FERRY_ERR_CANCELED;
+    r->status.received = 0;
+    r->state = REQ_DONE;
+    return FERRY_OK;
+}

@@ -1,0 +1,653 @@
+/*
+ * Active messages of any size, on a ring (each rank sends to the next and
+ * to itself) under ferryrun:
+ * - order: small and large messages interleaved, blocking and not, with
+ *   a gathered (iovec) one among them; each handler checks the message's
+ *   sequence number (handlers run in the order sent) and every byte;
+ * - data handlers: a large message taken into the handler's own buffer,
+ *   into a strided layout, into too small a buffer (FERRY_ERR_TRUNCATE,
+ *   nothing past it written), dropped (the sender sees
+ *   FERRY_ERR_CANCELED), and taken later, outside the handler;
+ * - ferry_am_sizes agrees with ferry_am_max_size;
+ * - with --limit (FERRY_AM_LARGE_MAX=1 MiB): a 2 MiB message to a tag
+ *   without a data handler is refused at both ends;
+ * - attacks: announcements of 2^63 and 2^40 bytes crafted on the wire
+ *   (nothing allocated, the process carries on); a rendezvous key used
+ *   after its message completed, and while a newer one is live on the
+ *   same buffer, is refused.
+ */
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ferry/ferry.h>
+
+#include "../unit/check.h"
+#include "api/am_large.h"
+#include "api/api.h"
+
+enum { TAG_ORD = 1, TAG_DATA = 2, TAG_KEY = 3, TAG_NOTE = 4, TAG_WIN = 5, TAG_WIN_DATA = 6 };
+
+/* The window phase: messages in flight at once. */
+#define WIN 40
+
+static uint8_t pat(uint64_t seq, size_t i)
+{
+    return (uint8_t)(seq * 29u + i * 7u + (i >> 11));
+}
+
+static void fill(uint8_t *b, size_t len, uint64_t seq)
+{
+    for (size_t i = 0; i < len; i++)
+        b[i] = pat(seq, i);
+    if (len >= 8)
+        memcpy(b, &seq, 8);
+}
+
+static bool good(const uint8_t *b, size_t len, uint64_t seq, size_t from)
+{
+    for (size_t i = from; i < len; i++)
+        if (b[i] != pat(seq, i))
+            return false;
+    return true;
+}
+
+typedef struct state {
+    ferry_ctx_t *ctx;
+    uint64_t next_seq[2]; /* expected, from prev and from self */
+    int prev, next, me;
+    int got;
+    /* data handler */
+    int data_mode;
+    ferry_am_data_t *kept;
+    size_t kept_len;
+    uint8_t *dbuf;
+    size_t dcap;
+    int dstatus;
+    int ddone;
+    /* key reuse */
+    ferry_am_data_t *kdata;
+    uint64_t kaddr[2];
+    ferry_rkey_t kkey[2];
+    int knum;
+    int notes;
+    int absurd_calls;
+    /* window */
+    uint64_t win_next;
+    size_t win_len;
+    uint8_t *win_buf; /* WIN slices of win_len */
+    int win_taken, win_arrived;
+} state_t;
+
+static void on_ord(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len, void *arg)
+{
+    state_t *st = arg;
+    (void)ctx, (void)tag;
+    CHECK(len >= 8);
+    CHECK(src == st->prev || src == st->me);
+    uint64_t seq;
+    memcpy(&seq, data, 8);
+    int slot = src == st->me ? 1 : 0;
+    if (seq != st->next_seq[slot])
+        fprintf(stderr, "rank %d: from %d got seq %llu, expected %llu (len %zu)\n", st->me, src,
+                (unsigned long long)seq, (unsigned long long)st->next_seq[slot], len);
+    CHECK(seq == st->next_seq[slot]);
+    CHECK(good(data, len, seq, 8));
+    st->next_seq[slot]++;
+    st->got++;
+}
+
+static void on_note(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len, void *arg)
+{
+    (void)ctx, (void)src, (void)tag, (void)data, (void)len;
+    ((state_t *)arg)->notes++;
+}
+
+static void on_win(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len, void *arg)
+{
+    state_t *st = arg;
+    (void)ctx, (void)src, (void)tag;
+    uint64_t seq;
+    CHECK(len == st->win_len);
+    memcpy(&seq, data, 8);
+    CHECK(seq == st->win_next);
+    CHECK(good(data, len, seq, 8));
+    st->win_next++;
+}
+
+static void win_arrived(void *arg, int status)
+{
+    state_t *st = arg;
+    CHECK(status == FERRY_OK);
+    st->win_arrived++;
+}
+
+static void on_win_data(ferry_ctx_t *ctx, int src, int tag, ferry_am_data_t *data, size_t len,
+                        void *arg)
+{
+    state_t *st = arg;
+    (void)src, (void)tag;
+    CHECK(len == st->win_len && st->win_taken < WIN);
+    uint8_t *slice = st->win_buf + (size_t)st->win_taken++ * len;
+    CHECK(ferry_am_recv_data(ctx, data, slice, len, win_arrived, st) == FERRY_OK);
+}
+
+static void data_cb_done(void *arg, int status)
+{
+    state_t *st = arg;
+    st->dstatus = status;
+    st->ddone++;
+}
+
+enum { MODE_EXACT, MODE_VECTOR, MODE_SHORT, MODE_DROP, MODE_KEEP, MODE_ABSURD };
+
+static ferry_vector_t g_vec;
+
+static void on_data(ferry_ctx_t *ctx, int src, int tag, ferry_am_data_t *data, size_t len,
+                    void *arg)
+{
+    state_t *st = arg;
+    (void)tag;
+    CHECK(src == st->prev);
+    switch (st->data_mode) {
+    case MODE_EXACT:
+        CHECK(len <= st->dcap);
+        CHECK(ferry_am_recv_data(ctx, data, st->dbuf, len, data_cb_done, st) == FERRY_OK);
+        /* Taken once only. */
+        CHECK(ferry_am_recv_data(ctx, data, st->dbuf, len, data_cb_done, st) == FERRY_ERR_INVALID);
+        break;
+    case MODE_VECTOR: {
+        ferry_convertor_t conv;
+        CHECK(ferry_convertor_init_vector(&conv, &g_vec) == FERRY_OK);
+        CHECK(conv.total == len);
+        CHECK(ferry_am_recv_data_conv(ctx, data, &conv, data_cb_done, st) == FERRY_OK);
+        break;
+    }
+    case MODE_SHORT:
+        CHECK(ferry_am_recv_data(ctx, data, st->dbuf, len / 3, data_cb_done, st) == FERRY_OK);
+        break;
+    case MODE_DROP:
+        CHECK(ferry_am_data_drop(ctx, data) == FERRY_OK);
+        st->ddone++;
+        break;
+    case MODE_KEEP:
+        st->kept = data;
+        st->kept_len = len;
+        break;
+    case MODE_ABSURD:
+        /* The crafted 2^40-byte announcement: the handler sees the length
+         * and takes a little of it, from a key that is no key. */
+        st->absurd_calls++;
+        CHECK(len == (size_t)1 << 40);
+        CHECK(ferry_am_recv_data(ctx, data, st->dbuf, 16, data_cb_done, st) == FERRY_OK);
+        break;
+    }
+}
+
+static void on_key(ferry_ctx_t *ctx, int src, int tag, ferry_am_data_t *data, size_t len, void *arg)
+{
+    state_t *st = arg;
+    (void)ctx, (void)src, (void)tag, (void)len;
+    CHECK(st->knum < 2);
+    CHECK(api_am_data_peek_key(data, &st->kaddr[st->knum], &st->kkey[st->knum]) == FERRY_OK);
+    st->knum++;
+    st->kdata = data;
+}
+
+static void wait_until(ferry_ctx_t *ctx, const int *v, int want)
+{
+    while (*v < want)
+        CHECK(ferry_progress(ctx) >= 0);
+}
+
+static int send_small(ferry_ctx_t *ctx, int dst, int tag, const void *b, size_t len)
+{
+    int rc;
+    while ((rc = ferry_am_send(ctx, dst, tag, b, len)) == FERRY_ERR_NO_RESOURCE)
+        ferry_progress(ctx);
+    return rc;
+}
+
+typedef struct nb {
+    int done;
+    int status;
+} nb_t;
+
+static void nb_done(void *arg, int status)
+{
+    nb_t *n = arg;
+    n->status = status;
+    n->done++;
+}
+
+static void phase_order(state_t *st, size_t max)
+{
+    ferry_ctx_t *ctx = st->ctx;
+    const size_t sizes[] = {
+        8, max, max + 1, 2 * max + 3, (size_t)1 << 20, 3 * max + 11, ((size_t)5 << 20) + 1, 64};
+    const size_t n = sizeof(sizes) / sizeof(sizes[0]);
+    size_t big = ((size_t)5 << 20) + 1 > 3 * max + 11 ? ((size_t)5 << 20) + 1 : 3 * max + 11;
+    uint8_t *buf = malloc(big);
+    uint8_t *buf2 = malloc(big);
+    CHECK(buf != NULL && buf2 != NULL);
+    uint64_t seq[2] = {0, 0};
+    int targets[2] = {st->next, st->me};
+    int sent = 0;
+    for (int t = 0; t < 2; t++) {
+        int dst = targets[t];
+        if (t == 1 && dst == st->next)
+            break; /* a ring of one: self is next */
+        for (size_t k = 0; k < n; k++) {
+            size_t len = sizes[k];
+            fill(buf, len, seq[t]);
+            if (len > max && k % 2 == 0) {
+                /* Non-blocking: its buffer waits for the callback; a
+                 * small one sent right behind must not overtake it. */
+                nb_t done = {0, 1};
+                CHECK(ferry_am_send_nb(ctx, dst, TAG_ORD, buf, len, nb_done, &done) == FERRY_OK);
+                seq[t]++;
+                fill(buf2, 8, seq[t]);
+                CHECK(send_small(ctx, dst, TAG_ORD, buf2, 8) == FERRY_OK);
+                seq[t]++;
+                sent += 2;
+                while (done.done == 0)
+                    CHECK(ferry_progress(ctx) >= 0);
+                CHECK(done.done == 1 && done.status == FERRY_OK);
+            } else if (len > max && k % 3 == 0) {
+                /* Gathered from three pieces. */
+                ferry_iov_t iov[3] = {{buf, 5}, {buf + 5, len / 2}, {buf + 5 + len / 2, 0}};
+                iov[2].len = len - 5 - len / 2;
+                CHECK(ferry_am_sendv(ctx, dst, TAG_ORD, iov, 3) == FERRY_OK);
+                seq[t]++;
+                sent++;
+            } else {
+                CHECK(send_small(ctx, dst, TAG_ORD, buf, len) == FERRY_OK);
+                memset(buf, 0xee, len); /* ours again at once */
+                seq[t]++;
+                sent++;
+            }
+        }
+    }
+    (void)sent;
+    /* What we expect to receive: the same count from prev (and self). */
+    int want = (int)(seq[0] + (st->next != st->me ? seq[1] : 0));
+    wait_until(ctx, &st->got, want);
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    free(buf);
+    free(buf2);
+}
+
+static void phase_data(state_t *st, size_t max)
+{
+    ferry_ctx_t *ctx = st->ctx;
+    size_t len = 2 * max + 100;
+    st->dcap = len + 64;
+    st->dbuf = malloc(st->dcap);
+    uint8_t *src = malloc(len);
+    CHECK(st->dbuf != NULL && src != NULL);
+    fill(src, len, 77);
+    /* The vector layout: len bytes in blocks of 1000 (the last shorter
+     * is not possible in a vector, so len is cut to whole blocks). */
+    size_t vlen = len / 1000 * 1000;
+    uint8_t *vbuf = calloc(1, vlen / 1000 * 1500);
+    CHECK(vbuf != NULL);
+    g_vec = (ferry_vector_t){.base = vbuf, .count = vlen / 1000, .block_len = 1000, .stride = 1500};
+    const int modes[] = {MODE_EXACT, MODE_VECTOR, MODE_SHORT, MODE_DROP, MODE_KEEP};
+    for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+        st->data_mode = modes[m];
+        st->ddone = 0;
+        st->dstatus = 1;
+        memset(st->dbuf, 0x5a, st->dcap);
+        CHECK(ferry_barrier(ctx) == FERRY_OK);
+        size_t slen = modes[m] == MODE_VECTOR ? vlen : len;
+        nb_t done = {0, 1};
+        CHECK(ferry_am_send_nb(ctx, st->next, TAG_DATA, src, slen, nb_done, &done) == FERRY_OK);
+        if (modes[m] == MODE_KEEP) {
+            while (st->kept == NULL)
+                CHECK(ferry_progress(ctx) >= 0);
+            /* Outside the handler, later. */
+            CHECK(st->kept_len == len);
+            CHECK(ferry_am_recv_data(ctx, st->kept, st->dbuf, st->dcap, data_cb_done, st) ==
+                  FERRY_OK);
+            st->kept = NULL;
+        }
+        while (done.done == 0 || st->ddone == 0)
+            CHECK(ferry_progress(ctx) >= 0);
+        switch (modes[m]) {
+        case MODE_EXACT:
+        case MODE_KEEP:
+            CHECK(done.status == FERRY_OK);
+            CHECK(st->dstatus == FERRY_OK);
+            CHECK(memcmp(st->dbuf, src, len) == 0);
+            for (size_t i = len; i < st->dcap; i++)
+                CHECK(st->dbuf[i] == 0x5a);
+            break;
+        case MODE_VECTOR:
+            CHECK(st->dstatus == FERRY_OK);
+            for (size_t b = 0; b < vlen / 1000; b++) {
+                CHECK(memcmp(vbuf + b * 1500, src + b * 1000, 1000) == 0);
+                if (b + 1 < vlen / 1000)
+                    for (size_t i = 1000; i < 1500; i++)
+                        CHECK(vbuf[b * 1500 + i] == 0);
+            }
+            break;
+        case MODE_SHORT:
+            CHECK(done.status == FERRY_OK);
+            CHECK(st->dstatus == FERRY_ERR_TRUNCATE);
+            CHECK(memcmp(st->dbuf, src, len / 3) == 0);
+            for (size_t i = len / 3; i < st->dcap; i++)
+                CHECK(st->dbuf[i] == 0x5a);
+            break;
+        case MODE_DROP:
+            CHECK(done.status == FERRY_ERR_CANCELED);
+            break;
+        }
+    }
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    free(vbuf);
+    free(src);
+    free(st->dbuf);
+    st->dbuf = NULL;
+}
+
+static void phase_limit(state_t *st)
+{
+    ferry_ctx_t *ctx = st->ctx;
+    ferry_am_sizes_t sz;
+    CHECK(ferry_am_sizes(ctx, st->next, &sz) == FERRY_OK);
+    CHECK(sz.large_max == (size_t)1 << 20);
+    size_t len = (size_t)2 << 20;
+    uint8_t *b = malloc(len);
+    CHECK(b != NULL);
+    fill(b, len, 0);
+    int got = st->got;
+    CHECK(ferry_am_send(ctx, st->next, TAG_ORD, b, len) == FERRY_ERR_TRUNCATE);
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    CHECK(st->got == got);
+    free(b);
+}
+
+/* Crafted announcements on the wire, as a peer that does not follow the
+ * protocol would send them. */
+static void send_raw_rts(ferry_ctx_t *ctx, int dst, uint8_t tag, uint64_t len)
+{
+    am_rts_t rts;
+    memset(&rts, 0, sizeof(rts));
+    rts.id = 0xbad0000 + len % 1000;
+    rts.len = len;
+    rts.raddr = 4096;
+    rts.tag = tag;
+    rts.proto = FERRY_AM_RNDV_GET;
+    memset(&rts.rkey, 0x41, sizeof(rts.rkey));
+    btl_peer_t *peer = &ctx->peers[dst];
+    ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
+    int rc;
+    for (;;) {
+        rc = btl->ops->sendi(btl, peer->ep, &rts, sizeof(rts), NULL, 0, API_TAG_AM_RTS);
+        if (rc == FERRY_ERR_NOT_SUPPORTED) {
+            ferry_btl_desc_t *des;
+            rc = btl->ops->alloc(btl, peer->ep, sizeof(rts), FERRY_BTL_DES_OWNERSHIP, &des);
+            if (rc == FERRY_OK) {
+                memcpy(ferry_btl_seg_ptr(&des->src[0]), &rts, sizeof(rts));
+                rc = btl->ops->send(btl, peer->ep, des, API_TAG_AM_RTS);
+            }
+        }
+        if (rc != FERRY_ERR_NO_RESOURCE)
+            break;
+        ferry_progress(ctx);
+    }
+    CHECK(rc == FERRY_OK);
+}
+
+static void phase_absurd(state_t *st)
+{
+    ferry_ctx_t *ctx = st->ctx;
+    uint8_t small[16];
+    st->dbuf = small;
+    st->data_mode = MODE_ABSURD;
+    st->ddone = 0;
+    int got = st->got;
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    send_raw_rts(ctx, st->next, TAG_ORD, (uint64_t)1 << 63);  /* beyond any address space */
+    send_raw_rts(ctx, st->next, TAG_ORD, (uint64_t)1 << 40);  /* beyond FERRY_AM_LARGE_MAX */
+    send_raw_rts(ctx, st->next, TAG_DATA, (uint64_t)1 << 63); /* refused before the handler */
+    send_raw_rts(ctx, st->next, TAG_DATA, (uint64_t)1 << 40); /* the handler decides */
+    wait_until(ctx, &st->ddone, 1);
+    /* The key was no key: the get is refused. */
+    CHECK(st->dstatus != FERRY_OK && st->dstatus != FERRY_ERR_TRUNCATE);
+    CHECK(st->absurd_calls == 1);
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    CHECK(st->got == got);
+    st->dbuf = NULL;
+}
+
+/* WIN large messages in flight at once, to a tag without a data handler
+ * (taken one after the other, in order) and to one with a data handler
+ * that takes each into its own slice (all at once): with few registration
+ * slots (FERRY_SM_REG_SLOTS=16) the sender and the receiver run out, and
+ * must wait and retry, never lose a message. */
+static void phase_window(state_t *st, size_t max)
+{
+    ferry_ctx_t *ctx = st->ctx;
+    size_t len = max + 1000;
+    st->win_len = len;
+    st->win_buf = malloc(len * WIN);
+    uint8_t *src = malloc(len * WIN);
+    CHECK(st->win_buf != NULL && src != NULL);
+    for (int k = 0; k < WIN; k++)
+        fill(src + (size_t)k * len, len, (uint64_t)k);
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    for (int tag = TAG_WIN; tag <= TAG_WIN_DATA; tag++) {
+        nb_t done[WIN];
+        for (int k = 0; k < WIN; k++) {
+            done[k] = (nb_t){0, 1};
+            int rc;
+            while ((rc = ferry_am_send_nb(ctx, st->next, tag, src + (size_t)k * len, len, nb_done,
+                                          &done[k])) == FERRY_ERR_NO_RESOURCE)
+                CHECK(ferry_progress(ctx) >= 0);
+            CHECK(rc == FERRY_OK);
+        }
+        for (int k = 0; k < WIN; k++) {
+            while (done[k].done == 0)
+                CHECK(ferry_progress(ctx) >= 0);
+            CHECK(done[k].status == FERRY_OK);
+        }
+        if (tag == TAG_WIN) {
+            while (st->win_next < WIN)
+                CHECK(ferry_progress(ctx) >= 0);
+        } else {
+            wait_until(ctx, &st->win_arrived, WIN);
+            CHECK(st->win_taken == WIN);
+            /* Slices were taken in announcement order, which is send order. */
+            CHECK(memcmp(st->win_buf, src, len * WIN) == 0);
+        }
+        CHECK(ferry_barrier(ctx) == FERRY_OK);
+    }
+    free(src);
+    free(st->win_buf);
+    st->win_buf = NULL;
+}
+
+/* --peer-dies: rank 1 keeps rank 0's large messages without taking them,
+ * then dies (SIGKILL). Rank 0's non-blocking send must complete with
+ * FERRY_ERR_UNREACH and its blocking one return it: nothing waits for ever
+ * on a dead peer. */
+static void keep_data(ferry_ctx_t *ctx, int src, int tag, ferry_am_data_t *data, size_t len,
+                      void *arg)
+{
+    state_t *st = arg;
+    (void)ctx, (void)src, (void)tag, (void)data, (void)len;
+    if (++st->knum == 2)
+        raise(SIGKILL);
+}
+
+static int phase_peer_dies(state_t *st, size_t max)
+{
+    ferry_ctx_t *ctx = st->ctx;
+    size_t len = 4 * max;
+    uint8_t *src = calloc(1, len);
+    CHECK(src != NULL);
+    CHECK(ferry_am_register_data(ctx, TAG_KEY, keep_data, st) == FERRY_OK);
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    if (st->me == 0) {
+        nb_t done = {0, 1};
+        CHECK(ferry_am_send_nb(ctx, 1, TAG_KEY, src, len, nb_done, &done) == FERRY_OK);
+        int rc = ferry_am_send(ctx, 1, TAG_KEY, src, len);
+        while (done.done == 0)
+            CHECK(ferry_progress(ctx) >= 0);
+        printf("rank 0: sends to a dead peer: %s (blocking), %s (callback)\n",
+               ferry_status_name(rc), ferry_status_name(done.status));
+        CHECK(rc == FERRY_ERR_UNREACH && done.status == FERRY_ERR_UNREACH);
+    } else if (st->me == 1) {
+        for (;;)
+            ferry_progress(ctx); /* until the second announcement kills it */
+    }
+    free(src);
+    return 0;
+}
+
+static int get_status(ferry_ctx_t *ctx, int src, void *buf, size_t len, uint64_t raddr,
+                      const ferry_rkey_t *rkey)
+{
+    nb_t done = {0, 1};
+    int rc = ferry_get(ctx, src, buf, len, NULL, raddr, rkey, nb_done, &done);
+    if (rc != FERRY_OK)
+        return rc;
+    while (done.done == 0)
+        CHECK(ferry_progress(ctx) >= 0);
+    return done.status;
+}
+
+static void phase_key(state_t *st, size_t max)
+{
+    ferry_ctx_t *ctx = st->ctx;
+    size_t len = 2 * max + 1;
+    ferry_btl_module_t *btl = ctx->modules[ctx->peers[st->prev].module_idx];
+    bool revokes = !(btl->attr.flags & FERRY_BTL_FLAG_NO_KEY_REVOKE);
+    ferry_am_sizes_t sz;
+    CHECK(ferry_am_sizes(ctx, st->prev, &sz) == FERRY_OK);
+    bool get_mode = sz.rndv == FERRY_AM_RNDV_GET;
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    if (!get_mode) {
+        if (st->me == 0)
+            printf("key reuse: rendezvous by put here (FERRY_AM_RNDV), no sender key to "
+                   "reuse; part skipped\n");
+        return;
+    }
+    uint8_t *src = malloc(len), *dst = malloc(len);
+    CHECK(src != NULL && dst != NULL);
+    fill(src, len, 5);
+    /* First message, taken; then the sender says its send returned. */
+    nb_t done = {0, 1};
+    CHECK(ferry_am_send_nb(ctx, st->next, TAG_KEY, src, len, nb_done, &done) == FERRY_OK);
+    while (st->knum < 1)
+        CHECK(ferry_progress(ctx) >= 0);
+    st->ddone = 0;
+    CHECK(ferry_am_recv_data(ctx, st->kdata, dst, len, data_cb_done, st) == FERRY_OK);
+    wait_until(ctx, &st->ddone, 1);
+    CHECK(st->dstatus == FERRY_OK);
+    CHECK(memcmp(dst, src, len) == 0);
+    while (done.done == 0)
+        CHECK(ferry_progress(ctx) >= 0);
+    CHECK(done.status == FERRY_OK);
+    CHECK(send_small(ctx, st->next, TAG_NOTE, "k", 1) == FERRY_OK);
+    wait_until(ctx, &st->notes, 1);
+    if (revokes) {
+        int rc = get_status(ctx, st->prev, dst, len, st->kaddr[0], &st->kkey[0]);
+        if (rc != FERRY_ERR_ACCESS)
+            fprintf(stderr, "rank %d: a finished rendezvous's key still reads: %s\n", st->me,
+                    ferry_strerror(rc));
+        CHECK(rc == FERRY_ERR_ACCESS);
+    }
+    /* Second message from the same buffer: the old key still dead while
+     * the new one is live. */
+    done = (nb_t){0, 1};
+    CHECK(ferry_am_send_nb(ctx, st->next, TAG_KEY, src, len, nb_done, &done) == FERRY_OK);
+    while (st->knum < 2)
+        CHECK(ferry_progress(ctx) >= 0);
+    if (revokes) {
+        int rc = get_status(ctx, st->prev, dst, len, st->kaddr[0], &st->kkey[0]);
+        if (rc != FERRY_ERR_ACCESS)
+            fprintf(stderr, "rank %d: an old rendezvous key reads a newer registration: %s\n",
+                    st->me, ferry_strerror(rc));
+        CHECK(rc == FERRY_ERR_ACCESS);
+    } else if (st->me == 0) {
+        printf("key reuse: %s does not revoke keys (no_key_revoke); refusal not checked\n",
+               btl->attr.name);
+    }
+    memset(dst, 0, len);
+    st->ddone = 0;
+    CHECK(ferry_am_recv_data(ctx, st->kdata, dst, len, data_cb_done, st) == FERRY_OK);
+    wait_until(ctx, &st->ddone, 1);
+    CHECK(st->dstatus == FERRY_OK && memcmp(dst, src, len) == 0);
+    while (done.done == 0)
+        CHECK(ferry_progress(ctx) >= 0);
+    CHECK(done.status == FERRY_OK);
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    free(src);
+    free(dst);
+}
+
+int main(int argc, char **argv)
+{
+    bool limit = argc > 1 && strcmp(argv[1], "--limit") == 0;
+    ferry_ctx_t *ctx;
+    CHECK(ferry_init(NULL, &ctx) == FERRY_OK);
+    state_t st = {.ctx = ctx};
+    st.me = ferry_rank(ctx);
+    int size = ferry_size(ctx);
+    st.next = (st.me + 1) % size;
+    st.prev = (st.me + size - 1) % size;
+    for (int r = 0; r < size; r++) {
+        long m = ferry_am_max_size(ctx, r);
+        if (m < 0) {
+            printf("SKIPPED: rank %d cannot reach rank %d over FERRY_BTL='%s' (%s)\n", st.me, r,
+                   getenv("FERRY_BTL") ? getenv("FERRY_BTL") : "", ferry_strerror((int)m));
+            ferry_finalize(&ctx);
+            return 77;
+        }
+    }
+    CHECK(ferry_am_register(ctx, TAG_ORD, on_ord, &st) == FERRY_OK);
+    CHECK(ferry_am_register(ctx, TAG_NOTE, on_note, &st) == FERRY_OK);
+    CHECK(ferry_am_register_data(ctx, TAG_DATA, on_data, &st) == FERRY_OK);
+    CHECK(ferry_am_register_data(ctx, TAG_KEY, on_key, &st) == FERRY_OK);
+    CHECK(ferry_am_register(ctx, TAG_WIN, on_win, &st) == FERRY_OK);
+    CHECK(ferry_am_register_data(ctx, TAG_WIN_DATA, on_win_data, &st) == FERRY_OK);
+    CHECK(ferry_am_register_data(ctx, FERRY_AM_TAG_MAX + 1, on_key, &st) == FERRY_ERR_INVALID);
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+
+    long maxl = ferry_am_max_size(ctx, st.next);
+    ferry_am_sizes_t sz;
+    CHECK(ferry_am_sizes(ctx, st.next, &sz) == FERRY_OK);
+    CHECK(sz.eager_max == (size_t)maxl && sz.rndv_min == (size_t)maxl + 1);
+    CHECK(sz.rndv == FERRY_AM_RNDV_GET || sz.rndv == FERRY_AM_RNDV_PUT);
+    CHECK(ferry_am_sizes(ctx, size, &sz) == FERRY_ERR_INVALID);
+    CHECK(ferry_am_sizes(ctx, st.next, NULL) == FERRY_ERR_INVALID);
+    /* Both paths (next and self) must share a threshold for the sizes to
+     * straddle it: the smaller one is used. */
+    long self_max = ferry_am_max_size(ctx, st.me);
+    size_t max = (size_t)(maxl < self_max ? maxl : self_max);
+    if (st.me == 0)
+        printf("max send %zu (next) / %ld (self), rendezvous by %s, large max %zu\n", (size_t)maxl,
+               self_max, sz.rndv == FERRY_AM_RNDV_GET ? "get" : "put", sz.large_max);
+
+    if (limit) {
+        phase_limit(&st);
+    } else if (argc > 1 && strcmp(argv[1], "--peer-dies") == 0) {
+        phase_peer_dies(&st, (size_t)maxl);
+    } else if (argc > 1 && strcmp(argv[1], "--window") == 0) {
+        phase_window(&st, (size_t)maxl);
+    } else {
+        phase_window(&st, (size_t)maxl);
+        phase_order(&st, max);
+        phase_data(&st, (size_t)maxl);
+        phase_absurd(&st);
+        phase_key(&st, (size_t)maxl);
+    }
+    CHECK(ferry_finalize(&ctx) == FERRY_OK);
+    if (st.me == 0)
+        printf("am_large: ok\n");
+    return 0;
+}
