@@ -283,12 +283,16 @@ int main(int argc, char **argv)
            st.failed_peer, st.detected, st.via, rounds);
     fflush(stdout);
 
-    /* Later barriers fail at once. */
+    /* Later barriers fail without waiting on anyone. The bound only tells
+     * a barrier that waited (for the dead rank, or for a timeout) from one
+     * that did not, on however loaded a machine; the time is printed. */
     double t0 = monotonic();
     int rc = ferry_barrier(ctx);
     if (rc != FERRY_ERR_UNREACH)
         FAIL("a barrier after the failure returned %s", ferry_strerror(rc));
-    if (monotonic() - t0 > 0.1)
+    printf("kill_trial: rank %d: a barrier after the failure returned after %.1f ms\n", st.me,
+           (monotonic() - t0) * 1000);
+    if (monotonic() - t0 > 5)
         FAIL("a barrier after the failure took %.0f ms", (monotonic() - t0) * 1000);
     /* zmem stays registered: the other survivors' puts may still be on
      * their way. ferry_finalize releases it once they have all left. */
