@@ -34,8 +34,10 @@ typedef struct ferry_var {
     int index;    /* Open MPI's index of the variable */
 } ferry_var_t;
 
+/* Each variable in memory of its own: Open MPI keeps the address of its
+ * value (the storage), which must not move when the table grows. */
 static struct {
-    ferry_var_t *vars;
+    ferry_var_t **vars;
     int n, cap;
     bool registered;
 } ferry_vars;
@@ -43,8 +45,8 @@ static struct {
 static ferry_var_t *var_find(const char *name)
 {
     for (int i = 0; i < ferry_vars.n; i++)
-        if (strcmp(ferry_vars.vars[i].name, name) == 0)
-            return &ferry_vars.vars[i];
+        if (strcmp(ferry_vars.vars[i]->name, name) == 0)
+            return ferry_vars.vars[i];
     return NULL;
 }
 
@@ -71,13 +73,15 @@ static int register_one(const ferry_param_info_t *p, void *arg)
         return 0;
     if (ferry_vars.n == ferry_vars.cap) {
         int cap = ferry_vars.cap > 0 ? 2 * ferry_vars.cap : 64;
-        ferry_var_t *vars = realloc(ferry_vars.vars, (size_t)cap * sizeof(*vars));
+        ferry_var_t **vars = realloc(ferry_vars.vars, (size_t)cap * sizeof(*vars));
         if (vars == NULL)
             return OPAL_ERR_OUT_OF_RESOURCE;
         ferry_vars.vars = vars;
         ferry_vars.cap = cap;
     }
-    ferry_var_t *v = &ferry_vars.vars[ferry_vars.n];
+    ferry_var_t *v = calloc(1, sizeof(*v));
+    if (v == NULL)
+        return OPAL_ERR_OUT_OF_RESOURCE;
     char *help = NULL;
     v->name = strdup(p->name);
     v->value = strdup(p->def);
@@ -87,6 +91,8 @@ static int register_one(const ferry_param_info_t *p, void *arg)
                  p->help, p->env, p->type[0] == 'i' ? "an" : "a", p->type, p->env) < 0) {
         free(v->name);
         free(v->value);
+        free(v->origin);
+        free(v);
         return OPAL_ERR_OUT_OF_RESOURCE;
     }
     /* Registered as text: ferry parses and checks every value itself, with
@@ -98,11 +104,13 @@ static int register_one(const ferry_param_info_t *p, void *arg)
                                                &v->value);
     free(help);
     if (v->index < 0) {
+        int rc = v->index;
         free(v->name);
         free(v->origin);
-        return v->index;
+        free(v);
+        return rc;
     }
-    ferry_vars.n++;
+    ferry_vars.vars[ferry_vars.n++] = v;
     return 0;
 }
 
@@ -459,12 +467,9 @@ static int component_close(void)
     for (int i = 0; i < st->n_modules; i++)
         if (!st->modules[i]->finalized)
             st->modules[i]->super.btl_finalize(&st->modules[i]->super);
-    for (int i = 0; i < ferry_vars.n; i++) {
-        free(ferry_vars.vars[i].name);
-        free(ferry_vars.vars[i].origin);
-    }
-    free(ferry_vars.vars);
-    memset(&ferry_vars, 0, sizeof(ferry_vars));
+    /* The variables stay: Open MPI deregisters them after this, when the
+     * framework closes, and frees each value through the storage address
+     * it was given, which must still hold it then. */
     return OPAL_SUCCESS;
 }
 
