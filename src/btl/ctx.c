@@ -437,8 +437,12 @@ bool btl_ctx_depart_done(const ferry_ctx_t *ctx)
     for (int r = 0; r < ctx->size; r++)
         if (r != ctx->rank && !ctx->peers[r].departed && !ctx->peers[r].failed)
             return false;
+    /* A rank another told us failed may be alive and waiting for our
+     * departure (it was failed by a third rank, or it failed that rank):
+     * what is queued for any rank whose path still works is handed over
+     * before we go; ctrl_drain drops what is queued for broken paths. */
     for (size_t i = 0; i < ctx->ctrl_len; i++)
-        if (!ctx->peers[ctx->ctrl_q[i].dst].failed)
+        if (!ctx->peers[ctx->ctrl_q[i].dst].path_down)
             return false;
     return true;
 }

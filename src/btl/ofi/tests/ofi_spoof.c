@@ -170,7 +170,8 @@ typedef struct state {
     int me;
     int genuine, forged, wrong_peer;
     int early;
-    bool done, ready;
+    bool done;
+    int ready; /* READY messages: from ranks 0 and 1, each out of its barrier */
     int failed[3];
     int failed_status[3];
 } state_t;
@@ -186,7 +187,7 @@ static void on_btl_msg(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd,
         return;
     }
     if (rd->tag == READY_TAG) {
-        st.ready = true;
+        st.ready++;
         return;
     }
     if (rd->tag == EARLY_TAG) {
@@ -314,6 +315,7 @@ int main(int argc, char **argv)
         if (!window)
             run_stranger(ctx, argv[0]);
         CHECK(ferry_barrier(ctx) == FERRY_OK); /* the stranger has spoken */
+        CHECK(send_btl(mod, 2, READY_TAG, "ready") == FERRY_OK);
         /* Rank 2 speaks, then the genuine message. */
         double end = now_s() + WAIT_S;
         while (!st.done && now_s() < end)
@@ -323,12 +325,13 @@ int main(int argc, char **argv)
         progress_for(ctx, 2.0);
     } else if (st.me == 2) {
         CHECK(ferry_barrier(ctx) == FERRY_OK);
-        /* Not before rank 1 is out of the barrier: once rank 1 fails this
-         * rank, a barrier that still waits on it would fail. */
+        /* Not before ranks 0 and 1 are out of the barrier: once rank 1
+         * fails this rank, every rank is told, and a barrier that still
+         * waits would fail. */
         double ready_by = now_s() + WAIT_S;
-        while (!st.ready && now_s() < ready_by)
+        while (st.ready < 2 && now_s() < ready_by)
             ferry_progress(ctx);
-        CHECK(st.ready);
+        CHECK(st.ready == 2);
         /* Through this rank's own endpoint, which the fabric names rank 2,
          * with headers claiming rank 0; or, for "window", claiming rank 2
          * with sequence numbers ahead of the next one rank 1 expects (this
