@@ -19,6 +19,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "api/am_large.h"
 #include "api/api.h"
@@ -96,6 +97,7 @@ struct api_am_large {
     uint64_t next_id;
     size_t large_max;
     long long rndv_mode;
+    long long finalize_ms; /* FERRY_AM_FINALIZE_TIMEOUT */
     util_list_t sends; /* am_send_t */
     util_list_t recvs; /* ferry_am_data_t */
     util_list_t due;   /* am_due_t */
@@ -152,6 +154,14 @@ int api_am_large_register_params(ferry_ctx_t *ctx)
                                   &mode);
     if (rc != FERRY_OK)
         return rc;
+    long long ms;
+    rc = rt_param_register_int(&ctx->params, "am_finalize_timeout", 10000, 0, 86400000,
+                               "Milliseconds ferry_finalize waits for peers to take this "
+                               "process's large messages still in flight; then they fail with "
+                               "FERRY_ERR_TIMEOUT and their buffers are released",
+                               &ms);
+    if (rc != FERRY_OK)
+        return rc;
     /* A bad value fails ferry_init, naming the variable. */
     long long parsed;
     return parse_rndv(ctx, &parsed);
@@ -175,6 +185,9 @@ static struct api_am_large *large_get(ferry_ctx_t *ctx, int *status_out)
                                     SIZE_MAX / 2, "", &lg->large_max);
     if (rc == FERRY_OK)
         rc = parse_rndv(ctx, &lg->rndv_mode);
+    if (rc == FERRY_OK)
+        rc = rt_param_register_int(&ctx->params, "am_finalize_timeout", 10000, 0, 86400000, "",
+                                   &lg->finalize_ms);
     if (rc != FERRY_OK) {
         free(lg->hold);
         free(lg);
@@ -1201,6 +1214,12 @@ void api_am_large_quiesce(ferry_ctx_t *ctx)
             data_free(lg, d);
         }
     }
+    /* A peer that never takes a message (or never answers its
+     * rendezvous) must not hold this process here: past the deadline what
+     * is left fails and its buffers are released. */
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    double deadline = (double)t.tv_sec + (double)t.tv_nsec * 1e-9 + (double)lg->finalize_ms / 1e3;
     unsigned idle = 0;
     while (!util_list_empty(&lg->sends) || !util_list_empty(&lg->ctl) ||
            !util_list_empty(&lg->due)) {
@@ -1211,6 +1230,24 @@ void api_am_large_quiesce(ferry_ctx_t *ctx)
             rt_idle(&idle);
         else
             idle = 0;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((double)t.tv_sec + (double)t.tv_nsec * 1e-9 < deadline)
+            continue;
+        size_t n = 0;
+        while ((it = util_list_first(&lg->sends)) != NULL) {
+            send_complete(ctx, lg, UTIL_CONTAINER_OF(it, am_send_t, link), FERRY_ERR_TIMEOUT);
+            n++;
+        }
+        while ((it = util_list_pop_front(&lg->ctl)) != NULL)
+            free(UTIL_CONTAINER_OF(it, am_queued_t, link));
+        if (n > 0)
+            rt_log(&ctx->log, RT_LOG_WARN,
+                   "ferry_finalize: %zu large message(s) not taken within "
+                   "FERRY_AM_FINALIZE_TIMEOUT (%lld ms); failed with FERRY_ERR_TIMEOUT",
+                   n, lg->finalize_ms);
+        /* What is due now runs once, and nothing waits again. */
+        ferry_progress(ctx);
+        break;
     }
 }
 
