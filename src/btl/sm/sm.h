@@ -274,10 +274,16 @@ struct ferry_btl_endpoint {
 
 /* A registration of ours. What peers may do with it is decided from this
  * private copy only, never from the shared table. */
+/* The slot of a registration with local rights only: peers never reach
+ * it, so it takes no entry of the shared table (a peer's key for it would
+ * name no slot). */
+#define SM_SLOT_LOCAL UINT32_MAX
+
 struct sm_reg {
     ferry_btl_reg_t base;
     uint32_t magic;
-    uint32_t slot;
+    uint32_t slot; /* SM_SLOT_LOCAL: local rights only, on local_regs */
+    util_list_item_t local_link;
     uint32_t gen;
     uint64_t nonce;
     /* Watched by the unmap monitor (watch is not NULL): node is in the
@@ -317,6 +323,7 @@ struct sm_module {
     int seg_fd; /* kept open: its lock says we are alive (sm_sweep.c) */
     sm_reg_entry_t *reg_table;
     sm_reg_t **regs;       /* local objects by slot */
+    util_list_t local_regs; /* sm_reg_t with local rights only (no slot) */
     uint64_t seen_connect_seq;
     /* Peers. */
     int nranks;

@@ -500,6 +500,7 @@ static int sm_init(ferry_btl_module_t *btl, void *arg)
     mod->eps = calloc((size_t)mod->nranks, sizeof(*mod->eps));
     mod->poll = calloc((size_t)mod->nranks, sizeof(*mod->poll));
     mod->regs = calloc(p->reg_slots, sizeof(*mod->regs));
+    util_list_init(&mod->local_regs);
     if (mod->eps == NULL || mod->poll == NULL || mod->regs == NULL)
         return FERRY_ERR_NO_MEMORY;
     return FERRY_OK;

@@ -132,6 +132,26 @@ int sm_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *bas
     int rc = btl_base_check_register(btl, base, len, access, reg_out);
     if (rc != FERRY_OK)
         return rc;
+    const uint32_t remote_rights =
+        FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_ATOMIC;
+    if (!(access & remote_rights)) {
+        /* Local rights only (the buffers of this process's own puts, gets
+         * and sends): no slot, so that they never crowd out registrations
+         * peers need, whatever FERRY_SM_REG_SLOTS. */
+        sm_reg_t *lreg = calloc(1, sizeof(*lreg));
+        if (lreg == NULL)
+            return FERRY_ERR_NO_MEMORY;
+        lreg->magic = SM_REG_MAGIC;
+        lreg->slot = SM_SLOT_LOCAL;
+        lreg->base.base = base;
+        lreg->base.len = len;
+        lreg->base.access = access;
+        sm_key_t key = {.slot = SM_SLOT_LOCAL, .gen = 1, .nonce = 0};
+        memcpy(lreg->base.key, &key, sizeof(key));
+        util_list_append(&mod->local_regs, &lreg->local_link);
+        *reg_out = &lreg->base;
+        return FERRY_OK;
+    }
     uint32_t slot = 0;
     while (slot < mod->p.reg_slots && mod->regs[slot] != NULL)
         slot++;
@@ -210,8 +230,15 @@ int sm_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *breg)
 {
     sm_module_t *mod = (sm_module_t *)btl;
     sm_reg_t *reg = (sm_reg_t *)breg;
-    if (btl == NULL || reg == NULL || reg->magic != SM_REG_MAGIC ||
-        reg->slot >= mod->p.reg_slots || mod->regs[reg->slot] != reg)
+    if (btl == NULL || reg == NULL || reg->magic != SM_REG_MAGIC)
+        return FERRY_ERR_INVALID;
+    if (reg->slot == SM_SLOT_LOCAL) {
+        util_list_remove(&mod->local_regs, &reg->local_link);
+        reg->magic = 0;
+        free(reg);
+        return FERRY_OK;
+    }
+    if (reg->slot >= mod->p.reg_slots || mod->regs[reg->slot] != reg)
         return FERRY_ERR_INVALID;
     table_lock(mod);
     sm_reg_entry_t *e = &mod->reg_table[reg->slot];
@@ -244,6 +271,9 @@ void sm_regs_release(sm_module_t *mod)
         }
     free(mod->regs);
     mod->regs = NULL;
+    util_list_item_t *it;
+    while (mod->local_regs.head.next != NULL && (it = util_list_pop_front(&mod->local_regs)) != NULL)
+        free(UTIL_CONTAINER_OF(it, sm_reg_t, local_link));
 }
 
 /* ---- copies for peers ---- */
