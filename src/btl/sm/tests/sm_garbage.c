@@ -89,12 +89,13 @@ int main(int argc, char **argv)
     CHECK(ferry_barrier(ctx) == FERRY_OK);
 
     char buf[64] = "hello";
-    /* Rank 0 says when it has left the barrier (ranks leave it at different
-     * times), so the garbage cannot break the barrier itself. */
-    if (me == 0)
+    /* Ranks 0 and 2 say when they have left the barrier (ranks leave it at
+     * different times, and rank 0 tells rank 2 of rank 1's failure at
+     * once), so the garbage cannot break the barrier itself. */
+    if (me == 0 || me == 2)
         send_retry(ctx, 1, buf, 8);
     if (me == 1) {
-        while (st.got[0] == 0)
+        while (st.got[0] == 0 || st.got[2] == 0)
             CHECK(ferry_progress(ctx) >= 0);
         /* One good message connects the channel; then the garbage. */
         send_retry(ctx, 0, buf, 8);
