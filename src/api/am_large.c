@@ -960,6 +960,15 @@ static void fin_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const v
     send_complete(ctx, lg, s, status);
 }
 
+/* A put-mode send is over: the receiver is told how it went (PUT_DONE),
+ * then the send completes with the same status. */
+static void put_finish(ferry_ctx_t *ctx, struct api_am_large *lg, am_send_t *s, int status)
+{
+    am_fin_t done = {.id = s->id, .status = status};
+    ctl_send(ctx, lg, s->dst, API_TAG_AM_PUT_DONE, &done, sizeof(done));
+    send_complete(ctx, lg, s, status);
+}
+
 /* Progress callback of the sender's put. */
 typedef struct put_arg {
     ferry_ctx_t *ctx;
@@ -972,10 +981,7 @@ static void put_complete(void *arg, int status)
     ferry_ctx_t *ctx = pa->ctx;
     am_send_t *s = pa->s;
     free(pa);
-    struct api_am_large *lg = ctx->api->large;
-    am_fin_t done = {.id = s->id, .status = status};
-    ctl_send(ctx, lg, s->dst, API_TAG_AM_PUT_DONE, &done, sizeof(done));
-    send_complete(ctx, lg, s, status);
+    put_finish(ctx, ctx->api->large, s, status);
 }
 
 static void cts_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const void *msg,
@@ -1006,9 +1012,7 @@ static void cts_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const v
     }
     if (rc != FERRY_OK) {
         free(pa);
-        am_fin_t done = {.id = s->id, .status = rc};
-        ctl_send(ctx, lg, src, API_TAG_AM_PUT_DONE, &done, sizeof(done));
-        send_complete(ctx, lg, s, rc);
+        put_finish(ctx, lg, s, rc);
     }
 }
 
@@ -1217,9 +1221,7 @@ void api_am_large_quiesce(ferry_ctx_t *ctx)
     /* A peer that never takes a message (or never answers its
      * rendezvous) must not hold this process here: past the deadline what
      * is left fails and its buffers are released. */
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    double deadline = (double)t.tv_sec + (double)t.tv_nsec * 1e-9 + (double)lg->finalize_ms / 1e3;
+    uint64_t deadline = rt_now_ns() + (uint64_t)lg->finalize_ms * 1000000u;
     unsigned idle = 0;
     while (!util_list_empty(&lg->sends) || !util_list_empty(&lg->ctl) ||
            !util_list_empty(&lg->due)) {
@@ -1230,8 +1232,7 @@ void api_am_large_quiesce(ferry_ctx_t *ctx)
             rt_idle(&idle);
         else
             idle = 0;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if ((double)t.tv_sec + (double)t.tv_nsec * 1e-9 < deadline)
+        if (rt_now_ns() < deadline)
             continue;
         size_t n = 0;
         while ((it = util_list_first(&lg->sends)) != NULL) {

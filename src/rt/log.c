@@ -5,6 +5,7 @@
  */
 
 #include "rt/log.h"
+#include "rt/progress.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -149,14 +150,12 @@ void rt_log_limited(const rt_log_t *log, rt_ratelimit_t *rl, rt_log_level_t leve
                     const char *fmt, ...)
 {
     char msg[LOG_LINE_MAX];
-    struct timespec ts;
     unsigned long held = 0;
     va_list ap;
 
     if (!rt_log_enabled(log, level))
         return;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    if (!rt_ratelimit_allow(rl, (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, &held))
+    if (!rt_ratelimit_allow(rl, (long long)(rt_now_ns() / 1000000u), &held))
         return;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);

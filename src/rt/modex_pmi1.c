@@ -54,6 +54,7 @@
 
 #include "rt/auth.h"
 #include "rt/modex_impl.h"
+#include "rt/progress.h"
 
 /* Longest line accepted from the server, newline included. */
 #define PMI1_RECV_MAX 8192
@@ -117,9 +118,7 @@ typedef struct pmi1_msg {
 
 static long long pmi1_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (long long)(rt_now_ns() / 1000000u);
 }
 
 /* Waits for events on the server's descriptor until the deadline. */

@@ -9,9 +9,21 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+/* A property every accepted input must have: when it does not, the
+ * harness names it and aborts, which libFuzzer reports as a crash. */
+#define CHECK_FUZZ(cond)                                                                  \
+    do {                                                                                  \
+        if (!(cond)) {                                                                    \
+            fprintf(stderr, "fuzz: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+            abort();                                                                      \
+        }                                                                                 \
+    } while (0)
 
 /* Harness inputs made of records end each record with this byte, so that
  * seeds can be written with printf and the fuzzer can cut and splice them. */

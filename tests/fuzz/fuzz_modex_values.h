@@ -10,13 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK_FUZZ(cond)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "fuzz_modex_values: %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-            abort();                                                                      \
-        }                                                                                 \
-    } while (0)
+#include "fuzz.h"
 
 /* data in a buffer of exactly size bytes (ASan's red zone right after it);
  * NULL when out of memory. */

@@ -20,14 +20,6 @@
 
 extern char **environ;
 
-#define CHECK_FUZZ(cond)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "fuzz_params: %s:%d: %s\n", __FILE__, __LINE__, #cond);       \
-            abort();                                                                      \
-        }                                                                                 \
-    } while (0)
-
 static const struct {
     long long min, max;
 } int_ranges[] = {{LLONG_MIN, LLONG_MAX}, {0, 1}, {-5, 5}, {1, 1 << 20}};

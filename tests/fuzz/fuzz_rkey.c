@@ -29,14 +29,6 @@
 #include "btl/ctx.h"
 #include "fuzz.h"
 
-#define CHECK_FUZZ(cond)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "fuzz_rkey: %s:%d: %s\n", __FILE__, __LINE__, #cond);         \
-            abort();                                                                      \
-        }                                                                                 \
-    } while (0)
-
 #define HDR_IN 18
 #define NMODULES 3
 

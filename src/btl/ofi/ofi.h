@@ -126,7 +126,7 @@ typedef struct ofi_reg {
 } ofi_reg_t;
 
 /* Operation codes in btl_frag_t.op. A put or get keeps its deadline (in
- * ofi_now_ns time) in btl_frag_t.cookie. */
+ * rt_now_coarse_ns time) in btl_frag_t.cookie. */
 enum { OFI_OP_SEND, OFI_OP_PUT, OFI_OP_GET };
 
 /* An operation given to libfabric: its context (fi_context2 first, as the
@@ -334,7 +334,6 @@ void ofi_ep_free(ferry_btl_endpoint_t *ep);
 void ofi_mark_sending(ofi_module_t *mod, ferry_btl_endpoint_t *ep);
 int ofi_drain_queue(ofi_module_t *mod, ferry_btl_endpoint_t *ep);
 void ofi_complete(ofi_module_t *mod, btl_frag_t *frag, int status);
-uint64_t ofi_now_ns(void);
 
 /* ofi_msg.c */
 /* Tries to hand a message of type to libfabric: FERRY_OK (gone),

@@ -183,13 +183,6 @@ void ofi_ep_free(ferry_btl_endpoint_t *ep)
     free(ep);
 }
 
-uint64_t ofi_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void ofi_complete(ofi_module_t *mod, btl_frag_t *frag, int status)
 {
     frag->status = status;
@@ -206,7 +199,7 @@ void ofi_mark_sending(ofi_module_t *mod, ferry_btl_endpoint_t *ep)
 
 bool ofi_ep_settled(ferry_btl_endpoint_t *ep)
 {
-    if (ep->settle_until_ns != 0 && ofi_now_ns() < ep->settle_until_ns)
+    if (ep->settle_until_ns != 0 && rt_now_coarse_ns() < ep->settle_until_ns)
         return false;
     ep->settle_until_ns = 0;
     return true;

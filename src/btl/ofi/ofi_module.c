@@ -148,7 +148,7 @@ static int ofi_progress(ferry_btl_module_t *btl)
             }
         }
     }
-    n += ofi_live_check(mod, ofi_now_ns());
+    n += ofi_live_check(mod, rt_now_coarse_ns());
     if (!util_list_empty(&mod->completed))
         n += run_completions(mod);
     n += btl_amo_progress(btl, &mod->amo);
@@ -205,7 +205,7 @@ static void announce_close(ofi_module_t *mod)
 {
     if (mod->ep == NULL || mod->eps == NULL || mod->tx_ctx == NULL)
         return;
-    uint64_t end = ofi_now_ns() + 1000000000ull;
+    uint64_t end = rt_now_coarse_ns() + 1000000000ull;
     for (int r = 0; r < mod->nranks; r++) {
         ferry_btl_endpoint_t *ep = mod->eps[r];
         if (ep == NULL || ep->state != OFI_EP_READY || r == mod->super.ctx->rank ||
@@ -215,14 +215,14 @@ static void announce_close(ofi_module_t *mod)
          * the bound. */
         for (;;) {
             int rc = ofi_post_send(mod, ep, NULL, 0, NULL, 0, 0, OFI_T_CLOSE, 0);
-            if (rc != FERRY_ERR_NO_RESOURCE || ofi_now_ns() > end)
+            if (rc != FERRY_ERR_NO_RESOURCE || rt_now_coarse_ns() > end)
                 break;
             ofi_poll_cq(mod);
         }
     }
     /* Let reliable providers that progress in software push the messages
      * out before the endpoint closes. */
-    while (mod->tx_nfree < mod->p.tx_slots && ofi_now_ns() <= end)
+    while (mod->tx_nfree < mod->p.tx_slots && rt_now_coarse_ns() <= end)
         ofi_poll_cq(mod);
     for (int i = 0; i < 64; i++)
         ofi_poll_cq(mod);

@@ -509,7 +509,7 @@ static void handle_error(ofi_module_t *mod)
         bool broken = err.err == FI_ECANCELED && !mod->closing && oc->frag != NULL;
         bool key_refused = broken && err.prov_errno == FI_ENOENT;
         if (broken) {
-            ep->settle_until_ns = ofi_now_ns() + OFI_SETTLE_NS;
+            ep->settle_until_ns = rt_now_coarse_ns() + OFI_SETTLE_NS;
             if (!ep->local)
                 ep->suspect = true;
         }

@@ -202,7 +202,7 @@ static int rdma_start(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_b
     btl_frag_t *frag = btl_frag_of(des);
     frag->op = put ? OFI_OP_PUT : OFI_OP_GET;
     frag->ep = ep;
-    frag->cookie = ofi_now_ns() + (uint64_t)mod->p.request_timeout_ms * 1000000ull;
+    frag->cookie = rt_now_coarse_ns() + (uint64_t)mod->p.request_timeout_ms * 1000000ull;
     des->flags |= FERRY_BTL_DES_INFLIGHT;
     ep->rdma_inflight++;
     if (local->len == 0) {

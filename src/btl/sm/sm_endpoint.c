@@ -272,13 +272,6 @@ void sm_ep_release(sm_module_t *mod, ferry_btl_endpoint_t *ep)
     free(ep);
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static bool peer_dead(const ferry_btl_endpoint_t *ep)
 {
     if (ep->pidfd >= 0) {
@@ -291,7 +284,7 @@ static bool peer_dead(const ferry_btl_endpoint_t *ep)
 /* Called from progress: every so often, looks for peers that have died. */
 int sm_check_peers(sm_module_t *mod)
 {
-    uint64_t now = now_ns();
+    uint64_t now = rt_now_coarse_ns();
     if (now < mod->next_check_ns)
         return 0;
     mod->next_check_ns = now + (uint64_t)mod->p.fail_timeout_ms * 1000000u / 4;

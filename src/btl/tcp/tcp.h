@@ -393,7 +393,6 @@ struct tcp_module {
     bool finalizing;
 };
 
-uint64_t tcp_now_ns(void);
 
 /* tcp_hello.c */
 uint64_t tcp_job_hash(const char *job_id);

@@ -364,7 +364,7 @@ static bool schedule_retry(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     if (!ep->retry_wanted)
         return false;
-    uint64_t now = tcp_now_ns();
+    uint64_t now = rt_now_ns();
     uint64_t delay = retry_delay_ns(ep, now);
     if (now + delay >= ep->deadline_ns)
         return false;
@@ -440,7 +440,7 @@ int tcp_ep_connect(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
     ep->icand = 0;
     ep->retries = 0;
     ep->retry_wanted = false;
-    ep->deadline_ns = tcp_now_ns() + (uint64_t)mod->p.connect_timeout_ms * 1000000u;
+    ep->deadline_ns = rt_now_ns() + (uint64_t)mod->p.connect_timeout_ms * 1000000u;
     if (!ep->connecting_listed) {
         util_list_append(&mod->connecting, &ep->connecting_link);
         ep->connecting_listed = true;
@@ -622,7 +622,7 @@ int tcp_check_deadlines(tcp_module_t *mod)
 {
     if (util_list_empty(&mod->connecting) && util_list_empty(&mod->conns))
         return 0;
-    uint64_t now = tcp_now_ns();
+    uint64_t now = rt_now_ns();
     int n = 0;
     util_list_item_t *it = util_list_first(&mod->connecting);
     while (it != NULL) {
@@ -767,7 +767,7 @@ int tcp_accept(tcp_module_t *mod, tcp_listener_t *l)
         conn->want = TCP_HELLO_OPEN;
         peer.port = (uint16_t)port;
         addr_text(&peer, conn->from, sizeof(conn->from));
-        conn->deadline_ns = tcp_now_ns() + (uint64_t)mod->p.connect_timeout_ms * 1000000u;
+        conn->deadline_ns = rt_now_ns() + (uint64_t)mod->p.connect_timeout_ms * 1000000u;
         set_sockopts(mod, fd);
         util_list_append(&mod->conns, &conn->link);
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &conn->poll};

@@ -31,13 +31,6 @@
  * buffer and written with send. */
 #define TCP_SENDI_FLAT 256u
 
-uint64_t tcp_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static tcp_ctl_t *ctl_of(btl_frag_t *frag)
 {
     return UTIL_CONTAINER_OF(frag, tcp_ctl_t, frag);
@@ -1058,7 +1051,7 @@ int tcp_check_stalls(tcp_module_t *mod)
 {
     if (mod->p.frame_timeout_ms == 0 && mod->p.request_timeout_ms == 0)
         return 0;
-    uint64_t now = tcp_now_ns();
+    uint64_t now = rt_now_ns();
     uint64_t since = now - mod->stall_scan_ns;
     if (since < TCP_STALL_TICK_NS)
         return 0;
@@ -1084,7 +1077,7 @@ void tcp_stall_reset(ferry_btl_endpoint_t *ep)
     ep->rx_seen = ep->rx_total;
     ep->tx_seen = ep->tx_total;
     ep->answers_seen = ep->answers;
-    ep->rx_since_ns = ep->req_since_ns = tcp_now_ns();
+    ep->rx_since_ns = ep->req_since_ns = rt_now_ns();
 }
 
 int tcp_resume(tcp_module_t *mod)

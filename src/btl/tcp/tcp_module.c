@@ -337,7 +337,7 @@ static void say_goodbye(tcp_module_t *mod)
     if (!any)
         return;
     long long ms = mod->p.connect_timeout_ms < 2000 ? mod->p.connect_timeout_ms : 2000;
-    uint64_t deadline = tcp_now_ns() + (uint64_t)ms * 1000000u;
+    uint64_t deadline = rt_now_ns() + (uint64_t)ms * 1000000u;
     unsigned idle = 0;
     bool *shut = calloc((size_t)mod->nranks, sizeof(*shut));
     if (shut == NULL)
@@ -364,7 +364,7 @@ static void say_goodbye(tcp_module_t *mod)
             else
                 open = true;
         }
-        if (!open || tcp_now_ns() > deadline)
+        if (!open || rt_now_ns() > deadline)
             break;
         rt_idle(&idle);
     }
