@@ -280,7 +280,9 @@ static void send_fin(ferry_ctx_t *ctx, struct api_am_large *lg, int dst, uint64_
 
 /* ---- the sender ---- */
 
-static void send_complete(ferry_ctx_t *ctx, struct api_am_large *lg, am_send_t *s, int status)
+/* Ends s: its registration and bounce buffer go, its status is set. A
+ * blocking send's record stays for its waiter to free. */
+static void send_finish(ferry_ctx_t *ctx, struct api_am_large *lg, am_send_t *s, int status)
 {
     util_list_remove(&lg->sends, &s->link);
     if (s->mem != NULL) {
@@ -291,6 +293,11 @@ static void send_complete(ferry_ctx_t *ctx, struct api_am_large *lg, am_send_t *
     s->bounce = NULL;
     s->status = status;
     s->done = true;
+}
+
+static void send_complete(ferry_ctx_t *ctx, struct api_am_large *lg, am_send_t *s, int status)
+{
+    send_finish(ctx, lg, s, status);
     if (!s->blocking) {
         ferry_comp_cb_t cb = s->cb;
         void *arg = s->arg;
@@ -402,7 +409,7 @@ static int large_wait(ferry_ctx_t *ctx, am_send_t *s)
         int rc = ferry_progress(ctx);
         if (rc < 0 && !s->done) {
             /* A fatal transport error: nothing will complete it. */
-            send_complete(ctx, ctx->api->large, s, rc);
+            send_finish(ctx, ctx->api->large, s, rc);
             break;
         }
         if (rc == 0)
