@@ -2,9 +2,12 @@
 #
 #   make demo      install what is missing, build (Release), run the sm benchmark and
 #                  summarise it beside the machine's floors, with a chart
-#   make test      build with warnings as errors and run the test suite
+#   make test      everything CI checks, in order: check, asan, tsan (the threaded
+#                  parts), warnings, then fuzz for TEST_FUZZ_SECONDS per harness
+#   make check     build with warnings as errors and run the test suite
 #   make asan      the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make tsan      the test suite under ThreadSanitizer
+#   make warnings  optimised builds (gcc and clang, -O3) with warnings as errors
 #   make fuzz      build the libFuzzer harnesses with clang and run each for
 #                  FUZZ_SECONDS (default 60) over its corpus
 #   make install   install the Release build (PREFIX=/usr/local by default)
@@ -38,13 +41,21 @@ TEST_DIR := build-test
 ASAN_DIR := build-asan
 TSAN_DIR := build-tsan
 FUZZ_DIR := build-fuzz
-# Which tests make tsan runs (ctest arguments); empty: all of them.
+GCC_O3_DIR := build-gcc-o3
+CLANG_DIR := build-clang
+# Which tests make tsan runs (ctest arguments); empty: all of them. make
+# test runs the parts that use threads: the registration cache's monitor
+# (ferry's one thread) and the API and unit tests around it.
 TSAN_TESTS ?=
+TEST_TSAN_TESTS ?= -L 'mem|api|unit'
+# How long make test runs each fuzz harness: enough to replay the corpora and
+# regressions and to catch a parser that breaks on the first mutations.
+TEST_FUZZ_SECONDS ?= 10
 # How long make fuzz runs each harness, in seconds, and which (empty: all).
 FUZZ_SECONDS ?= 60
 FUZZERS ?=
 
-.PHONY: all demo test asan tsan fuzz install deps clean build-release
+.PHONY: all demo test check asan tsan warnings fuzz install deps clean build-release
 
 all: build-release
 
@@ -91,7 +102,22 @@ demo: deps
 	    --target ferry-bench ferryrun ferry_info
 	@sh bench/demo.sh $(DEMO_DIR)
 
+# The README's test command: what CI runs (.ci/run only installs the
+# packages first), one step after the other, stopping at the first failure.
 test: deps
+	@echo "== make check (warnings as errors)"
+	@$(MAKE) --no-print-directory check
+	@echo "== make asan (ASan + UBSan)"
+	@$(MAKE) --no-print-directory asan
+	@echo "== make tsan (ThreadSanitizer: registration cache, API and unit tests)"
+	@$(MAKE) --no-print-directory tsan TSAN_TESTS="$(TEST_TSAN_TESTS)"
+	@echo "== make warnings (gcc and clang, -O3, warnings as errors)"
+	@$(MAKE) --no-print-directory warnings
+	@echo "== make fuzz (libFuzzer, $(TEST_FUZZ_SECONDS) s per harness)"
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
+	@echo "== make test passed"
+
+check: deps
 	$(CMAKE) -S . -B $(TEST_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_WERROR=ON \
 	    $(COMPILER_ARG) $(CMAKE_ARGS)
 	$(CMAKE) --build $(TEST_DIR) -j $(JOBS)
@@ -118,6 +144,16 @@ tsan: deps
 	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	    $$norand $(CTEST) --output-on-failure -j $(CTEST_JOBS) $(TSAN_TESTS)
 
+# Release builds are optimised harder than the test build, and gcc warns of
+# more there (-Wuse-after-free, -Wstringop-*): both compilers must be quiet.
+warnings: deps
+	$(CMAKE) -S . -B $(GCC_O3_DIR) -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=Release \
+	    -DFERRY_WERROR=ON $(CMAKE_ARGS)
+	$(CMAKE) --build $(GCC_O3_DIR) -j $(JOBS)
+	$(CMAKE) -S . -B $(CLANG_DIR) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Release \
+	    -DFERRY_WERROR=ON $(CMAKE_ARGS)
+	$(CMAKE) --build $(CLANG_DIR) -j $(JOBS)
+
 # libFuzzer harnesses (cmake/fuzz.cmake): every object instrumented and
 # sanitized, optimised lightly with assertions kept; each harness runs for
 # FUZZ_SECONDS from its committed corpus (tests/fuzz/run_fuzzers.sh), which
@@ -137,4 +173,4 @@ install: build-release
 	$(CMAKE) --install $(DEMO_DIR)
 
 clean:
-	rm -rf $(DEMO_DIR) $(TEST_DIR) $(ASAN_DIR) $(TSAN_DIR) $(FUZZ_DIR) build-clang
+	rm -rf $(DEMO_DIR) $(TEST_DIR) $(ASAN_DIR) $(TSAN_DIR) $(FUZZ_DIR) $(GCC_O3_DIR) $(CLANG_DIR)
