@@ -2,19 +2,21 @@
 # Runs ferry-mpibench once at tiny sizes under one configuration and checks
 # its output, or checks a given output file.
 #
-#   check_mpibench.sh run KIND LAUNCHER BINARY OUT   KIND openmpi or mpich
-#   check_mpibench.sh check FILE
+#   check_mpibench.sh run KIND LAUNCHER BINARY OUT   KIND openmpi, mpich or
+#                                                    ferry (LAUNCHER ferryrun)
+#   check_mpibench.sh check FILE [nofop]
 #   check_mpibench.sh compare SCRIPT BUILD OUTDIR
 #
 # compare runs the side-by-side script for two rounds of two Open MPI
-# configurations at tiny sizes and checks that it wrote medians, paired
-# ratios (finite, positive) and, with gnuplot, a chart per metric, and that
-# it named the reason for skipping ferry's configurations.
+# configurations, ferry's component and ferry's tagged layer at tiny sizes
+# and checks that it wrote medians, paired ratios (finite, positive) and,
+# with gnuplot, a chart per metric, and that it named the reason for
+# skipping what it skipped.
 #
 # The output must hold the header line "metric,size,value,unit" after its
 # comment lines, then exactly one row per metric and size of `all -m 1:4`
-# (fop-lat at 8 bytes only), each with a positive finite figure and the
-# metric's unit. No timing is judged. A launcher or binary given as "none"
+# (fop-lat at 8 bytes only; none with nofop, as the ferry build runs), each
+# with a positive finite figure and the metric's unit. No timing is judged. A launcher or binary given as "none"
 # (or "none:reason") makes the run skip with exit status 77.
 set -u
 
@@ -26,7 +28,7 @@ rejected() {
 check() {
     file=$1
     [ -r "$file" ] || rejected "cannot read $file"
-    awk '
+    awk -v nofop="${2:-}" '
         function fail(why) { print "rejected: " why; bad = 1; exit 1 }
         BEGIN {
             split("lat bw bibw rate put-lat get-lat put-bw get-bw", ms, " ")
@@ -35,7 +37,7 @@ check() {
             unit["bw"] = "MB/s"; unit["bibw"] = "MB/s"; unit["put-bw"] = "MB/s"
             unit["get-bw"] = "MB/s"
             for (i in ms) for (s = 1; s <= 4; s *= 2) want[ms[i] "," s] = 1
-            want["fop-lat,8"] = 1
+            if (nofop == "") want["fop-lat,8"] = 1
         }
         /^#/ { next }
         !header {
@@ -64,8 +66,8 @@ check() {
 
 case ${1:-} in
 check)
-    [ $# -eq 2 ] || { echo "usage: $0 check FILE" >&2; exit 2; }
-    check "$2"
+    [ $# -eq 2 ] || [ $# -eq 3 ] || { echo "usage: $0 check FILE [nofop]" >&2; exit 2; }
+    check "$2" "${3:-}"
     ;;
 run)
     [ $# -eq 5 ] || { echo "usage: $0 run KIND LAUNCHER BINARY OUT" >&2; exit 2; }
@@ -88,6 +90,12 @@ run)
         # shellcheck disable=SC2086
         "$launcher" -n 2 --bind-to core --mca pml ob1 --mca btl self,vader \
             --mca osc sm "$bin" $args || rejected "the job exited with $?"
+    elif [ "$kind" = ferry ]; then
+        # shellcheck disable=SC2086
+        "$launcher" -n 2 --bind-to core "$bin" lat,bw,bibw,rate,put-lat,get-lat,put-bw,get-bw \
+            ${args#all } || rejected "the job exited with $?"
+        check "$out" nofop
+        exit
     else
         # shellcheck disable=SC2086
         "$launcher" -n 2 -bind-to core "$bin" $args || rejected "the job exited with $?"
@@ -108,7 +116,7 @@ compare)
     rm -rf "$dir"
     log=$dir.log
     bash "$script" -b "$build" -o "$dir" -r 2 -m 1:2 -T 0.2 -t lat,put-lat \
-        --only vader-cma,vader-copy,ferry-sm >"$log" 2>&1 || {
+        --only vader-cma,vader-copy,ferry-sm,ferrymsg-sm >"$log" 2>&1 || {
         cat "$log"
         rejected "the script exited with $?"
     }
@@ -126,6 +134,11 @@ compare)
         grep -q "^# skipped ferry-sm: ." "$log" ||
             rejected "ferry-sm is not built but was not skipped with a reason"
     fi
+    # ferry's tagged layer without MPI: point-to-point and one-sided, paired.
+    grep -q "^## put-lat: paired ratio ferrymsg-sm" "$log" ||
+        rejected "ferrymsg-sm was not measured and paired"
+    [ "$(grep -c '^\(lat\|put-lat\),[12],ferrymsg-sm,' "$dir/medians.csv")" -eq 4 ] ||
+        rejected "medians.csv lacks the lat and put-lat rows of ferrymsg-sm"
     [ "$(grep -c '^lat,[12],vader-c' "$dir/medians.csv")" -ge 4 ] ||
         rejected "medians.csv lacks the lat rows of both configurations"
     awk -F, 'NR > 1 { n++; if ($5 !~ /^[0-9]+(\.[0-9]+)?$/ || $5 !~ /[1-9]/ || $8 < 1) bad = $0 }

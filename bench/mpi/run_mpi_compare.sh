@@ -16,8 +16,9 @@
 #                 get-lat,put-bw,get-bw,fop-lat)
 #     -T MS       time of one timed repetition inside a job (10)
 #     --only LIST configurations to run (default: every one available)
-#     --ref LIST  reference configurations (default ferry-sm,ferry-tcp when
-#                 the ferry component is found, else vader-cma)
+#     --ref LIST  reference configurations (default: those of ferry-sm,
+#                 ferry-tcp, ferrymsg-sm and ferrymsg-tcp that run, else the
+#                 first configuration)
 #     --ferry-component DIR  folder holding mca_btl_ferry.so (default
 #                 $FERRY_OMPI_COMPONENT_DIR, then the build's src/ompi)
 #     --list      print the configurations and whether each can run, then exit
@@ -31,6 +32,10 @@
 #   ob1-tcp     --mca pml ob1 --mca btl self,tcp
 #   ucx         --mca pml ucx (+ opal_common_ucx_tls/devices any), osc ucx
 #   mpich       mpiexec.hydra, MPICH's default device
+#   ferrymsg-sm   no MPI: the same benchmark over ferry's tagged layer and
+#   ferrymsg-tcp  ferry_put/get (ferry-mpibench-ferry, bench/mpi/ferry_mpi),
+#                 under ferryrun, FERRY_BTL=self,sm or self,tcp; no fop-lat
+#                 yet (ferry's atomics API, #10)
 # The three ob1 peers run one-sided through --mca osc sm: on Open MPI 4.1.4
 # osc/rdma over vader crashes in fetch_and_op and compare_and_swap (issue
 # 11), and over tcp it has no RDMA path at all; so their one-sided figures
@@ -82,6 +87,8 @@ fi
 out=${out:-$build/mpi-compare}
 bin_ompi=$build/bench/mpi/ferry-mpibench-openmpi
 bin_mpich=$build/bench/mpi/ferry-mpibench-mpich
+bin_ferry=$build/bench/mpi/ferry-mpibench-ferry
+ferryrun=$build/tools/ferryrun/ferryrun
 
 if [ "$(id -u)" -eq 0 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -90,7 +97,7 @@ mpirun=$(command -v mpirun.openmpi || command -v mpirun || true)
 hydra=$(command -v mpiexec.hydra || command -v mpiexec.mpich || true)
 
 # ---- the configurations ----
-names=(ferry-sm ferry-tcp vader-cma vader-copy ob1-tcp ucx mpich)
+names=(ferry-sm ferry-tcp vader-cma vader-copy ob1-tcp ucx mpich ferrymsg-sm ferrymsg-tcp)
 declare -A label args why
 label[ferry-sm]="ob1 + btl ferry (FERRY_BTL=sm); no one-sided yet"
 label[ferry-tcp]="ob1 + btl ferry (FERRY_BTL=tcp); no one-sided yet"
@@ -99,6 +106,8 @@ label[vader-copy]="ob1 + vader, no single copy; osc sm"
 label[ob1-tcp]="ob1 + tcp; osc sm (one-sided over shared memory)"
 label[ucx]="pml ucx; osc ucx"
 label[mpich]="MPICH, mpiexec.hydra, default device"
+label[ferrymsg-sm]="no MPI: ferry/msg.h + ferry_put/get, sm; no fop"
+label[ferrymsg-tcp]="no MPI: ferry/msg.h + ferry_put/get, tcp; no fop"
 ucx_any="--mca opal_common_ucx_tls any --mca opal_common_ucx_devices any"
 args[ferry-sm]="--mca pml ob1 --mca btl self,ferry -x FERRY_BTL=sm"
 args[ferry-tcp]="--mca pml ob1 --mca btl self,ferry -x FERRY_BTL=tcp"
@@ -107,6 +116,8 @@ args[vader-copy]="--mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy
 args[ob1-tcp]="--mca pml ob1 --mca btl self,tcp --mca osc sm"
 args[ucx]="--mca pml ucx $ucx_any --mca osc ucx"
 args[mpich]=""
+args[ferrymsg-sm]="self,sm"
+args[ferrymsg-tcp]="self,tcp"
 
 # Where Open MPI finds ferry's component: a folder of ours prepended to
 # the system's component folder (the parameter replaces the default path).
@@ -153,6 +164,13 @@ done
 if [ -z "${why[ucx]}" ] && ! ompi_info 2>/dev/null | grep -q "MCA pml: ucx"; then
     why[ucx]="this Open MPI has no pml ucx"
 fi
+for n in ferrymsg-sm ferrymsg-tcp; do
+    if [ ! -x "$bin_ferry" ]; then
+        why[$n]="$bin_ferry not built"
+    elif [ ! -x "$ferryrun" ]; then
+        why[$n]="$ferryrun not built"
+    fi
+done
 if [ ! -x "$bin_mpich" ]; then
     why[mpich]="$bin_mpich not built (needs libmpich-dev)"
 elif [ -z "$hydra" ]; then
@@ -177,7 +195,7 @@ if [ -n "$only" ]; then
 fi
 if [ "$list_only" -eq 1 ]; then
     for n in "${names[@]}"; do
-        printf "%-11s %-52s %s\n" "$n" "${label[$n]}" "${why[$n]:-available}"
+        printf "%-12s %-52s %s\n" "$n" "${label[$n]}" "${why[$n]:-available}"
     done
     exit 0
 fi
@@ -186,12 +204,10 @@ if [ ${#chosen[@]} -eq 0 ]; then
     exit 1
 fi
 if [ -z "$refs" ]; then
-    if [[ " ${chosen[*]} " == *" ferry-sm "* ]]; then
-        refs=ferry-sm
-        [[ " ${chosen[*]} " == *" ferry-tcp "* ]] && refs=ferry-sm,ferry-tcp
-    else
-        refs=${chosen[0]}
-    fi
+    for n in ferry-sm ferry-tcp ferrymsg-sm ferrymsg-tcp; do
+        [[ " ${chosen[*]} " == *" $n "* ]] && refs=${refs:+$refs,}$n
+    done
+    [ -n "$refs" ] || refs=${chosen[0]}
 fi
 for r in ${refs//,/ }; do
     if [[ " ${chosen[*]} " != *" $r "* ]]; then
@@ -212,6 +228,8 @@ run_one() {
     local -a cmd
     if [ "$n" = mpich ]; then
         cmd=("$hydra" -n 2 -bind-to core "$bin_mpich")
+    elif [[ $n == ferrymsg-* ]]; then
+        cmd=(env FERRY_BTL="${args[$n]}" "$ferryrun" -n 2 --bind-to core "$bin_ferry")
     else
         # shellcheck disable=SC2206
         cmd=("$mpirun" -n 2 --bind-to core ${args[$n]})
@@ -235,6 +253,7 @@ echo "# $rounds rounds; in each, per metric, one job of each of: ${chosen[*]}"
 echo "# (the order rotated each round); each job: ferry-mpibench METRIC ${bench_args[*]}"
 k=${#chosen[@]}
 said_osc=0
+said_fop=0
 for ((r = 1; r <= rounds; r++)); do
     for m in ${metrics//,/ }; do
         for ((i = 0; i < k; i++)); do
@@ -243,6 +262,13 @@ for ((r = 1; r <= rounds; r++)); do
                 if [ "$said_osc" -eq 0 ]; then
                     echo "# ferry's one-sided metrics skipped: its transports have no atomics yet, so osc/rdma cannot use them (#10)"
                     said_osc=1
+                fi
+                continue
+            fi
+            if [[ $n == ferrymsg-* && $m == fop-lat ]]; then
+                if [ "$said_fop" -eq 0 ]; then
+                    echo "# fop-lat skipped for ferrymsg-*: MPI_Fetch_and_op has no ferry call under it yet (ferry's atomics API, #10)"
+                    said_fop=1
                 fi
                 continue
             fi

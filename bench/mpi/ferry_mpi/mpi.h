@@ -1,0 +1,375 @@
+/*
+ * The part of MPI that ferry-mpibench uses, on ferry's own calls, so that
+ * the same benchmark source measures ferry's tagged layer (ferry/msg.h) and
+ * one-sided calls beside Open MPI's and MPICH's transports: the binary
+ * built from mpi_bench.c with this folder on the include path is
+ * ferry-mpibench-ferry, run under ferryrun.
+ *
+ * Each MPI call maps onto one ferry call, as an MPI over ferry would make
+ * it, with nothing added around it:
+ *   MPI_Send, MPI_Recv, MPI_Isend, MPI_Irecv, MPI_Waitall
+ *                         ferry_msg_send, _recv, _isend, _irecv, _wait
+ *                         (context id 0, the MPI tag as ferry's tag)
+ *   MPI_Barrier           ferry_barrier
+ *   MPI_Bcast             root's ferry_msg_send to every other rank
+ *   MPI_Win_allocate      ferry_mem_alloc (with sm, a shared heap peers copy
+ *                         into), its key exchanged with every rank
+ *   MPI_Put, MPI_Get      ferry_put, ferry_get on that memory
+ *   MPI_Win_flush         ferry_flush(target)
+ * MPI_Fetch_and_op has no ferry call under it yet (ferry's atomics API,
+ * #10): it ends the job with a message saying so, and the side-by-side
+ * script does not ask ferry's configurations for fop-lat.
+ *
+ * Only what mpi_bench.c needs is here: MPI_COMM_WORLD, byte-sized and
+ * integer datatypes, one window at a time, the return codes MPI_SUCCESS or
+ * MPI_ERR_OTHER (after a message on stderr). It is not an MPI.
+ */
+#ifndef FERRY_MPI_SHIM_H
+#define FERRY_MPI_SHIM_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <ferry/ferry.h>
+#include <ferry/msg.h>
+
+#define MPI_SUCCESS 0
+#define MPI_ERR_OTHER 15
+#define MPI_MAX_LIBRARY_VERSION_STRING 256
+
+typedef int MPI_Comm;
+typedef int MPI_Datatype; /* its size in bytes */
+typedef int MPI_Op;
+typedef int MPI_Info;
+typedef intptr_t MPI_Aint;
+typedef ferry_msg_req_t *MPI_Request;
+typedef struct ferry_mpi_status {
+    int MPI_SOURCE, MPI_TAG, MPI_ERROR;
+} MPI_Status;
+typedef struct ferry_mpi_win *MPI_Win;
+
+#define MPI_COMM_WORLD 0
+#define MPI_CHAR 1
+#define MPI_INT ((int)sizeof(int))
+#define MPI_LONG ((int)sizeof(long))
+#define MPI_UINT64_T 8
+#define MPI_SUM 1
+#define MPI_INFO_NULL 0
+#define MPI_STATUS_IGNORE ((MPI_Status *)NULL)
+#define MPI_STATUSES_IGNORE ((MPI_Status *)NULL)
+
+/* MPI_Bcast's messages: a tag that the benchmark's own (1 to 4) never meet. */
+#define FERRY_MPI_TAG_BCAST ((uint64_t)1 << 40)
+
+struct ferry_mpi_win {
+    void *base;
+    ferry_mem_t *mem;
+    ferry_rkey_t *keys;   /* [size]: every rank's key */
+    uint64_t *addrs;      /* [size]: every rank's window address */
+};
+
+static struct ferry_mpi_state {
+    ferry_ctx_t *ctx;
+    ferry_msg_t *msg;
+    int rank, size;
+} ferry_mpi;
+
+/* An error of the layer below: said once here, then MPI_ERR_OTHER. */
+static inline int ferry_mpi_fail(const char *call, int rc)
+{
+    if (rc >= 0)
+        return MPI_SUCCESS;
+    fprintf(stderr, "ferry-mpibench (ferry): %s: %s\n", call, ferry_strerror(rc));
+    return MPI_ERR_OTHER;
+}
+
+static inline int MPI_Init(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    int rc = ferry_init(NULL, &ferry_mpi.ctx);
+    if (rc == FERRY_OK && (rc = ferry_msg_init(ferry_mpi.ctx, &ferry_mpi.msg)) != FERRY_OK)
+        ferry_finalize(&ferry_mpi.ctx);
+    if (rc != FERRY_OK) {
+        /* As an MPI whose start fails: the job cannot go on. */
+        fprintf(stderr, "ferry-mpibench (ferry): ferry_init: %s\n", ferry_strerror(rc));
+        exit(1);
+    }
+    ferry_mpi.rank = ferry_rank(ferry_mpi.ctx);
+    ferry_mpi.size = ferry_size(ferry_mpi.ctx);
+    /* Every rank's tagged layer is up before anyone sends to it. */
+    return ferry_mpi_fail("ferry_barrier", ferry_barrier(ferry_mpi.ctx));
+}
+
+static inline int MPI_Finalize(void)
+{
+    int rc = ferry_msg_fini(&ferry_mpi.msg);
+    int rc2 = ferry_finalize(&ferry_mpi.ctx);
+    return ferry_mpi_fail("ferry_finalize", rc != FERRY_OK ? rc : rc2);
+}
+
+static inline int MPI_Abort(MPI_Comm comm, int code)
+{
+    (void)comm;
+    /* ferryrun ends the job when a rank exits with a failure. */
+    exit(code != 0 ? code : 1);
+}
+
+static inline int MPI_Comm_rank(MPI_Comm comm, int *rank)
+{
+    (void)comm;
+    *rank = ferry_mpi.rank;
+    return MPI_SUCCESS;
+}
+
+static inline int MPI_Comm_size(MPI_Comm comm, int *size)
+{
+    (void)comm;
+    *size = ferry_mpi.size;
+    return MPI_SUCCESS;
+}
+
+static inline int MPI_Get_library_version(char *version, int *len)
+{
+    const char *btl = getenv("FERRY_BTL");
+    int n = snprintf(version, MPI_MAX_LIBRARY_VERSION_STRING,
+                     "ferry %d.%d, tagged messaging (ferry/msg.h) and ferry_put/get, over %s",
+                     FERRY_VERSION_MAJOR, FERRY_VERSION_MINOR,
+                     btl != NULL ? btl : "its default transports");
+    *len = n < MPI_MAX_LIBRARY_VERSION_STRING ? n : MPI_MAX_LIBRARY_VERSION_STRING - 1;
+    return MPI_SUCCESS;
+}
+
+static inline double MPI_Wtime(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static inline int MPI_Send(const void *buf, int count, MPI_Datatype type, int dst, int tag,
+                           MPI_Comm comm)
+{
+    (void)comm;
+    return ferry_mpi_fail("ferry_msg_send",
+                          ferry_msg_send(ferry_mpi.msg, dst, 0, (uint64_t)tag, buf,
+                                         (size_t)count * (size_t)type));
+}
+
+static inline int MPI_Recv(void *buf, int count, MPI_Datatype type, int src, int tag,
+                           MPI_Comm comm, MPI_Status *status)
+{
+    (void)comm;
+    ferry_msg_status_t st;
+    int rc = ferry_msg_recv(ferry_mpi.msg, src, 0, (uint64_t)tag, FERRY_MSG_TAG_EXACT, buf,
+                            (size_t)count * (size_t)type, &st);
+    if (status != NULL)
+        *status = (MPI_Status){st.source, (int)st.tag, rc};
+    return ferry_mpi_fail("ferry_msg_recv", rc);
+}
+
+static inline int MPI_Isend(const void *buf, int count, MPI_Datatype type, int dst, int tag,
+                            MPI_Comm comm, MPI_Request *req)
+{
+    (void)comm;
+    return ferry_mpi_fail("ferry_msg_isend",
+                          ferry_msg_isend(ferry_mpi.msg, dst, 0, (uint64_t)tag, buf,
+                                          (size_t)count * (size_t)type, req));
+}
+
+static inline int MPI_Irecv(void *buf, int count, MPI_Datatype type, int src, int tag,
+                            MPI_Comm comm, MPI_Request *req)
+{
+    (void)comm;
+    return ferry_mpi_fail("ferry_msg_irecv",
+                          ferry_msg_irecv(ferry_mpi.msg, src, 0, (uint64_t)tag,
+                                          FERRY_MSG_TAG_EXACT, buf,
+                                          (size_t)count * (size_t)type, req));
+}
+
+static inline int MPI_Waitall(int n, MPI_Request *reqs, MPI_Status *statuses)
+{
+    int first = FERRY_OK;
+    for (int i = 0; i < n; i++) {
+        ferry_msg_status_t st;
+        int rc = ferry_msg_wait(ferry_mpi.msg, &reqs[i], &st);
+        if (statuses != NULL)
+            statuses[i] = (MPI_Status){st.source, (int)st.tag, rc};
+        if (first == FERRY_OK)
+            first = rc;
+    }
+    return ferry_mpi_fail("ferry_msg_wait", first);
+}
+
+static inline int MPI_Barrier(MPI_Comm comm)
+{
+    (void)comm;
+    return ferry_mpi_fail("ferry_barrier", ferry_barrier(ferry_mpi.ctx));
+}
+
+static inline int MPI_Bcast(void *buf, int count, MPI_Datatype type, int root, MPI_Comm comm)
+{
+    (void)comm;
+    size_t len = (size_t)count * (size_t)type;
+    if (ferry_mpi.rank != root) {
+        ferry_msg_status_t st;
+        int rc = ferry_msg_recv(ferry_mpi.msg, root, 0, FERRY_MPI_TAG_BCAST, FERRY_MSG_TAG_EXACT,
+                                buf, len, &st);
+        if (rc == FERRY_OK && st.received != len)
+            rc = FERRY_ERR_PROTO;
+        return ferry_mpi_fail("ferry_msg_recv", rc);
+    }
+    for (int r = 0; r < ferry_mpi.size; r++) {
+        if (r == root)
+            continue;
+        int rc = ferry_msg_send(ferry_mpi.msg, r, 0, FERRY_MPI_TAG_BCAST, buf, len);
+        if (rc != FERRY_OK)
+            return ferry_mpi_fail("ferry_msg_send", rc);
+    }
+    return MPI_SUCCESS;
+}
+
+/* ---- one-sided ---- */
+
+/* Every rank sends its key and address to every other, then receives
+ * theirs (the messages are small: eager, so no rank waits on another's
+ * receive to finish its sends). */
+static inline int ferry_mpi_exchange_keys(struct ferry_mpi_win *w)
+{
+    struct {
+        uint64_t addr;
+        ferry_rkey_t key;
+    } mine, theirs;
+    mine.addr = (uint64_t)(uintptr_t)w->base;
+    int rc = ferry_mem_rkey(w->mem, &mine.key);
+    for (int r = 0; rc == FERRY_OK && r < ferry_mpi.size; r++)
+        if (r != ferry_mpi.rank)
+            rc = ferry_msg_send(ferry_mpi.msg, r, 0, FERRY_MPI_TAG_BCAST + 1, &mine,
+                                sizeof(mine));
+    w->keys[ferry_mpi.rank] = mine.key;
+    w->addrs[ferry_mpi.rank] = mine.addr;
+    for (int r = 0; rc == FERRY_OK && r < ferry_mpi.size; r++) {
+        if (r == ferry_mpi.rank)
+            continue;
+        ferry_msg_status_t st;
+        rc = ferry_msg_recv(ferry_mpi.msg, r, 0, FERRY_MPI_TAG_BCAST + 1, FERRY_MSG_TAG_EXACT,
+                            &theirs, sizeof(theirs), &st);
+        if (rc == FERRY_OK && st.received != sizeof(theirs))
+            rc = FERRY_ERR_PROTO;
+        w->keys[r] = theirs.key;
+        w->addrs[r] = theirs.addr;
+    }
+    return rc;
+}
+
+static inline int MPI_Win_allocate(MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm,
+                                   void *baseptr, MPI_Win *win)
+{
+    (void)info;
+    (void)comm;
+    if (disp_unit != 1 || size <= 0) {
+        fprintf(stderr, "ferry-mpibench (ferry): MPI_Win_allocate: only disp_unit 1 and a "
+                        "positive size are mapped\n");
+        return MPI_ERR_OTHER;
+    }
+    struct ferry_mpi_win *w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return ferry_mpi_fail("MPI_Win_allocate", FERRY_ERR_NO_MEMORY);
+    w->keys = calloc((size_t)ferry_mpi.size, sizeof(*w->keys));
+    w->addrs = calloc((size_t)ferry_mpi.size, sizeof(*w->addrs));
+    int rc = w->keys == NULL || w->addrs == NULL ? FERRY_ERR_NO_MEMORY : FERRY_OK;
+    if (rc == FERRY_OK)
+        rc = ferry_mem_alloc(ferry_mpi.ctx, (size_t)size,
+                             FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE, &w->base,
+                             &w->mem);
+    if (rc == FERRY_OK)
+        rc = ferry_mpi_exchange_keys(w);
+    if (rc != FERRY_OK) {
+        ferry_mem_free(ferry_mpi.ctx, w->mem);
+        free(w->keys);
+        free(w->addrs);
+        free(w);
+        return ferry_mpi_fail("MPI_Win_allocate", rc);
+    }
+    memcpy(baseptr, &w->base, sizeof(w->base));
+    *win = w;
+    return MPI_SUCCESS;
+}
+
+static inline int MPI_Win_free(MPI_Win *win)
+{
+    struct ferry_mpi_win *w = *win;
+    /* No rank frees its memory while another may still reach it. */
+    int rc = ferry_barrier(ferry_mpi.ctx);
+    int rc2 = ferry_mem_free(ferry_mpi.ctx, w->mem);
+    free(w->keys);
+    free(w->addrs);
+    free(w);
+    *win = NULL;
+    return ferry_mpi_fail("MPI_Win_free", rc != FERRY_OK ? rc : rc2);
+}
+
+/* Passive target needs nothing more from ferry: its memory is reachable
+ * from the moment its key is known. */
+static inline int MPI_Win_lock_all(int assert_, MPI_Win win)
+{
+    (void)assert_;
+    (void)win;
+    return MPI_SUCCESS;
+}
+
+static inline int MPI_Win_unlock_all(MPI_Win win)
+{
+    (void)win;
+    return ferry_mpi_fail("ferry_flush", ferry_flush(ferry_mpi.ctx, -1));
+}
+
+static inline int MPI_Put(const void *origin, int ocount, MPI_Datatype otype, int target,
+                          MPI_Aint disp, int tcount, MPI_Datatype ttype, MPI_Win win)
+{
+    (void)tcount;
+    (void)ttype;
+    return ferry_mpi_fail("ferry_put",
+                          ferry_put(ferry_mpi.ctx, target, origin,
+                                    (size_t)ocount * (size_t)otype, NULL,
+                                    win->addrs[target] + (uint64_t)disp, &win->keys[target],
+                                    NULL, NULL));
+}
+
+static inline int MPI_Get(void *origin, int ocount, MPI_Datatype otype, int target,
+                          MPI_Aint disp, int tcount, MPI_Datatype ttype, MPI_Win win)
+{
+    (void)tcount;
+    (void)ttype;
+    return ferry_mpi_fail("ferry_get",
+                          ferry_get(ferry_mpi.ctx, target, origin,
+                                    (size_t)ocount * (size_t)otype, NULL,
+                                    win->addrs[target] + (uint64_t)disp, &win->keys[target],
+                                    NULL, NULL));
+}
+
+static inline int MPI_Win_flush(int target, MPI_Win win)
+{
+    (void)win;
+    return ferry_mpi_fail("ferry_flush", ferry_flush(ferry_mpi.ctx, target));
+}
+
+static inline int MPI_Fetch_and_op(const void *origin, void *result, MPI_Datatype type,
+                                   int target, MPI_Aint disp, MPI_Op op, MPI_Win win)
+{
+    (void)origin;
+    (void)result;
+    (void)type;
+    (void)target;
+    (void)disp;
+    (void)op;
+    (void)win;
+    fprintf(stderr, "ferry-mpibench (ferry): MPI_Fetch_and_op has no ferry call under it "
+                    "yet (ferry's atomics API, #10)\n");
+    exit(2);
+}
+
+#endif /* FERRY_MPI_SHIM_H */
