@@ -162,6 +162,22 @@ int api_am_large_register_params(ferry_ctx_t *ctx)
                                &ms);
     if (rc != FERRY_OK)
         return rc;
+    size_t bound;
+    rc = rt_param_register_size(&ctx->params, "msg_unexpected_bytes",
+                                API_MSG_UNEXPECTED_BYTES_DEFAULT, 0, SIZE_MAX / 2,
+                                "Bytes of tagged messages (ferry/msg.h) one source may leave "
+                                "waiting unmatched here, their records counted; a source past "
+                                "it is taken as failed",
+                                &bound);
+    if (rc == FERRY_OK)
+        rc = rt_param_register_size(&ctx->params, "msg_unexpected_count",
+                                    API_MSG_UNEXPECTED_COUNT_DEFAULT, 0, SIZE_MAX / 2,
+                                    "Tagged messages (eager or large) one source may leave "
+                                    "waiting unmatched here; a source past it is taken as "
+                                    "failed",
+                                    &bound);
+    if (rc != FERRY_OK)
+        return rc;
     /* A bad value fails ferry_init, naming the variable. */
     long long parsed;
     return parse_rndv(ctx, &parsed);

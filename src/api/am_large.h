@@ -67,6 +67,11 @@ typedef struct am_cts {
 
 /* Default of FERRY_AM_LARGE_MAX. */
 #define API_AM_LARGE_MAX_DEFAULT ((size_t)4 << 30)
+/* The tagged layer's bounds on what one source may leave unmatched
+ * (src/msg; declared with the API's parameters so that ferry_info lists
+ * them and ferry_init checks them). */
+#define API_MSG_UNEXPECTED_BYTES_DEFAULT ((size_t)256 << 20)
+#define API_MSG_UNEXPECTED_COUNT_DEFAULT ((size_t)1 << 20)
 
 /* Declares FERRY_AM_LARGE_MAX and FERRY_AM_RNDV (at context creation, so
  * that ferry_info lists them). */

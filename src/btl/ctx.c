@@ -327,6 +327,13 @@ static void peer_failed(ferry_ctx_t *ctx, int r, int status, int origin, bool te
     }
 }
 
+void btl_ctx_fail_peer(ferry_ctx_t *ctx, int r, int status, const char *layer, const char *msg)
+{
+    if (r < 0 || r >= ctx->size || r == ctx->rank)
+        return;
+    peer_failed(ctx, r, status, ctx->rank, true, layer, msg);
+}
+
 static void on_transport_error(ferry_btl_module_t *btl, int status, int peer, const char *msg,
                                void *cbdata)
 {

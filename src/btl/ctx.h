@@ -235,4 +235,11 @@ int btl_ctx_depart(ferry_ctx_t *ctx);
  * of this process to a rank not failed been handed to a transport? */
 bool btl_ctx_depart_done(const ferry_ctx_t *ctx);
 
+/* A layer above the transports (the tagged layer) takes rank r as failed
+ * because of what it sent, as a transport does when a peer breaks its
+ * protocol: r is marked failed, reported once (status, "layer: msg") and
+ * the other ranks are told. Nothing happens when r is this rank, out of
+ * range, already failed, or the context is closing. */
+void btl_ctx_fail_peer(ferry_ctx_t *ctx, int r, int status, const char *layer, const char *msg);
+
 #endif /* BTL_CTX_H */

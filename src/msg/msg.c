@@ -12,8 +12,13 @@
  *
  * Everything a peer writes is checked: the header's length against the
  * fragment and the announcement; nothing is written past a receive's
- * buffer (what does not fit is reported as FERRY_ERR_TRUNCATE).
+ * buffer (what does not fit is reported as FERRY_ERR_TRUNCATE). What one
+ * peer may leave waiting unmatched here is bounded (FERRY_MSG_UNEXPECTED_
+ * BYTES and _COUNT): a peer past a bound is taken as failed, said once, its
+ * unmatched messages released, as a transport fails a peer that breaks its
+ * protocol; so no peer can make this process hold memory without end.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,10 +68,18 @@ typedef struct msg_unexp {
     char bytes[];          /* eager: its copy */
 } msg_unexp_t;
 
+/* What one source has waiting in the unexpected queue. */
+typedef struct msg_unexp_use {
+    size_t bytes;   /* eager copies and records, in bytes of this process's memory */
+    size_t count;   /* messages, eager and large */
+} msg_unexp_use_t;
+
 struct ferry_msg {
     ferry_ctx_t *ctx;
     util_list_t posted;     /* receives, in the order posted */
     util_list_t unexpected; /* messages, in the order arrived */
+    msg_unexp_use_t *use;   /* [size] */
+    size_t max_bytes, max_count; /* FERRY_MSG_UNEXPECTED_BYTES, _COUNT, per source */
     util_list_t *queued;    /* [size] sends waiting for resources, per peer */
     size_t n_queued;
     size_t live; /* requests not yet freed */
@@ -143,6 +156,69 @@ static ferry_msg_req_t *match_posted(ferry_msg_t *m, int src, const msg_hdr_t *h
     return NULL;
 }
 
+static size_t unexp_cost(const msg_unexp_t *u)
+{
+    return sizeof(*u) + (u->data == NULL ? (size_t)u->hdr.len : 0);
+}
+
+static void unexp_remove(ferry_msg_t *m, msg_unexp_t *u)
+{
+    util_list_remove(&m->unexpected, &u->link);
+    m->use[u->src].bytes -= unexp_cost(u);
+    m->use[u->src].count--;
+}
+
+/* Every unmatched message of src goes: the senders of large ones complete
+ * with FERRY_ERR_CANCELED. */
+static void unexp_release_source(ferry_msg_t *m, int src)
+{
+    util_list_item_t *it = util_list_first(&m->unexpected);
+    while (it != NULL) {
+        util_list_item_t *next = util_list_next(&m->unexpected, it);
+        msg_unexp_t *u = UTIL_CONTAINER_OF(it, msg_unexp_t, link);
+        if (u->src == src) {
+            unexp_remove(m, u);
+            if (u->data != NULL)
+                ferry_am_data_drop(m->ctx, u->data);
+            free(u);
+        }
+        it = next;
+    }
+}
+
+/* Whether src may leave one more message of cost bytes unmatched here;
+ * if not, src is failed (once) and its unmatched messages released. */
+static bool unexp_admit(ferry_msg_t *m, int src, size_t cost)
+{
+    msg_unexp_use_t *use = &m->use[src];
+    bool bytes_ok = use->bytes <= m->max_bytes && cost <= m->max_bytes - use->bytes;
+    if (bytes_ok && use->count < m->max_count)
+        return true;
+    char why[200];
+    snprintf(why, sizeof(why),
+             "rank %d would have %zu messages (%zu bytes) waiting unmatched here, over "
+             "FERRY_MSG_UNEXPECTED_%s (%zu); taken as failed",
+             src, use->count + 1, use->bytes + cost, bytes_ok ? "COUNT" : "BYTES",
+             bytes_ok ? m->max_count : m->max_bytes);
+    unexp_release_source(m, src);
+    btl_ctx_fail_peer(m->ctx, src, FERRY_ERR_NO_MEMORY, "tagged messaging", why);
+    return false;
+}
+
+static void unexp_append(ferry_msg_t *m, msg_unexp_t *u)
+{
+    util_list_append(&m->unexpected, &u->link);
+    m->use[u->src].bytes += unexp_cost(u);
+    m->use[u->src].count++;
+}
+
+/* A source that failed (its transport, another rank's word, or a bound
+ * here) sends nothing more that is taken. */
+static bool source_failed(const ferry_msg_t *m, int src)
+{
+    return m->ctx->peers[src].failed;
+}
+
 static void on_frag(ferry_ctx_t *ctx, int src, const void *data, size_t len, void *arg)
 {
     ferry_msg_t *m = arg;
@@ -163,12 +239,15 @@ static void on_frag(ferry_ctx_t *ctx, int src, const void *data, size_t len, voi
                src, (unsigned long long)h.len, len - sizeof(h));
         return;
     }
-    (void)ctx;
+    if (source_failed(m, src))
+        return;
     ferry_msg_req_t *r = match_posted(m, src, &h);
     if (r != NULL) {
         deliver_eager(r, src, &h, body);
         return;
     }
+    if (!unexp_admit(m, src, sizeof(msg_unexp_t) + (size_t)h.len))
+        return;
     msg_unexp_t *u = malloc(sizeof(*u) + (size_t)h.len);
     if (u == NULL) {
         rt_log(&ctx->log, RT_LOG_WARN,
@@ -181,7 +260,7 @@ static void on_frag(ferry_ctx_t *ctx, int src, const void *data, size_t len, voi
     u->hdr = h;
     u->data = NULL;
     memcpy(u->bytes, body, (size_t)h.len);
-    util_list_append(&m->unexpected, &u->link);
+    unexp_append(m, u);
 }
 
 static void on_data(ferry_ctx_t *ctx, int src, const void *hdr, size_t hlen, ferry_am_data_t *data,
@@ -206,9 +285,17 @@ static void on_data(ferry_ctx_t *ctx, int src, const void *hdr, size_t hlen, fer
         ferry_am_data_drop(ctx, data);
         return;
     }
+    if (source_failed(m, src)) {
+        ferry_am_data_drop(ctx, data);
+        return;
+    }
     ferry_msg_req_t *r = match_posted(m, src, &h);
     if (r != NULL) {
         deliver_large(m, r, src, &h, data);
+        return;
+    }
+    if (!unexp_admit(m, src, sizeof(msg_unexp_t))) {
+        ferry_am_data_drop(ctx, data);
         return;
     }
     msg_unexp_t *u = malloc(sizeof(*u));
@@ -219,7 +306,7 @@ static void on_data(ferry_ctx_t *ctx, int src, const void *hdr, size_t hlen, fer
     u->src = src;
     u->hdr = h;
     u->data = data;
-    util_list_append(&m->unexpected, &u->link);
+    unexp_append(m, u);
 }
 
 int ferry_msg_init(ferry_ctx_t *ctx, ferry_msg_t **msg_out)
@@ -233,9 +320,23 @@ int ferry_msg_init(ferry_ctx_t *ctx, ferry_msg_t **msg_out)
     if (m == NULL)
         return FERRY_ERR_NO_MEMORY;
     m->queued = calloc((size_t)size, sizeof(*m->queued));
-    if (m->queued == NULL) {
+    m->use = calloc((size_t)size, sizeof(*m->use));
+    int rc = m->queued == NULL || m->use == NULL ? FERRY_ERR_NO_MEMORY : FERRY_OK;
+    /* Declared at ferry_init with the others (api_am_large_register_params);
+     * here their values are read. */
+    if (rc == FERRY_OK)
+        rc = rt_param_register_size(&ctx->params, "msg_unexpected_bytes",
+                                    API_MSG_UNEXPECTED_BYTES_DEFAULT, 0, SIZE_MAX / 2, "",
+                                    &m->max_bytes);
+    if (rc == FERRY_OK)
+        rc = rt_param_register_size(&ctx->params, "msg_unexpected_count",
+                                    API_MSG_UNEXPECTED_COUNT_DEFAULT, 0, SIZE_MAX / 2, "",
+                                    &m->max_count);
+    if (rc != FERRY_OK) {
+        free(m->use);
+        free(m->queued);
         free(m);
-        return FERRY_ERR_NO_MEMORY;
+        return rc;
     }
     m->ctx = ctx;
     m->size = size;
@@ -244,8 +345,9 @@ int ferry_msg_init(ferry_ctx_t *ctx, ferry_msg_t **msg_out)
     util_list_init(&m->spare);
     for (int r = 0; r < size; r++)
         util_list_init(&m->queued[r]);
-    int rc = api_am_register_internal(ctx, on_frag, on_data, m);
+    rc = api_am_register_internal(ctx, on_frag, on_data, m);
     if (rc != FERRY_OK) {
+        free(m->use);
         free(m->queued);
         free(m);
         return rc;
@@ -271,6 +373,7 @@ int ferry_msg_fini(ferry_msg_t **msg_p)
     api_am_register_internal(m->ctx, NULL, NULL, NULL);
     while ((it = util_list_pop_front(&m->spare)) != NULL)
         free(UTIL_CONTAINER_OF(it, ferry_msg_req_t, link));
+    free(m->use);
     free(m->queued);
     free(m);
     *msg_p = NULL;
@@ -437,7 +540,7 @@ int ferry_msg_irecv_conv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag,
         return FERRY_ERR_NO_MEMORY;
     msg_unexp_t *u = find_unexpected(m, src, ctx_id, tag, mask);
     if (u != NULL) {
-        util_list_remove(&m->unexpected, &u->link);
+        unexp_remove(m, u);
         if (u->data != NULL)
             deliver_large(m, r, u->src, &u->hdr, u->data);
         else
