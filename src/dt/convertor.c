@@ -49,15 +49,15 @@ static void reset(ferry_convertor_t *conv, ferry_conv_kind_t kind)
 
 void ferry_convertor_init_contig(ferry_convertor_t *conv, const void *buf, size_t len)
 {
-    reset(conv, FERRY_CONV_CONTIG);
     /* The convertor also unpacks into this memory, so it holds it as
-     * writable; whether it may be written is the caller's contract. */
-    conv->single.base = (void *)(uintptr_t)buf;
-    conv->single.len = len;
+     * writable; whether it may be written is the caller's contract. The
+     * cursor of an empty block is already past it. */
+    *conv = (ferry_convertor_t){.kind = FERRY_CONV_CONTIG,
+                                .single = {.base = (void *)(uintptr_t)buf, .len = len},
+                                .iov_cnt = 1,
+                                .total = len,
+                                .cur_idx = len == 0 ? 1 : 0};
     conv->iov = &conv->single;
-    conv->iov_cnt = 1;
-    conv->total = len;
-    cursor_normalise(conv);
 }
 
 int ferry_convertor_init_iov(ferry_convertor_t *conv, const ferry_iov_t *iov, size_t cnt)
@@ -155,6 +155,19 @@ int ferry_convertor_set_position(ferry_convertor_t *conv, size_t pos)
 /* Copies between the description and a flat buffer: packing when to_flat. */
 static size_t copy(ferry_convertor_t *conv, char *flat, size_t max, bool to_flat)
 {
+    if (conv->kind == FERRY_CONV_CONTIG) {
+        /* One block: the cursor is pos, and past the block at its end. */
+        size_t n = conv->total - conv->pos;
+        if (n > max)
+            n = max;
+        char *p = (char *)conv->single.base + conv->pos;
+        if (n > 0)
+            memcpy(to_flat ? flat : p, to_flat ? p : flat, n);
+        conv->pos += n;
+        conv->cur_idx = conv->pos == conv->total ? 1 : 0;
+        conv->cur_off = conv->pos == conv->total ? 0 : conv->pos;
+        return n;
+    }
     size_t done = 0;
     size_t n_blk = n_blocks(conv);
 

@@ -80,6 +80,7 @@ struct ferry_msg {
     util_list_t unexpected; /* messages, in the order arrived */
     msg_unexp_use_t *use;   /* [size] */
     size_t max_bytes, max_count; /* FERRY_MSG_UNEXPECTED_BYTES, _COUNT, per source */
+    bool some_unreachable;       /* a rank that no transport reached from the start */
     util_list_t *queued;    /* [size] sends waiting for resources, per peer */
     size_t n_queued;
     size_t live; /* requests not yet freed */
@@ -340,6 +341,8 @@ int ferry_msg_init(ferry_ctx_t *ctx, ferry_msg_t **msg_out)
     }
     m->ctx = ctx;
     m->size = size;
+    for (int r = 0; r < size; r++)
+        m->some_unreachable = m->some_unreachable || ctx->peers[r].module_idx < 0;
     util_list_init(&m->posted);
     util_list_init(&m->unexpected);
     util_list_init(&m->spare);
@@ -388,17 +391,19 @@ static ferry_msg_req_t *req_new(ferry_msg_t *m, int kind, int peer, uint32_t ctx
                                     : malloc(sizeof(*r));
     if (r == NULL)
         return NULL;
-    memset(r, 0, sizeof(*r));
+    /* Field by field: the record is large (a convertor), and its link and
+     * a send's header are written where they are used. */
     r->msg = m;
     r->kind = kind;
+    r->state = REQ_QUEUED;
     r->peer = peer;
     r->ctx_id = ctx_id;
     r->tag = tag;
     r->mask = mask;
     conv_copy(&r->conv, conv);
-    r->status.source = kind == REQ_SEND ? ferry_rank(m->ctx) : peer;
-    r->status.tag = tag;
-    r->status.context = ctx_id;
+    r->status = (ferry_msg_status_t){.source = kind == REQ_SEND ? m->ctx->rank : peer,
+                                     .tag = tag,
+                                     .context = ctx_id};
     m->live++;
     return r;
 }
@@ -471,9 +476,8 @@ int ferry_msg_isend_conv(ferry_msg_t *m, int dst, uint32_t ctx_id, uint64_t tag,
 {
     if (m == NULL || conv == NULL || req_out == NULL || dst < 0 || dst >= m->size)
         return FERRY_ERR_INVALID;
-    long max = ferry_am_max_size(m->ctx, dst);
-    if (max < 0)
-        return (int)max;
+    /* An unreachable dst: the first try says so (FERRY_ERR_UNREACH) and the
+     * request goes; behind a queued send, the try from the queue does. */
     ferry_msg_req_t *r = req_new(m, REQ_SEND, dst, ctx_id, tag, FERRY_MSG_TAG_EXACT, conv);
     if (r == NULL)
         return FERRY_ERR_NO_MEMORY;
@@ -627,6 +631,10 @@ int ferry_msg_wait(ferry_msg_t *m, ferry_msg_req_t **req, ferry_msg_status_t *st
     int index;
     if (req == NULL)
         return FERRY_ERR_INVALID;
+    /* Done already (an eager send, a receive matched on posting): no
+     * progress. */
+    if (m != NULL && *req != NULL && (*req)->msg == m && (*req)->state == REQ_DONE)
+        return req_finish(m, req, status);
     return ferry_msg_waitany(m, 1, req, &index, status);
 }
 
@@ -661,7 +669,9 @@ int ferry_msg_waitany(ferry_msg_t *m, size_t n, ferry_msg_req_t **reqs, int *ind
             return rc;
         if (rc == 0) {
             rt_idle(&idle);
-            for (size_t i = 0; i < n; i++)
+            /* Only a rank that failed, or that nothing reaches, leaves a
+             * receive waiting for a source that will not send. */
+            for (size_t i = 0; i < n && (m->ctx->n_failed > 0 || m->some_unreachable); i++)
                 if (reqs[i] != NULL)
                     check_failed_source(m, reqs[i]);
         } else {
