@@ -366,13 +366,30 @@ static inline uint64_t sm_hdr_pack(uint32_t len, uint8_t tag, uint8_t type, uint
  * zeroed ring holds no message. */
 static inline uint16_t sm_lap(uint64_t pos, uint64_t ring_size)
 {
-    return (uint16_t)((pos / ring_size) % 65535u + 1u);
+    /* ring_size is a power of two (checked when the parameters are read):
+     * a shift, where a division would cost tens of cycles per message. */
+    return (uint16_t)((pos >> __builtin_ctzll(ring_size)) % 65535u + 1u);
 }
 
 /* The channel from rank in our own segment, from our private layout. */
 static inline sm_chan_t *sm_chan_of(const sm_module_t *mod, int rank)
 {
     return (sm_chan_t *)(mod->seg + mod->chan_off + (uint64_t)rank * mod->chan_stride);
+}
+
+/* Whether sm_poll_channel has anything to do on ep: a header of the
+ * current lap at the read position, or a new lap to start. One load of a
+ * word the sender writes, so that an idle poll costs no call. */
+static inline bool sm_channel_ready(const sm_module_t *mod, const ferry_btl_endpoint_t *ep)
+{
+    const uint64_t ring = mod->p.ring_size;
+    if (!ep->polled)
+        return false;
+    if (ep->rpos - ep->rlap_start >= ring)
+        return true;
+    const _Atomic uint64_t *h =
+        (const _Atomic uint64_t *)(const void *)(ep->in->ring + (ep->rpos & (ring - 1)));
+    return (uint16_t)(atomic_load_explicit(h, memory_order_acquire) >> 48) == ep->rlap;
 }
 
 /* sm_endpoint.c */
@@ -385,12 +402,70 @@ void sm_poll_add(sm_module_t *mod, ferry_btl_endpoint_t *ep);
 int sm_scan_new_senders(sm_module_t *mod);
 
 /* sm_ring.c */
+static inline _Atomic uint64_t *sm_ring_hdr_at(unsigned char *ring, uint64_t off)
+{
+    return (_Atomic uint64_t *)(void *)(ring + off);
+}
+
+/* Whether ring slot slot holds a header (of this lap or an earlier one), as
+ * far as this sender's bitmap knows: then it can never pass for a header of
+ * the lap being written. */
+static inline bool sm_ring_slot_is_hdr(const uint64_t *bits, uint64_t slot)
+{
+    return (bits[slot / 64] >> (slot % 64)) & 1;
+}
+
+/* The cases sm_ring_reserve does not take inline: the end of a lap (a skip
+ * to the ring's start) and credits to be read again. */
+bool sm_ring_reserve_slow(ferry_btl_endpoint_t *ep, size_t len, unsigned char **slot_out,
+                          uint64_t *pos_out);
+
 /* Reserves a slot for len payload bytes after the header; false when out of
  * credits. *slot_out points at the payload. Publish with sm_ring_commit. */
-bool sm_ring_reserve(ferry_btl_endpoint_t *ep, size_t len, unsigned char **slot_out,
-                     uint64_t *pos_out);
-void sm_ring_commit(ferry_btl_endpoint_t *ep, uint64_t pos, uint32_t len, uint8_t tag,
-                    uint8_t type);
+static inline bool sm_ring_reserve(ferry_btl_endpoint_t *ep, size_t len, unsigned char **slot_out,
+                                   uint64_t *pos_out)
+{
+    const uint64_t ring = ep->mod->p.ring_size;
+    const uint64_t size = sm_align(SM_HDR_SIZE + len);
+    uint64_t off = ep->head & (ring - 1);
+    /* Before the lap's end, within the credits cached: one more slot than
+     * the message, because sm_ring_commit zeroes the next header's place. */
+    if (off + size <= ring && ep->head + size + SM_ALIGN - ep->cached_tail <= ring) {
+        *slot_out = ep->out->ring + off + SM_HDR_SIZE;
+        *pos_out = ep->head;
+        ep->head += size;
+        return true;
+    }
+    return sm_ring_reserve_slow(ep, len, slot_out, pos_out);
+}
+
+/* Publishes the message reserved at pos: its header, written last with
+ * release, makes the payload visible to the reader. */
+static inline void sm_ring_commit(ferry_btl_endpoint_t *ep, uint64_t pos, uint32_t len,
+                                  uint8_t tag, uint8_t type)
+{
+    const uint64_t ring = ep->mod->p.ring_size;
+    unsigned char *base = ep->out->ring;
+    uint64_t off = pos & (ring - 1);
+    uint64_t size = sm_align(SM_HDR_SIZE + len);
+    uint64_t first = off / SM_ALIGN, end = first + size / SM_ALIGN;
+    uint64_t *bits = ep->hdr_bits;
+
+    /* The payload now fills the slots after the header. */
+    for (uint64_t slot = first + 1; slot < end; slot++)
+        bits[slot / 64] &= ~((uint64_t)1 << (slot % 64));
+    bits[first / 64] |= (uint64_t)1 << (first % 64);
+    /* A payload word of an earlier lap where the next header goes could pass
+     * for a header by chance; zero it first, ordered before this header by
+     * the release below. A header of an earlier lap never matches. */
+    uint64_t next = end & (ring / SM_ALIGN - 1); /* the ring is a power of two */
+    if (!sm_ring_slot_is_hdr(bits, next)) {
+        atomic_store_explicit(sm_ring_hdr_at(base, next * SM_ALIGN), 0, memory_order_relaxed);
+        bits[next / 64] |= (uint64_t)1 << (next % 64);
+    }
+    atomic_store_explicit(sm_ring_hdr_at(base, off), sm_hdr_pack(len, tag, type, sm_lap(pos, ring)),
+                          memory_order_release);
+}
 /* Reads the peer's tail of our channel, checks it (failing the endpoint when
  * corrupt) and completes the ring puts it passed, before any of their space
  * can be written again. Returns the puts completed, or -1 when it failed. */

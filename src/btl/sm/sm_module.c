@@ -189,7 +189,10 @@ static int sm_progress(ferry_btl_module_t *btl)
     sm_module_t *mod = sm_of(btl);
     int n = 0;
 
-    sm_scan_new_senders(mod);
+    /* A sender that connected since the last look: one shared word read. */
+    if (atomic_load_explicit(&mod->hdr->connect_seq, memory_order_acquire) !=
+        mod->seen_connect_seq)
+        sm_scan_new_senders(mod);
     /* The hottest peers are polled every call, the rest every eighth. */
     bool all = (++mod->progress_calls & 7) == 0;
     int hot = (int)mod->p.max_eager_rdma_peers;
@@ -197,6 +200,8 @@ static int sm_progress(ferry_btl_module_t *btl)
         if (i >= hot && !all)
             break;
         ferry_btl_endpoint_t *ep = mod->poll[i];
+        if (!sm_channel_ready(mod, ep))
+            continue;
         int got = sm_poll_channel(mod, ep);
         if (got > 0 && i >= hot && i > 0 && mod->poll[i] == ep) {
             /* Busy peers move up, one place at a time. */
@@ -223,7 +228,8 @@ static int sm_progress(ferry_btl_module_t *btl)
     }
     if (!util_list_empty(&mod->completed))
         n += run_completions(mod);
-    n += btl_amo_progress(btl, &mod->amo);
+    if (!util_list_empty(&mod->amo.completed))
+        n += btl_amo_progress(btl, &mod->amo);
     if ((mod->progress_calls & 15) == 0)
         n += sm_check_peers(mod);
     n += btl_base_progress_reports(&mod->super);

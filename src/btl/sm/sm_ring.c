@@ -8,12 +8,12 @@
 
 static inline _Atomic uint64_t *hdr_at(unsigned char *ring, uint64_t off)
 {
-    return (_Atomic uint64_t *)(void *)(ring + off);
+    return sm_ring_hdr_at(ring, off);
 }
 
 static inline bool slot_is_hdr(const uint64_t *bits, uint64_t slot)
 {
-    return (bits[slot / 64] >> (slot % 64)) & 1;
+    return sm_ring_slot_is_hdr(bits, slot);
 }
 
 /* Out of cached credits: reads the tail (completing the ring puts it
@@ -28,11 +28,11 @@ static bool __attribute__((noinline)) reserve_slow(ferry_btl_endpoint_t *ep, siz
     uint64_t need = (off + size > ring ? ring - off : 0) + size + SM_ALIGN;
     if (sm_ring_refresh_tail(ep) < 0 || ep->head + need - ep->cached_tail > ring)
         return false;
-    return sm_ring_reserve(ep, len, slot_out, pos_out);
+    return sm_ring_reserve_slow(ep, len, slot_out, pos_out);
 }
 
-bool sm_ring_reserve(ferry_btl_endpoint_t *ep, size_t len, unsigned char **slot_out,
-                     uint64_t *pos_out)
+bool sm_ring_reserve_slow(ferry_btl_endpoint_t *ep, size_t len, unsigned char **slot_out,
+                          uint64_t *pos_out)
 {
     const uint64_t ring = ep->mod->p.ring_size;
     const uint64_t size = sm_align(SM_HDR_SIZE + len);
@@ -62,32 +62,6 @@ bool sm_ring_reserve(ferry_btl_endpoint_t *ep, size_t len, unsigned char **slot_
     *pos_out = ep->head;
     ep->head += size;
     return true;
-}
-
-void sm_ring_commit(ferry_btl_endpoint_t *ep, uint64_t pos, uint32_t len, uint8_t tag,
-                    uint8_t type)
-{
-    const uint64_t ring = ep->mod->p.ring_size;
-    unsigned char *base = ep->out->ring;
-    uint64_t off = pos & (ring - 1);
-    uint64_t size = sm_align(SM_HDR_SIZE + len);
-    uint64_t first = off / SM_ALIGN, end = first + size / SM_ALIGN;
-    uint64_t *bits = ep->hdr_bits;
-
-    /* The payload now fills the slots after the header. */
-    for (uint64_t slot = first + 1; slot < end; slot++)
-        bits[slot / 64] &= ~((uint64_t)1 << (slot % 64));
-    bits[first / 64] |= (uint64_t)1 << (first % 64);
-    /* A payload word of an earlier lap where the next header goes could pass
-     * for a header by chance; zero it first, ordered before this header by
-     * the release below. A header of an earlier lap never matches. */
-    uint64_t next = end % (ring / SM_ALIGN);
-    if (!slot_is_hdr(bits, next)) {
-        atomic_store_explicit(hdr_at(base, next * SM_ALIGN), 0, memory_order_relaxed);
-        bits[next / 64] |= (uint64_t)1 << (next % 64);
-    }
-    atomic_store_explicit(hdr_at(base, off), sm_hdr_pack(len, tag, type, sm_lap(pos, ring)),
-                          memory_order_release);
 }
 
 int sm_ring_refresh_tail(ferry_btl_endpoint_t *ep)
