@@ -545,6 +545,21 @@ long api_am_internal_eager_max(ferry_ctx_t *ctx, int dst, size_t hlen)
     return (size_t)max > hlen ? max - (long)hlen : 0;
 }
 
+int api_am_send_flat_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen,
+                              const void *data, size_t len)
+{
+    int rc;
+    if (hlen > API_AM_HDR_MAX || (data == NULL && len > 0))
+        return FERRY_ERR_INVALID;
+    btl_peer_t *peer = api_peer(ctx, dst, &rc);
+    if (peer == NULL)
+        return rc;
+    const ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
+    if (len > btl->attr.max_send_size || hlen > btl->attr.max_send_size - len)
+        return 1;
+    return send_once(ctx, dst, API_TAG_MSG, hdr, hlen, data, len);
+}
+
 int api_am_send_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen,
                          ferry_convertor_t *conv, ferry_comp_cb_t cb, void *arg, bool *done_out)
 {

@@ -128,6 +128,16 @@ int api_am_register_internal(ferry_ctx_t *ctx, api_am_frag_cb_t frag_cb,
  * by rendezvous (*done_out false; cb runs from progress when the data may
  * be reused). FERRY_ERR_NO_RESOURCE: nothing sent, retry after progress.
  */
+/*
+ * The eager case of api_am_send_internal for contiguous data, without a
+ * convertor: hlen header bytes then len bytes at data, as one MSG fragment.
+ * FERRY_OK: sent (the buffers may be reused); 1: larger than the path's max
+ * send size, nothing sent (use api_am_send_internal); otherwise as
+ * api_am_send_internal (FERRY_ERR_NO_RESOURCE: retry after progress).
+ */
+int api_am_send_flat_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen,
+                              const void *data, size_t len);
+
 int api_am_send_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen,
                          ferry_convertor_t *conv, ferry_comp_cb_t cb, void *arg, bool *done_out);
 

@@ -400,7 +400,8 @@ static ferry_msg_req_t *req_new(ferry_msg_t *m, int kind, int peer, uint32_t ctx
     r->ctx_id = ctx_id;
     r->tag = tag;
     r->mask = mask;
-    conv_copy(&r->conv, conv);
+    if (conv != NULL)
+        conv_copy(&r->conv, conv); /* NULL: a send done at once, whose data is never read */
     r->status = (ferry_msg_status_t){.source = kind == REQ_SEND ? m->ctx->rank : peer,
                                      .tag = tag,
                                      .context = ctx_id};
@@ -498,11 +499,42 @@ int ferry_msg_isend_conv(ferry_msg_t *m, int dst, uint32_t ctx_id, uint64_t tag,
     return FERRY_OK;
 }
 
+/* One try of an eager send of contiguous data straight from buf, with no
+ * convertor and no request: FERRY_OK when it left, 1 when it must take
+ * the general path (too large for one fragment, sends queued before it,
+ * or no resources now), else the error. */
+static int send_flat(ferry_msg_t *m, int dst, uint32_t ctx_id, uint64_t tag, const void *buf,
+                     size_t len)
+{
+    if (!util_list_empty(&m->queued[dst]))
+        return 1; /* nothing overtakes what waits */
+    msg_hdr_t h = {.tag = tag, .ctx_id = ctx_id, .len = len};
+    int rc = api_am_send_flat_internal(m->ctx, dst, &h, sizeof(h), buf, len);
+    return rc == FERRY_ERR_NO_RESOURCE ? 1 : rc;
+}
+
 int ferry_msg_isend(ferry_msg_t *m, int dst, uint32_t ctx_id, uint64_t tag, const void *buf,
                     size_t len, ferry_msg_req_t **req_out)
 {
     if (buf == NULL && len > 0)
         return FERRY_ERR_INVALID;
+    if (m != NULL && req_out != NULL && dst >= 0 && dst < m->size) {
+        /* The request is made first: once the data has left, the call
+         * cannot fail. */
+        ferry_msg_req_t *r = req_new(m, REQ_SEND, dst, ctx_id, tag, FERRY_MSG_TAG_EXACT, NULL);
+        if (r == NULL)
+            return FERRY_ERR_NO_MEMORY;
+        int rc = send_flat(m, dst, ctx_id, tag, buf, len);
+        if (rc == FERRY_OK) {
+            r->status.len = r->status.received = len;
+            r->state = REQ_DONE;
+            *req_out = r;
+            return FERRY_OK;
+        }
+        req_free(m, r);
+        if (rc != 1)
+            return rc;
+    }
     ferry_convertor_t conv;
     ferry_convertor_init_contig(&conv, buf, len);
     return ferry_msg_isend_conv(m, dst, ctx_id, tag, &conv, req_out);
@@ -513,6 +545,11 @@ int ferry_msg_send(ferry_msg_t *m, int dst, uint32_t ctx_id, uint64_t tag, const
 {
     if (m != NULL && m->ctx->in_callback > 0)
         return FERRY_ERR_BUSY; /* it could not wait there */
+    if (m != NULL && dst >= 0 && dst < m->size && (buf != NULL || len == 0)) {
+        int rc = send_flat(m, dst, ctx_id, tag, buf, len);
+        if (rc != 1)
+            return rc;
+    }
     ferry_msg_req_t *r;
     int rc = ferry_msg_isend(m, dst, ctx_id, tag, buf, len, &r);
     if (rc != FERRY_OK)
