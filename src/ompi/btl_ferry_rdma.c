@@ -3,15 +3,19 @@
  * on an address and a registration handle, no descriptor; a return of 1
  * for an operation complete inside the call) and ferry's transport
  * contract. Everything that depends on the shape of ferry's RDMA ops lives
- * here, so that the contract's change (issue 10: descriptor-free put/get
- * and atomics shaped like Open MPI's, on another branch) touches this file
- * alone. Today a put is a descriptor made by prepare_src over the local
+ * here, so that the contract's move to descriptor-free put and get (#10)
+ * touches this file alone. Today a put is a descriptor made by prepare_src over the local
  * memory in place (FERRY_BTL_PREP_RDMA, which registers it through the
  * transport's cache when Open MPI gave no local handle) with the remote
  * segment filled in, handed to put; a get the same through prepare_dst.
- * They complete from ferry's progress (never inside the call). There are
- * no atomics: the modules announce none, so osc/rdma does not choose them
- * (#10).
+ * They complete from ferry's progress (never inside the call).
+ *
+ * Atomics (atomic_op, atomic_fop, atomic_cswap) are ferry's own, shaped as
+ * Open MPI's: the operation, the 32-bit flag and the support bits are the
+ * same values (checked at compile time below), the remote handle's first
+ * bytes are the ferry key, and ferry's completion callback carries back
+ * what Open MPI's needs. An atomic ferry completes inside the call (self,
+ * sm on its shared heap) returns 1 with no callback, as Open MPI expects.
  *
  * Registrations (register_mem) are ferry registrations; the handle Open MPI
  * holds is the key first (what it sends to peers), then the registration.
@@ -187,20 +191,204 @@ static int rdma_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpo
                       cbcontext, cbdata);
 }
 
-static void set_atomics(mca_btl_ferry_module_t *mod)
+/* ---- atomics ---- */
+
+/* Open MPI's atomic operations, flags and support bits are ferry's, value
+ * for value (include/ferry/btl.h says so); checked here, so that the casts
+ * below stay right. */
+#define SAME(a, b) _Static_assert((uint32_t)(a) == (uint32_t)(b), #a " is not " #b)
+SAME(MCA_BTL_ATOMIC_ADD, FERRY_BTL_ATOMIC_ADD);
+SAME(MCA_BTL_ATOMIC_AND, FERRY_BTL_ATOMIC_AND);
+SAME(MCA_BTL_ATOMIC_OR, FERRY_BTL_ATOMIC_OR);
+SAME(MCA_BTL_ATOMIC_XOR, FERRY_BTL_ATOMIC_XOR);
+SAME(MCA_BTL_ATOMIC_LAND, FERRY_BTL_ATOMIC_LAND);
+SAME(MCA_BTL_ATOMIC_LOR, FERRY_BTL_ATOMIC_LOR);
+SAME(MCA_BTL_ATOMIC_LXOR, FERRY_BTL_ATOMIC_LXOR);
+SAME(MCA_BTL_ATOMIC_SWAP, FERRY_BTL_ATOMIC_SWAP);
+SAME(MCA_BTL_ATOMIC_MIN, FERRY_BTL_ATOMIC_MIN);
+SAME(MCA_BTL_ATOMIC_MAX, FERRY_BTL_ATOMIC_MAX);
+SAME(MCA_BTL_ATOMIC_FLAG_32BIT, FERRY_BTL_ATOMIC_FLAG_32BIT);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_ADD, FERRY_BTL_ATOMIC_SUPPORTS_ADD);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_AND, FERRY_BTL_ATOMIC_SUPPORTS_AND);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_OR, FERRY_BTL_ATOMIC_SUPPORTS_OR);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_XOR, FERRY_BTL_ATOMIC_SUPPORTS_XOR);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_LAND, FERRY_BTL_ATOMIC_SUPPORTS_LAND);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_LOR, FERRY_BTL_ATOMIC_SUPPORTS_LOR);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_LXOR, FERRY_BTL_ATOMIC_SUPPORTS_LXOR);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_SWAP, FERRY_BTL_ATOMIC_SUPPORTS_SWAP);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_MIN, FERRY_BTL_ATOMIC_SUPPORTS_MIN);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_MAX, FERRY_BTL_ATOMIC_SUPPORTS_MAX);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_32BIT, FERRY_BTL_ATOMIC_SUPPORTS_32BIT);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_CSWAP, FERRY_BTL_ATOMIC_SUPPORTS_CSWAP);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_GLOB, FERRY_BTL_ATOMIC_SUPPORTS_GLOB);
+#undef SAME
+
+/* The support bits Open MPI 4.1 knows and ferry can have (ferry has no
+ * floating-point atomics: MCA_BTL_ATOMIC_SUPPORTS_FLOAT is never given). */
+#define ATOMIC_SUPPORTS_BOTH                                                                \
+    (MCA_BTL_ATOMIC_SUPPORTS_ADD | MCA_BTL_ATOMIC_SUPPORTS_AND | MCA_BTL_ATOMIC_SUPPORTS_OR | \
+     MCA_BTL_ATOMIC_SUPPORTS_XOR | MCA_BTL_ATOMIC_SUPPORTS_LAND |                            \
+     MCA_BTL_ATOMIC_SUPPORTS_LOR | MCA_BTL_ATOMIC_SUPPORTS_LXOR |                            \
+     MCA_BTL_ATOMIC_SUPPORTS_SWAP | MCA_BTL_ATOMIC_SUPPORTS_MIN |                            \
+     MCA_BTL_ATOMIC_SUPPORTS_MAX | MCA_BTL_ATOMIC_SUPPORTS_32BIT |                           \
+     MCA_BTL_ATOMIC_SUPPORTS_CSWAP | MCA_BTL_ATOMIC_SUPPORTS_GLOB)
+
+/* An atomic ferry completed from progress: Open MPI's callback with its
+ * own arguments (its endpoint, local address and handle, context, data). */
+static void amo_done(ferry_btl_module_t *fbtl, ferry_btl_endpoint_t *ep, void *local,
+                     ferry_btl_reg_t *lreg, void *cbctx, void *cbdata, int status)
 {
-    /* Today's contract has no atomics: osc/rdma looks elsewhere. */
-    mod->super.btl_atomic_op = NULL;
-    mod->super.btl_atomic_fop = NULL;
-    mod->super.btl_atomic_cswap = NULL;
-    mod->super.btl_atomic_flags = 0;
+    op_complete(cbctx, status);
+}
+
+/* What Open MPI asks of an atomic that the module cannot do: an operation or
+ * a width outside the module's atomic flags, floating point, or an address
+ * that is not naturally aligned. Open MPI's answer for all of them is
+ * OPAL_ERR_NOT_AVAILABLE (osc/rdma then takes another way); OPAL_SUCCESS
+ * when ferry can be asked. */
+static int amo_check(const mca_btl_base_module_t *b, bool cswap, uint32_t op, uint64_t raddr,
+                     int flags, const mca_btl_base_registration_handle_t *remote_handle)
+{
+    if (remote_handle == NULL)
+        return OPAL_ERR_BAD_PARAM;
+    if ((uint32_t)flags & ~(uint32_t)MCA_BTL_ATOMIC_FLAG_32BIT)
+        return OPAL_ERR_NOT_AVAILABLE; /* MCA_BTL_ATOMIC_FLAG_FLOAT, or unknown */
+    bool w32 = ((uint32_t)flags & MCA_BTL_ATOMIC_FLAG_32BIT) != 0;
+    uint32_t need = cswap ? MCA_BTL_ATOMIC_SUPPORTS_CSWAP : ferry_btl_atomic_supports_bit(op);
+    if (need == 0 || !(b->btl_atomic_flags & need) ||
+        (w32 && !(b->btl_atomic_flags & MCA_BTL_ATOMIC_SUPPORTS_32BIT)))
+        return OPAL_ERR_NOT_AVAILABLE;
+    if (raddr % (w32 ? 4u : 8u) != 0)
+        return OPAL_ERR_NOT_AVAILABLE;
+    return OPAL_SUCCESS;
+}
+
+/* Ferry's answer to an atomic as Open MPI's: FERRY_BTL_DONE (complete
+ * inside the call, no callback) is 1, FERRY_OK (the callback will say) is
+ * OPAL_SUCCESS, and an error leaves nothing started, so the op goes back. */
+static int amo_started(mca_btl_ferry_module_t *mod, mca_btl_ferry_rdma_op_t *op, int rc)
+{
+    if (rc == FERRY_BTL_DONE || rc == FERRY_OK) {
+        mod->stats.atomics++;
+        if (rc == FERRY_OK)
+            return OPAL_SUCCESS;
+        op_put_back(op);
+        return 1;
+    }
+    op_put_back(op);
+    if (rc == FERRY_ERR_NOT_SUPPORTED)
+        return OPAL_ERR_NOT_AVAILABLE;
+    return mca_btl_ferry_status(rc);
+}
+
+static int rdma_atomic_op(struct mca_btl_base_module_t *btl,
+                          struct mca_btl_base_endpoint_t *endpoint, uint64_t remote_address,
+                          struct mca_btl_base_registration_handle_t *remote_handle,
+                          mca_btl_base_atomic_op_t op, uint64_t operand, int flags, int order,
+                          mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext,
+                          void *cbdata)
+{
+    mca_btl_ferry_module_t *mod = mod_of(btl);
+    int rc = amo_check(btl, false, (uint32_t)op, remote_address, flags, remote_handle);
+    if (rc != OPAL_SUCCESS)
+        return rc;
+    mca_btl_ferry_rdma_op_t *o = op_get(mod, endpoint, NULL, NULL, cbfunc, cbcontext, cbdata);
+    if (o == NULL)
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    rc = mod->fbtl->ops->atomic_op(mod->fbtl, fep_of(endpoint), remote_address,
+                                   remote_handle->key, (ferry_btl_atomic_op_t)op, operand,
+                                   (uint32_t)flags, amo_done, o, NULL);
+    return amo_started(mod, o, rc);
+}
+
+static int rdma_atomic_fop(struct mca_btl_base_module_t *btl,
+                           struct mca_btl_base_endpoint_t *endpoint, void *local_address,
+                           uint64_t remote_address,
+                           struct mca_btl_base_registration_handle_t *local_handle,
+                           struct mca_btl_base_registration_handle_t *remote_handle,
+                           mca_btl_base_atomic_op_t op, uint64_t operand, int flags, int order,
+                           mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext,
+                           void *cbdata)
+{
+    mca_btl_ferry_module_t *mod = mod_of(btl);
+    if (local_address == NULL)
+        return OPAL_ERR_BAD_PARAM;
+    int rc = amo_check(btl, false, (uint32_t)op, remote_address, flags, remote_handle);
+    if (rc != OPAL_SUCCESS)
+        return rc;
+    mca_btl_ferry_rdma_op_t *o =
+        op_get(mod, endpoint, local_address, local_handle, cbfunc, cbcontext, cbdata);
+    if (o == NULL)
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    rc = mod->fbtl->ops->atomic_fop(mod->fbtl, fep_of(endpoint), local_address, remote_address,
+                                    lreg_of(local_handle), remote_handle->key,
+                                    (ferry_btl_atomic_op_t)op, operand, (uint32_t)flags,
+                                    amo_done, o, NULL);
+    return amo_started(mod, o, rc);
+}
+
+static int rdma_atomic_cswap(struct mca_btl_base_module_t *btl,
+                             struct mca_btl_base_endpoint_t *endpoint, void *local_address,
+                             uint64_t remote_address,
+                             struct mca_btl_base_registration_handle_t *local_handle,
+                             struct mca_btl_base_registration_handle_t *remote_handle,
+                             uint64_t compare, uint64_t value, int flags, int order,
+                             mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext,
+                             void *cbdata)
+{
+    mca_btl_ferry_module_t *mod = mod_of(btl);
+    if (local_address == NULL)
+        return OPAL_ERR_BAD_PARAM;
+    int rc = amo_check(btl, true, 0, remote_address, flags, remote_handle);
+    if (rc != OPAL_SUCCESS)
+        return rc;
+    mca_btl_ferry_rdma_op_t *o =
+        op_get(mod, endpoint, local_address, local_handle, cbfunc, cbcontext, cbdata);
+    if (o == NULL)
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    rc = mod->fbtl->ops->atomic_cswap(mod->fbtl, fep_of(endpoint), local_address,
+                                      remote_address, lreg_of(local_handle), remote_handle->key,
+                                      compare, value, (uint32_t)flags, amo_done, o, NULL);
+    return amo_started(mod, o, rc);
+}
+
+/* The atomics a module announces: those of its transport, as far as
+ * btl_ferry_flags lets them through (without "atomics" the module has none,
+ * so that Open MPI never calls them).
+ *
+ * The module of the path by which a process reaches itself (ferry's self,
+ * its component always open) announces none: osc/rdma counts a BTL whose
+ * atomics are coherent with the CPU's (SUPPORTS_GLOB) as reaching the
+ * window's own process besides the ranks it reaches, so such a module
+ * would pass for one that reaches both ranks of a 2-rank window, be chosen
+ * for its latency, and leave the window unable to reach the peer. osc/rdma
+ * does its own process's atomics with the CPU anyway. */
+static void set_atomics(mca_btl_ferry_module_t *mod, uint32_t flags)
+{
+    mca_btl_base_module_t *b = &mod->super;
+    const ferry_btl_attr_t *a = &mod->fbtl->attr;
+    uint32_t allowed = (uint32_t)mca_btl_ferry.knob.flags;
+    if (mod->fbtl->component != NULL && mod->fbtl->component->always_open)
+        allowed &= ~(uint32_t)(MCA_BTL_FLAGS_ATOMIC_OPS | MCA_BTL_FLAGS_ATOMIC_FOPS);
+    bool ops = (flags & MCA_BTL_FLAGS_ATOMIC_OPS) && (allowed & MCA_BTL_FLAGS_ATOMIC_OPS);
+    bool fops = ops && (flags & MCA_BTL_FLAGS_ATOMIC_FOPS) &&
+                (allowed & MCA_BTL_FLAGS_ATOMIC_FOPS);
+    b->btl_atomic_op = ops ? rdma_atomic_op : NULL;
+    b->btl_atomic_fop = fops ? rdma_atomic_fop : NULL;
+    b->btl_atomic_cswap = fops && (a->atomic_flags & FERRY_BTL_ATOMIC_SUPPORTS_CSWAP)
+                              ? rdma_atomic_cswap
+                              : NULL;
+    b->btl_atomic_flags = ops ? a->atomic_flags & ATOMIC_SUPPORTS_BOTH : 0;
+    if (!ops)
+        b->btl_flags &= ~(uint32_t)(MCA_BTL_FLAGS_ATOMIC_OPS | MCA_BTL_FLAGS_ATOMIC_FOPS);
+    else if (!fops)
+        b->btl_flags &= ~(uint32_t)MCA_BTL_FLAGS_ATOMIC_FOPS;
 }
 
 static uint32_t access_atomic(void)
 {
-    return FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE;
+    return FERRY_ACCESS_REMOTE_ATOMIC;
 }
-
 
 /* ---- registrations and flush (the same under both contracts) ---- */
 
@@ -260,6 +448,12 @@ uint32_t mca_btl_ferry_rdma_flags(const ferry_btl_attr_t *a)
         flags |= MCA_BTL_FLAGS_GET;
     if (flags != 0)
         flags |= MCA_BTL_FLAGS_RDMA_FLUSH;
+    /* Atomics complete through flush as put and get do: they need it. */
+    if ((a->flags & FERRY_BTL_FLAG_ATOMIC_OPS) && a->atomic_flags != 0) {
+        flags |= MCA_BTL_FLAGS_ATOMIC_OPS | MCA_BTL_FLAGS_RDMA_FLUSH;
+        if (a->flags & FERRY_BTL_FLAG_ATOMIC_FOPS)
+            flags |= MCA_BTL_FLAGS_ATOMIC_FOPS;
+    }
     return flags;
 }
 
@@ -291,7 +485,7 @@ int mca_btl_ferry_rdma_init(mca_btl_ferry_module_t *mod)
      * itself, through the transport's cache, where the transport needs it. */
     b->btl_put_local_registration_threshold = SIZE_MAX;
     b->btl_get_local_registration_threshold = SIZE_MAX;
-    set_atomics(mod);
+    set_atomics(mod, rdma);
     return OPAL_SUCCESS;
 }
 
