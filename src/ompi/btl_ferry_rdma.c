@@ -91,6 +91,168 @@ static ferry_btl_reg_t *lreg_of(mca_btl_base_registration_handle_t *h)
     return h != NULL ? h->reg : NULL;
 }
 
+/* ---- the process's own memory ----
+ *
+ * osc/rdma gives no endpoint (NULL) for an operation on the memory of its
+ * own process: it counts a BTL whose atomics are the CPU's (SUPPORTS_GLOB)
+ * as reaching its own process, yet across hosts it still sends its own
+ * window's puts, gets and atomics through the BTL, with the endpoint it
+ * found for itself, none. Ferry's modules do not reach their own process
+ * (self does), so these are done here, on this process's memory: the
+ * remote handle must be the key of one of the module's live registrations
+ * and the range inside it, with the right the operation needs; anything
+ * else is refused (OPAL_ERR_BAD_PARAM, OPAL_ERR_PERM), never touched. */
+
+static void reg_list_add(mca_btl_ferry_module_t *mod, mca_btl_base_registration_handle_t *h)
+{
+    h->prev = NULL;
+    h->next = mod->regs;
+    if (mod->regs != NULL)
+        mod->regs->prev = h;
+    mod->regs = h;
+}
+
+static void reg_list_remove(mca_btl_ferry_module_t *mod, mca_btl_base_registration_handle_t *h)
+{
+    if (h->prev != NULL)
+        h->prev->next = h->next;
+    else
+        mod->regs = h->next;
+    if (h->next != NULL)
+        h->next->prev = h->prev;
+    h->prev = h->next = NULL;
+}
+
+/* Where [addr, addr + size) of this process is, if the key bytes of rh are
+ * those of a live registration of the module covering it with the right. */
+static int own_target(const mca_btl_ferry_module_t *mod,
+                      const mca_btl_base_registration_handle_t *rh, uint64_t addr, size_t size,
+                      uint32_t right, void **out)
+{
+    if (rh == NULL)
+        return OPAL_ERR_BAD_PARAM;
+    size_t klen = mod->fbtl->attr.reg_handle_size;
+    for (const mca_btl_base_registration_handle_t *h = mod->regs; h != NULL; h = h->next) {
+        if (memcmp(h->key, rh->key, klen) != 0)
+            continue;
+        uint64_t base = (uint64_t)(uintptr_t)h->reg->base;
+        if (addr < base || size > h->reg->len || addr - base > h->reg->len - size)
+            return OPAL_ERR_BAD_PARAM;
+        if ((h->reg->access & right) != right)
+            return OPAL_ERR_PERM;
+        *out = (void *)(uintptr_t)addr;
+        return OPAL_SUCCESS;
+    }
+    return OPAL_ERR_BAD_PARAM;
+}
+
+/* A put or get on this process's memory: copied now, and Open MPI's
+ * callback run before the return, as Open MPI's shared-memory BTL does for
+ * its single-copy put and get. */
+static int own_rdma(mca_btl_ferry_module_t *mod, bool is_put, void *local, uint64_t remote,
+                    mca_btl_base_registration_handle_t *local_handle,
+                    mca_btl_base_registration_handle_t *remote_handle, size_t size,
+                    mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext, void *cbdata)
+{
+    void *there;
+    int rc = own_target(mod, remote_handle, remote, size,
+                        is_put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ, &there);
+    if (rc != OPAL_SUCCESS)
+        return rc;
+    if (is_put)
+        memmove(there, local, size);
+    else
+        memmove(local, there, size);
+    mod->stats.own++;
+    if (cbfunc != NULL)
+        cbfunc(&mod->super, NULL, local, local_handle, cbcontext, cbdata, OPAL_SUCCESS);
+    return OPAL_SUCCESS;
+}
+
+/* op (or, with cswap, compare-and-swap of compare to operand) on the
+ * naturally aligned integer at p, 32 bits with w32, as one sequentially
+ * consistent CPU atomic, as ferry's transports do theirs; the value before.
+ * op is one amo_check let through. */
+static uint64_t own_apply(void *p, bool w32, bool cswap, uint32_t op, uint64_t operand,
+                          uint64_t compare)
+{
+    if (w32) {
+        uint32_t *q = p, v = (uint32_t)operand, old = __atomic_load_n(q, __ATOMIC_RELAXED);
+        uint32_t want;
+        do {
+            if (cswap) {
+                if (old != (uint32_t)compare)
+                    return old;
+                want = v;
+            } else {
+                switch (op) {
+                case MCA_BTL_ATOMIC_ADD: want = old + v; break;
+                case MCA_BTL_ATOMIC_AND: want = old & v; break;
+                case MCA_BTL_ATOMIC_OR: want = old | v; break;
+                case MCA_BTL_ATOMIC_XOR: want = old ^ v; break;
+                case MCA_BTL_ATOMIC_LAND: want = old && v; break;
+                case MCA_BTL_ATOMIC_LOR: want = old || v; break;
+                case MCA_BTL_ATOMIC_LXOR: want = !old != !v; break;
+                case MCA_BTL_ATOMIC_SWAP: want = v; break;
+                case MCA_BTL_ATOMIC_MIN: want = (int32_t)old < (int32_t)v ? old : v; break;
+                default: want = (int32_t)old > (int32_t)v ? old : v; break; /* MAX */
+                }
+            }
+        } while (!__atomic_compare_exchange_n(q, &old, want, true, __ATOMIC_SEQ_CST,
+                                              __ATOMIC_RELAXED));
+        return old;
+    }
+    uint64_t *q = p, v = operand, old = __atomic_load_n(q, __ATOMIC_RELAXED);
+    uint64_t want;
+    do {
+        if (cswap) {
+            if (old != compare)
+                return old;
+            want = v;
+        } else {
+            switch (op) {
+            case MCA_BTL_ATOMIC_ADD: want = old + v; break;
+            case MCA_BTL_ATOMIC_AND: want = old & v; break;
+            case MCA_BTL_ATOMIC_OR: want = old | v; break;
+            case MCA_BTL_ATOMIC_XOR: want = old ^ v; break;
+            case MCA_BTL_ATOMIC_LAND: want = old && v; break;
+            case MCA_BTL_ATOMIC_LOR: want = old || v; break;
+            case MCA_BTL_ATOMIC_LXOR: want = !old != !v; break;
+            case MCA_BTL_ATOMIC_SWAP: want = v; break;
+            case MCA_BTL_ATOMIC_MIN: want = (int64_t)old < (int64_t)v ? old : v; break;
+            default: want = (int64_t)old > (int64_t)v ? old : v; break; /* MAX */
+            }
+        }
+    } while (!__atomic_compare_exchange_n(q, &old, want, true, __ATOMIC_SEQ_CST,
+                                          __ATOMIC_RELAXED));
+    return old;
+}
+
+/* An atomic on this process's memory: done now (1, no callback). */
+static int own_atomic(mca_btl_ferry_module_t *mod, void *local, uint64_t remote,
+                      const mca_btl_base_registration_handle_t *remote_handle, bool cswap,
+                      uint32_t op, uint64_t operand, uint64_t compare, int flags)
+{
+    bool w32 = ((uint32_t)flags & MCA_BTL_ATOMIC_FLAG_32BIT) != 0;
+    void *there;
+    int rc = own_target(mod, remote_handle, remote, w32 ? 4 : 8, FERRY_ACCESS_REMOTE_ATOMIC,
+                        &there);
+    if (rc != OPAL_SUCCESS)
+        return rc;
+    uint64_t old = own_apply(there, w32, cswap, op, operand, compare);
+    if (local != NULL) {
+        if (w32) {
+            uint32_t r = (uint32_t)old;
+            memcpy(local, &r, sizeof(r));
+        } else {
+            memcpy(local, &old, sizeof(old));
+        }
+    }
+    mod->stats.atomics++;
+    mod->stats.own++;
+    return 1;
+}
+
 /* ---- put and get over ferry's descriptors ---- */
 
 static void rdma_done(ferry_btl_module_t *fbtl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des,
@@ -123,6 +285,9 @@ static int rdma_start(struct mca_btl_base_module_t *btl, struct mca_btl_base_end
     if (remote_handle == NULL || local == NULL || size == 0 ||
         size > (is_put ? btl->btl_put_limit : btl->btl_get_limit))
         return OPAL_ERR_BAD_PARAM;
+    if (endpoint == NULL)
+        return own_rdma(mod, is_put, local, remote, local_handle, remote_handle, size, cbfunc,
+                        cbcontext, cbdata);
     mca_btl_ferry_rdma_op_t *op = op_get(mod, endpoint, local, local_handle, cbfunc, cbcontext,
                                          cbdata);
     if (op == NULL)
@@ -292,6 +457,9 @@ static int rdma_atomic_op(struct mca_btl_base_module_t *btl,
     int rc = amo_check(btl, false, (uint32_t)op, remote_address, flags, remote_handle);
     if (rc != OPAL_SUCCESS)
         return rc;
+    if (endpoint == NULL)
+        return own_atomic(mod, NULL, remote_address, remote_handle, false, (uint32_t)op,
+                          operand, 0, flags);
     mca_btl_ferry_rdma_op_t *o = op_get(mod, endpoint, NULL, NULL, cbfunc, cbcontext, cbdata);
     if (o == NULL)
         return OPAL_ERR_OUT_OF_RESOURCE;
@@ -316,6 +484,9 @@ static int rdma_atomic_fop(struct mca_btl_base_module_t *btl,
     int rc = amo_check(btl, false, (uint32_t)op, remote_address, flags, remote_handle);
     if (rc != OPAL_SUCCESS)
         return rc;
+    if (endpoint == NULL)
+        return own_atomic(mod, local_address, remote_address, remote_handle, false,
+                          (uint32_t)op, operand, 0, flags);
     mca_btl_ferry_rdma_op_t *o =
         op_get(mod, endpoint, local_address, local_handle, cbfunc, cbcontext, cbdata);
     if (o == NULL)
@@ -342,6 +513,9 @@ static int rdma_atomic_cswap(struct mca_btl_base_module_t *btl,
     int rc = amo_check(btl, true, 0, remote_address, flags, remote_handle);
     if (rc != OPAL_SUCCESS)
         return rc;
+    if (endpoint == NULL)
+        return own_atomic(mod, local_address, remote_address, remote_handle, true, 0, value,
+                          compare, flags);
     mca_btl_ferry_rdma_op_t *o =
         op_get(mod, endpoint, local_address, local_handle, cbfunc, cbcontext, cbdata);
     if (o == NULL)
@@ -416,6 +590,7 @@ rdma_register_mem(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoin
     }
     memcpy(h->key, reg->key, sizeof(h->key));
     h->reg = reg;
+    reg_list_add(mod, h);
     mod->stats.regs++;
     return h;
 }
@@ -426,6 +601,7 @@ static int rdma_deregister_mem(struct mca_btl_base_module_t *btl,
     mca_btl_ferry_module_t *mod = mod_of(btl);
     if (h == NULL)
         return OPAL_ERR_BAD_PARAM;
+    reg_list_remove(mod, h);
     int rc = mod->fbtl->ops->deregister_mem(mod->fbtl, h->reg);
     free(h);
     return mca_btl_ferry_status(rc);
