@@ -188,7 +188,7 @@ static void stress(int64_t *base, MPI_Win win, int rounds)
     int64_t *fops = xcalloc((size_t)rounds, sizeof(int64_t));
     int64_t *cas = xcalloc((size_t)rounds, sizeof(int64_t));
     int64_t *f32 = xcalloc((size_t)rounds, sizeof(int64_t));
-    int64_t max_seen = -1, swapped_seen = 0, retries = 0;
+    int64_t max_seen = -1, swap_zeros = 0, retries = 0;
     MPI_Barrier(MPI_COMM_WORLD);
     MPI_Win_lock_all(0, win);
     for (int k = 0; k < rounds; k++) {
@@ -231,7 +231,7 @@ static void stress(int64_t *base, MPI_Win win, int rounds)
         max_seen = prev > v ? prev : v;
         if (prev_swap < 0 || prev_swap > nranks)
             fail("stress REPLACE fetched", S_SWAP, prev_swap, 0);
-        swapped_seen |= prev_swap != 0;
+        swap_zeros += prev_swap == 0; /* only the very first REPLACE finds 0 */
         (void)prev_bits;
     }
     MPI_Win_unlock_all(win);
@@ -260,8 +260,11 @@ static void stress(int64_t *base, MPI_Win win, int rounds)
     check_unique("stress fetch_and_op values", fops, rounds);
     check_unique("stress compare_and_swap values", cas, rounds);
     check_unique("stress 32-bit fetch_and_op values", f32, rounds);
-    int64_t all_retries = 0;
+    int64_t all_retries = 0, all_zeros = 0;
     MPI_Reduce(&retries, &all_retries, 1, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&swap_zeros, &all_zeros, 1, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0 && all_zeros != 1)
+        fail("stress REPLACE fetched the initial 0", S_SWAP, all_zeros, 1);
     if (rank == 0)
         printf("osc: %s window: stress of %d rounds per rank passed (%lld compare_and_swap "
                "retries)\n",
