@@ -119,6 +119,9 @@ typedef struct mca_btl_ferry_state {
     bool closing;                     /* finalizing: no more callbacks to Open MPI */
     unsigned idle_calls;              /* progress calls since inactive modules were polled */
     mca_btl_ferry_frag_t *done_head, *done_tail; /* callbacks due from progress */
+    /* RDMA operations complete whose callbacks are due from progress
+     * (btl_ferry_rdma.c). */
+    struct mca_btl_ferry_rdma_op *rdma_done_head, *rdma_done_tail;
     /* The Open MPI side of the BTL attributes (btl_ferry_flags, ...). */
     struct {
         int flags;
@@ -155,6 +158,9 @@ void mca_btl_ferry_update_active(void);
  * limits, and the op pool. */
 int mca_btl_ferry_rdma_init(mca_btl_ferry_module_t *mod);
 void mca_btl_ferry_rdma_fini(mca_btl_ferry_module_t *mod);
+/* Runs the callbacks of RDMA operations due from progress; returns how
+ * many. */
+int mca_btl_ferry_rdma_run_done(void);
 /* The btl flags the adapter gives for a ferry module's capabilities. */
 uint32_t mca_btl_ferry_rdma_flags(const ferry_btl_attr_t *attr);
 

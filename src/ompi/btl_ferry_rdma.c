@@ -32,6 +32,7 @@
 /* An operation in flight: what Open MPI's completion callback needs. */
 typedef struct mca_btl_ferry_rdma_op {
     opal_free_list_item_t super;
+    struct mca_btl_ferry_rdma_op *next_done; /* on the component's list of due callbacks */
     mca_btl_ferry_module_t *mod;
     struct mca_btl_base_endpoint_t *ep;
     void *local;
@@ -84,6 +85,35 @@ static void op_complete(mca_btl_ferry_rdma_op_t *op, int status)
     if (done.cbfunc != NULL && !mca_btl_ferry.closing)
         done.cbfunc(&done.mod->super, done.ep, done.local, done.local_handle, done.cbcontext,
                     done.cbdata, mca_btl_ferry_status(status));
+}
+
+/* The operation is complete, its callback due from the next progress. */
+static void op_defer(mca_btl_ferry_rdma_op_t *op)
+{
+    mca_btl_ferry_state_t *st = &mca_btl_ferry;
+    op->next_done = NULL;
+    if (st->rdma_done_tail != NULL)
+        st->rdma_done_tail->next_done = op;
+    else
+        st->rdma_done_head = op;
+    st->rdma_done_tail = op;
+}
+
+int mca_btl_ferry_rdma_run_done(void)
+{
+    mca_btl_ferry_state_t *st = &mca_btl_ferry;
+    /* Only those due now: a callback that starts another queues it for
+     * the next call. */
+    mca_btl_ferry_rdma_op_t *op = st->rdma_done_head;
+    st->rdma_done_head = st->rdma_done_tail = NULL;
+    int n = 0;
+    while (op != NULL) {
+        mca_btl_ferry_rdma_op_t *next = op->next_done;
+        op_complete(op, FERRY_OK);
+        op = next;
+        n++;
+    }
+    return n;
 }
 
 static ferry_btl_reg_t *lreg_of(mca_btl_base_registration_handle_t *h)
@@ -430,13 +460,29 @@ static int amo_check(const mca_btl_base_module_t *b, bool cswap, uint32_t op, ui
 
 /* Ferry's answer to an atomic as Open MPI's: FERRY_BTL_DONE (complete
  * inside the call, no callback) is 1, FERRY_OK (the callback will say) is
- * OPAL_SUCCESS, and an error leaves nothing started, so the op goes back. */
-static int amo_started(mca_btl_ferry_module_t *mod, mca_btl_ferry_rdma_op_t *op, int rc)
+ * OPAL_SUCCESS, and an error leaves nothing started, so the op goes back.
+ *
+ * Except for a fetching 32-bit atomic (late32) done inside the call: its
+ * callback is run from the next progress and the call returns OPAL_SUCCESS.
+ * osc/rdma (Open MPI 4.1.4) stores the result of an atomic that returned 1
+ * as 64 bits into the caller's 4-byte buffer, overwriting the 4 bytes after
+ * it; through the callback it copies the result's own width. */
+static bool fetch32(int flags)
+{
+    return ((uint32_t)flags & MCA_BTL_ATOMIC_FLAG_32BIT) != 0;
+}
+
+static int amo_started(mca_btl_ferry_module_t *mod, mca_btl_ferry_rdma_op_t *op, int rc,
+                       bool late32)
 {
     if (rc == FERRY_BTL_DONE || rc == FERRY_OK) {
         mod->stats.atomics++;
         if (rc == FERRY_OK)
             return OPAL_SUCCESS;
+        if (late32) {
+            op_defer(op);
+            return OPAL_SUCCESS;
+        }
         op_put_back(op);
         return 1;
     }
@@ -444,6 +490,17 @@ static int amo_started(mca_btl_ferry_module_t *mod, mca_btl_ferry_rdma_op_t *op,
     if (rc == FERRY_ERR_NOT_SUPPORTED)
         return OPAL_ERR_NOT_AVAILABLE;
     return mca_btl_ferry_status(rc);
+}
+
+/* As amo_started, for an atomic own_atomic did (1, or an Open MPI error). */
+static int own_started(mca_btl_ferry_rdma_op_t *op, int rc, bool late32)
+{
+    if (rc == 1 && late32) {
+        op_defer(op);
+        return OPAL_SUCCESS;
+    }
+    op_put_back(op);
+    return rc;
 }
 
 static int rdma_atomic_op(struct mca_btl_base_module_t *btl,
@@ -466,7 +523,7 @@ static int rdma_atomic_op(struct mca_btl_base_module_t *btl,
     rc = mod->fbtl->ops->atomic_op(mod->fbtl, fep_of(endpoint), remote_address,
                                    remote_handle->key, (ferry_btl_atomic_op_t)op, operand,
                                    (uint32_t)flags, amo_done, o, NULL);
-    return amo_started(mod, o, rc);
+    return amo_started(mod, o, rc, false);
 }
 
 static int rdma_atomic_fop(struct mca_btl_base_module_t *btl,
@@ -484,18 +541,19 @@ static int rdma_atomic_fop(struct mca_btl_base_module_t *btl,
     int rc = amo_check(btl, false, (uint32_t)op, remote_address, flags, remote_handle);
     if (rc != OPAL_SUCCESS)
         return rc;
-    if (endpoint == NULL)
-        return own_atomic(mod, local_address, remote_address, remote_handle, false,
-                          (uint32_t)op, operand, 0, flags);
     mca_btl_ferry_rdma_op_t *o =
         op_get(mod, endpoint, local_address, local_handle, cbfunc, cbcontext, cbdata);
     if (o == NULL)
         return OPAL_ERR_OUT_OF_RESOURCE;
+    if (endpoint == NULL)
+        return own_started(o, own_atomic(mod, local_address, remote_address, remote_handle,
+                                         false, (uint32_t)op, operand, 0, flags),
+                           fetch32(flags));
     rc = mod->fbtl->ops->atomic_fop(mod->fbtl, fep_of(endpoint), local_address, remote_address,
                                     lreg_of(local_handle), remote_handle->key,
                                     (ferry_btl_atomic_op_t)op, operand, (uint32_t)flags,
                                     amo_done, o, NULL);
-    return amo_started(mod, o, rc);
+    return amo_started(mod, o, rc, fetch32(flags));
 }
 
 static int rdma_atomic_cswap(struct mca_btl_base_module_t *btl,
@@ -513,17 +571,18 @@ static int rdma_atomic_cswap(struct mca_btl_base_module_t *btl,
     int rc = amo_check(btl, true, 0, remote_address, flags, remote_handle);
     if (rc != OPAL_SUCCESS)
         return rc;
-    if (endpoint == NULL)
-        return own_atomic(mod, local_address, remote_address, remote_handle, true, 0, value,
-                          compare, flags);
     mca_btl_ferry_rdma_op_t *o =
         op_get(mod, endpoint, local_address, local_handle, cbfunc, cbcontext, cbdata);
     if (o == NULL)
         return OPAL_ERR_OUT_OF_RESOURCE;
+    if (endpoint == NULL)
+        return own_started(o, own_atomic(mod, local_address, remote_address, remote_handle,
+                                         true, 0, value, compare, flags),
+                           fetch32(flags));
     rc = mod->fbtl->ops->atomic_cswap(mod->fbtl, fep_of(endpoint), local_address,
                                       remote_address, lreg_of(local_handle), remote_handle->key,
                                       compare, value, (uint32_t)flags, amo_done, o, NULL);
-    return amo_started(mod, o, rc);
+    return amo_started(mod, o, rc, fetch32(flags));
 }
 
 /* The atomics a module announces: those of its transport, as far as

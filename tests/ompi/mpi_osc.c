@@ -214,10 +214,14 @@ static void stress(int64_t *base, MPI_Win win, int rounds)
         cas[k] = cur;
 
         /* Two 32-bit counters in one word: the high one must not move. */
-        int32_t one32 = 1, got32 = -1;
-        MPI_Fetch_and_op(&one32, &got32, MPI_INT32_T, 0, S_FOP32, MPI_SUM, win);
+        int32_t one32 = 1, got32[2] = {-1, 0x5a5a5a5a};
+        MPI_Fetch_and_op(&one32, &got32[0], MPI_INT32_T, 0, S_FOP32, MPI_SUM, win);
         MPI_Win_flush(0, win);
-        f32[k] = got32;
+        f32[k] = got32[0];
+        /* The 32-bit result is 4 bytes: the next 4 are not touched. */
+        if (got32[1] != 0x5a5a5a5a)
+            fail("stress 32-bit fetch_and_op wrote past its result", S_FOP32, got32[1],
+                 0x5a5a5a5a);
 
         int64_t v = (int64_t)k * nranks + rank, prev = -1;
         MPI_Fetch_and_op(&v, &prev, MPI_INT64_T, 0, S_MAX, MPI_MAX, win);
