@@ -15,7 +15,10 @@
  * same values (checked at compile time below), the remote handle's first
  * bytes are the ferry key, and ferry's completion callback carries back
  * what Open MPI's needs. An atomic ferry completes inside the call (self,
- * sm on its shared heap) returns 1 with no callback, as Open MPI expects.
+ * sm on its shared heap) returns 1 with no callback, as Open MPI expects,
+ * but for a fetching 32-bit one (see amo_started). Operations on the
+ * process's own memory, for which osc/rdma gives no endpoint, are done here
+ * (see "the process's own memory").
  *
  * Registrations (register_mem) are ferry registrations; the handle Open MPI
  * holds is the key first (what it sends to peers), then the registration.
