@@ -461,6 +461,11 @@ static int amo_check(const mca_btl_base_module_t *b, bool cswap, uint32_t op, ui
     return OPAL_SUCCESS;
 }
 
+static bool fetch32(int flags)
+{
+    return ((uint32_t)flags & MCA_BTL_ATOMIC_FLAG_32BIT) != 0;
+}
+
 /* Ferry's answer to an atomic as Open MPI's: FERRY_BTL_DONE (complete
  * inside the call, no callback) is 1, FERRY_OK (the callback will say) is
  * OPAL_SUCCESS, and an error leaves nothing started, so the op goes back.
@@ -470,11 +475,6 @@ static int amo_check(const mca_btl_base_module_t *b, bool cswap, uint32_t op, ui
  * osc/rdma (Open MPI 4.1.4) stores the result of an atomic that returned 1
  * as 64 bits into the caller's 4-byte buffer, overwriting the 4 bytes after
  * it; through the callback it copies the result's own width. */
-static bool fetch32(int flags)
-{
-    return ((uint32_t)flags & MCA_BTL_ATOMIC_FLAG_32BIT) != 0;
-}
-
 static int amo_started(mca_btl_ferry_module_t *mod, mca_btl_ferry_rdma_op_t *op, int rc,
                        bool late32)
 {
@@ -621,11 +621,6 @@ static void set_atomics(mca_btl_ferry_module_t *mod, uint32_t flags)
         b->btl_flags &= ~(uint32_t)MCA_BTL_FLAGS_ATOMIC_FOPS;
 }
 
-static uint32_t access_atomic(void)
-{
-    return FERRY_ACCESS_REMOTE_ATOMIC;
-}
-
 /* ---- registrations and flush (the same under both contracts) ---- */
 
 static struct mca_btl_base_registration_handle_t *
@@ -639,7 +634,7 @@ rdma_register_mem(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoin
     if (flags & MCA_BTL_REG_FLAG_REMOTE_WRITE)
         access |= FERRY_ACCESS_REMOTE_WRITE;
     if (flags & MCA_BTL_REG_FLAG_REMOTE_ATOMIC)
-        access |= access_atomic();
+        access |= FERRY_ACCESS_REMOTE_ATOMIC;
     ferry_btl_endpoint_t *ep = endpoint == MCA_BTL_ENDPOINT_ANY ? NULL : fep_of(endpoint);
     mca_btl_base_registration_handle_t *h = malloc(sizeof(*h));
     if (h == NULL)
