@@ -123,13 +123,15 @@ compare)
     cat "$log"
     if [ -f "$build/src/ompi/mca_btl_ferry.so" ]; then
         # The component is built: ferry-sm must run, its point-to-point
-        # measured and paired, its one-sided skipped with the reason.
-        grep -q "^## lat: paired ratio ferry-sm" "$log" ||
-            rejected "mca_btl_ferry.so is built but ferry-sm was not measured"
-        [ "$(grep -c '^lat,[12],ferry-sm,' "$dir/medians.csv")" -eq 2 ] ||
-            rejected "medians.csv lacks the lat rows of ferry-sm"
-        grep -q "^# ferry's one-sided metrics skipped: ." "$log" ||
-            rejected "ferry-sm's one-sided metrics were not skipped with a reason"
+        # and its one-sided (osc/rdma over ferry) measured and paired.
+        for m in lat put-lat; do
+            grep -q "^## $m: paired ratio ferry-sm" "$log" ||
+                rejected "mca_btl_ferry.so is built but ferry-sm's $m was not measured"
+            [ "$(grep -c "^$m,[12],ferry-sm," "$dir/medians.csv")" -eq 2 ] ||
+                rejected "medians.csv lacks the $m rows of ferry-sm"
+        done
+        grep -q "one-sided window from MPI_Win_create" "$dir"/raw/ferry-sm.*.put-lat.csv ||
+            rejected "ferry-sm's put-lat did not run on a window from MPI_Win_create"
     else
         grep -q "^# skipped ferry-sm: ." "$log" ||
             rejected "ferry-sm is not built but was not skipped with a reason"

@@ -6,7 +6,7 @@
  * in turn.
  *
  *   mpirun -n 2 --bind-to core ferry-mpibench [metrics] [-m MIN:MAX] [-T MS]
- *                                             [-r REPS] [-o FILE]
+ *                                             [-r REPS] [-w FLAVOR] [-o FILE]
  *
  * Metrics, as OSU measures them:
  *   lat      ping-pong with MPI_Send/MPI_Recv; half the round trip (us)
@@ -20,8 +20,12 @@
  *   fop-lat  one 8-byte MPI_Fetch_and_op (MPI_SUM) and its MPI_Win_flush
  *            (us); size 8 only
  * One-sided metrics use a window from MPI_Win_allocate (which Open MPI's
- * osc/sm needs), passive target (MPI_Win_lock_all), rank 0 the origin; rank
- * 1 waits in a barrier, which progresses whatever the target must do.
+ * osc/sm needs), or with -w create one from MPI_Win_create over memory of
+ * the program's own (on one host Open MPI's osc/rdma maps an allocated
+ * window's memory and uses neither the BTL's RDMA nor its atomics; a created
+ * window's traffic is the BTL's); passive target (MPI_Win_lock_all), rank 0
+ * the origin; rank 1 waits in a barrier, which progresses whatever the
+ * target must do.
  *
  * Each figure: rank 0 times a warm-up, picks an iteration count that takes
  * about -T ms and broadcasts it; then -r timed repetitions, whose median is
@@ -75,6 +79,7 @@ typedef struct opts {
     size_t min_size, max_size;
     double time_ms;
     int reps;
+    bool win_create; /* -w create: MPI_Win_create, else MPI_Win_allocate */
     const char *out_path;
 } opts_t;
 
@@ -83,6 +88,7 @@ typedef struct bench {
     int rank, peer;
     char *sbuf, *rbuf; /* WINDOW * max_size each: a window of messages */
     char *wbase;       /* the one-sided window's memory on this rank */
+    char *wmem;        /* that memory when the program allocated it (-w create) */
     MPI_Win win;
     bool win_open;
     FILE *out; /* rank 0 */
@@ -96,6 +102,8 @@ static const char usage_text[] =
     "              default 1:1M); fop-lat is 8 bytes only\n"
     "  -T MS       time one timed repetition takes, milliseconds (20)\n"
     "  -r REPS     timed repetitions per figure; the median is printed (3)\n"
+    "  -w FLAVOR   one-sided window: allocate (MPI_Win_allocate, the default) or\n"
+    "              create (MPI_Win_create over the program's own memory)\n"
     "  -o FILE     write the output into FILE rather than standard output\n"
     "  -h          this text\n"
     "output: '#' comment lines, then CSV rows metric,size,value,unit\n";
@@ -190,7 +198,7 @@ static int parse_args(int argc, char **argv, opts_t *o, char *err, size_t errlen
             continue;
         }
         if (strcmp(a, "-m") != 0 && strcmp(a, "-T") != 0 && strcmp(a, "-r") != 0 &&
-            strcmp(a, "-o") != 0) {
+            strcmp(a, "-w") != 0 && strcmp(a, "-o") != 0) {
             snprintf(err, errlen, "unknown option '%s'", a);
             return 2;
         }
@@ -220,6 +228,12 @@ static int parse_args(int argc, char **argv, opts_t *o, char *err, size_t errlen
                 return 2;
             }
             o->reps = (int)v;
+        } else if (strcmp(a, "-w") == 0) {
+            if (strcmp(val, "allocate") != 0 && strcmp(val, "create") != 0) {
+                snprintf(err, errlen, "-w '%s': expected allocate or create", val);
+                return 2;
+            }
+            o->win_create = strcmp(val, "create") == 0;
         } else {
             if (val[0] == '\0') {
                 snprintf(err, errlen, "-o: empty file name");
@@ -408,9 +422,21 @@ static int setup(bench_t *b)
     if (!need_win)
         return 0;
     size_t wlen = b->o.max_size > 8 ? b->o.max_size : 8;
-    if (MPI_Win_allocate((MPI_Aint)wlen, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &b->wbase,
-                         &b->win) != MPI_SUCCESS)
+    if (b->o.win_create) {
+        /* Page aligned, as an application's buffer of this size would be. */
+        if (posix_memalign((void **)&b->wmem, 4096, wlen) != 0) {
+            fprintf(stderr, "ferry-mpibench: rank %d: cannot allocate a window of %zu bytes\n",
+                    b->rank, wlen);
+            return 1;
+        }
+        b->wbase = b->wmem;
+        if (MPI_Win_create(b->wbase, (MPI_Aint)wlen, 1, MPI_INFO_NULL, MPI_COMM_WORLD,
+                           &b->win) != MPI_SUCCESS)
+            return 1;
+    } else if (MPI_Win_allocate((MPI_Aint)wlen, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &b->wbase,
+                                &b->win) != MPI_SUCCESS) {
         return 1;
+    }
     memset(b->wbase, 0, wlen);
     b->win_open = true;
     MPI_Win_lock_all(0, b->win);
@@ -429,6 +455,9 @@ static void print_header(bench_t *b)
     fprintf(b->out, "# ferry-mpibench: %s\n", lib);
     fprintf(b->out, "# each value: median of %d repetitions of about %g ms; windows of %d\n",
             b->o.reps, b->o.time_ms, WINDOW);
+    if (b->win_open)
+        fprintf(b->out, "# one-sided window from %s\n",
+                b->o.win_create ? "MPI_Win_create" : "MPI_Win_allocate");
     fprintf(b->out, "metric,size,value,unit\n");
     fflush(b->out);
 }
@@ -504,6 +533,7 @@ int main(int argc, char **argv)
     }
     free(b.sbuf);
     free(b.rbuf);
+    free(b.wmem);
     MPI_Finalize();
     return rc;
 }

@@ -21,12 +21,14 @@
 #                 first configuration)
 #     --ferry-component DIR  folder holding mca_btl_ferry.so (default
 #                 $FERRY_OMPI_COMPONENT_DIR, then the build's src/ompi)
+#     --ferry-window FLAVOR  window of ferry's one-sided jobs: create (the
+#                 default) or allocate (ferry-mpibench -w)
 #     --list      print the configurations and whether each can run, then exit
 #
 # Configurations (Open MPI's mpirun or MPICH's mpiexec.hydra, 2 ranks,
 # --bind-to core):
-#   ferry-sm    --mca pml ob1 --mca btl self,ferry, FERRY_BTL=sm
-#   ferry-tcp   --mca pml ob1 --mca btl self,ferry, FERRY_BTL=tcp
+#   ferry-sm    --mca pml ob1 --mca btl self,ferry, FERRY_BTL=sm, osc rdma
+#   ferry-tcp   --mca pml ob1 --mca btl self,ferry, FERRY_BTL=tcp, osc rdma
 #   vader-cma   --mca pml ob1 --mca btl self,vader, single copy cma
 #   vader-copy  --mca pml ob1 --mca btl self,vader, single copy none
 #   ob1-tcp     --mca pml ob1 --mca btl self,tcp
@@ -39,11 +41,13 @@
 # The three ob1 peers run one-sided through --mca osc sm: on Open MPI 4.1.4
 # osc/rdma over vader crashes in fetch_and_op and compare_and_swap (issue
 # 11), and over tcp it has no RDMA path at all; so their one-sided figures
-# are osc/sm's (shared memory), tcp's included. ferry's configurations are
-# skipped, with the reason printed, while the component is not found; their
-# one-sided metrics are skipped (said once) while ferry's transports have no
-# atomics: osc/rdma cannot use them, and osc/sm's figures would not be
-# ferry's (#10).
+# are osc/sm's (shared memory), tcp's included. ferry's configurations run
+# one-sided through --mca osc rdma over ferry's RDMA and atomics, on a
+# window from MPI_Win_create (--ferry-window): on one host osc/rdma maps an
+# MPI_Win_allocate window's memory and does its puts, gets and atomics with
+# the CPU itself, so those figures would be osc/rdma's, not ferry's.
+# ferry's configurations are skipped, with the reason printed, while the
+# component is not found.
 # Exits 0 when every job that ran worked, 1 when one failed, 2 on a usage
 # error.
 set -euo pipefail
@@ -57,6 +61,7 @@ time_ms=10
 only=""
 refs=""
 ferry_dir=${FERRY_OMPI_COMPONENT_DIR:-}
+ferry_window=create
 list_only=0
 
 usage() {
@@ -75,11 +80,16 @@ while [ $# -gt 0 ]; do
     --only) only=$2; shift 2 ;;
     --ref) refs=$2; shift 2 ;;
     --ferry-component) ferry_dir=$2; shift 2 ;;
+    --ferry-window) ferry_window=$2; shift 2 ;;
     --list) list_only=1; shift ;;
     -h | --help) usage 0 ;;
     *) echo "run_mpi_compare: unknown argument '$1'" >&2; usage 2 ;;
     esac
 done
+if [ "$ferry_window" != create ] && [ "$ferry_window" != allocate ]; then
+    echo "run_mpi_compare: --ferry-window '$ferry_window': expected create or allocate" >&2
+    exit 2
+fi
 if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
     echo "run_mpi_compare: -r '$rounds': expected a positive integer" >&2
     exit 2
@@ -99,8 +109,8 @@ hydra=$(command -v mpiexec.hydra || command -v mpiexec.mpich || true)
 # ---- the configurations ----
 names=(ferry-sm ferry-tcp vader-cma vader-copy ob1-tcp ucx mpich ferrymsg-sm ferrymsg-tcp)
 declare -A label args why
-label[ferry-sm]="ob1 + btl ferry (FERRY_BTL=sm); no one-sided yet"
-label[ferry-tcp]="ob1 + btl ferry (FERRY_BTL=tcp); no one-sided yet"
+label[ferry-sm]="ob1 + btl ferry (FERRY_BTL=sm); osc rdma"
+label[ferry-tcp]="ob1 + btl ferry (FERRY_BTL=tcp); osc rdma"
 label[vader-cma]="ob1 + vader, single copy cma; osc sm"
 label[vader-copy]="ob1 + vader, no single copy; osc sm"
 label[ob1-tcp]="ob1 + tcp; osc sm (one-sided over shared memory)"
@@ -109,8 +119,8 @@ label[mpich]="MPICH, mpiexec.hydra, default device"
 label[ferrymsg-sm]="no MPI: ferry/msg.h + ferry_put/get, sm; no fop"
 label[ferrymsg-tcp]="no MPI: ferry/msg.h + ferry_put/get, tcp; no fop"
 ucx_any="--mca opal_common_ucx_tls any --mca opal_common_ucx_devices any"
-args[ferry-sm]="--mca pml ob1 --mca btl self,ferry -x FERRY_BTL=sm"
-args[ferry-tcp]="--mca pml ob1 --mca btl self,ferry -x FERRY_BTL=tcp"
+args[ferry-sm]="--mca pml ob1 --mca btl self,ferry -x FERRY_BTL=sm --mca osc rdma"
+args[ferry-tcp]="--mca pml ob1 --mca btl self,ferry -x FERRY_BTL=tcp --mca osc rdma"
 args[vader-cma]="--mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism cma --mca osc sm"
 args[vader-copy]="--mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism none --mca osc sm"
 args[ob1-tcp]="--mca pml ob1 --mca btl self,tcp --mca osc sm"
@@ -225,7 +235,10 @@ bench_args=(-m "$sizes" -T "$time_ms" -r 5)
 failed=0
 run_one() {
     local n=$1 r=$2 m=$3 file=$out/raw/$1.$2.$3.csv log=$out/raw/$1.$2.$3.log
-    local -a cmd
+    local -a cmd extra=()
+    if [[ $n == ferry-* && $m =~ ^(put|get|fop)- ]]; then
+        extra=(-w "$ferry_window")
+    fi
     if [ "$n" = mpich ]; then
         cmd=("$hydra" -n 2 -bind-to core "$bin_mpich")
     elif [[ $n == ferrymsg-* ]]; then
@@ -238,7 +251,7 @@ run_one() {
         fi
         cmd+=("$bin_ompi")
     fi
-    if ! timeout 900 "${cmd[@]}" "$m" "${bench_args[@]}" -o "$file" >"$log" 2>&1; then
+    if ! timeout 900 "${cmd[@]}" "$m" "${bench_args[@]}" "${extra[@]}" -o "$file" >"$log" 2>&1; then
         echo "# $n, round $r, $m: the job failed; the end of its output ($log):"
         tail -n 5 "$log" | sed 's/^/#   /'
         rm -f "$file"
@@ -252,19 +265,11 @@ fi
 echo "# $rounds rounds; in each, per metric, one job of each of: ${chosen[*]}"
 echo "# (the order rotated each round); each job: ferry-mpibench METRIC ${bench_args[*]}"
 k=${#chosen[@]}
-said_osc=0
 said_fop=0
 for ((r = 1; r <= rounds; r++)); do
     for m in ${metrics//,/ }; do
         for ((i = 0; i < k; i++)); do
             n=${chosen[$(((i + r - 1) % k))]}
-            if [[ $n == ferry-* && $m =~ ^(put|get|fop)- ]]; then
-                if [ "$said_osc" -eq 0 ]; then
-                    echo "# ferry's one-sided metrics skipped: its transports have no atomics yet, so osc/rdma cannot use them (#10)"
-                    said_osc=1
-                fi
-                continue
-            fi
             if [[ $n == ferrymsg-* && $m == fop-lat ]]; then
                 if [ "$said_fop" -eq 0 ]; then
                     echo "# fop-lat skipped for ferrymsg-*: MPI_Fetch_and_op has no ferry call under it yet (ferry's atomics API, #10)"

@@ -54,6 +54,9 @@
 struct mca_btl_base_registration_handle_t {
     uint8_t key[FERRY_BTL_KEY_MAX];
     ferry_btl_reg_t *reg;
+    /* On the module's list of its live registrations (btl_ferry_rdma.c:
+     * the process's own memory is found there by key). */
+    struct mca_btl_base_registration_handle_t *prev, *next;
 };
 
 typedef struct mca_btl_ferry_module mca_btl_ferry_module_t;
@@ -79,6 +82,7 @@ typedef struct mca_btl_ferry_stats {
     uint64_t put, get;    /* RDMA operations started */
     uint64_t put_bytes, get_bytes;
     uint64_t atomics;
+    uint64_t own;         /* puts, gets, atomics on this process's own memory (no endpoint) */
     uint64_t regs;        /* register_mem calls */
     uint64_t recv;        /* fragments handed to Open MPI */
 } mca_btl_ferry_stats_t;
@@ -97,6 +101,7 @@ struct mca_btl_ferry_module {
     bool active;    /* best ferry path to some peer: polled on every progress */
     bool finalized; /* btl_finalize ran */
     mca_btl_ferry_stats_t stats;
+    mca_btl_base_registration_handle_t *regs; /* live registrations, newest first */
 };
 
 /* The component's state. */
@@ -114,6 +119,9 @@ typedef struct mca_btl_ferry_state {
     bool closing;                     /* finalizing: no more callbacks to Open MPI */
     unsigned idle_calls;              /* progress calls since inactive modules were polled */
     mca_btl_ferry_frag_t *done_head, *done_tail; /* callbacks due from progress */
+    /* RDMA operations complete whose callbacks are due from progress
+     * (btl_ferry_rdma.c). */
+    struct mca_btl_ferry_rdma_op *rdma_done_head, *rdma_done_tail;
     /* The Open MPI side of the BTL attributes (btl_ferry_flags, ...). */
     struct {
         int flags;
@@ -150,6 +158,9 @@ void mca_btl_ferry_update_active(void);
  * limits, and the op pool. */
 int mca_btl_ferry_rdma_init(mca_btl_ferry_module_t *mod);
 void mca_btl_ferry_rdma_fini(mca_btl_ferry_module_t *mod);
+/* Runs the callbacks of RDMA operations due from progress; returns how
+ * many. */
+int mca_btl_ferry_rdma_run_done(void);
 /* The btl flags the adapter gives for a ferry module's capabilities. */
 uint32_t mca_btl_ferry_rdma_flags(const ferry_btl_attr_t *attr);
 

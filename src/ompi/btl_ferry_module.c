@@ -193,10 +193,15 @@ static void mod_error(ferry_btl_module_t *fbtl, int status, int peer, const char
                  peer >= 0 ? "lost rank" : "transport failed, rank", peer >= 0 ? peer : -1, msg,
                  ferry_strerror(status)) < 0)
         info = NULL;
-    if (mod->error_cb != NULL && !mca_btl_ferry.closing && (peer < 0 || proc != NULL))
+    if (mod->error_cb != NULL && !mca_btl_ferry.closing && (peer < 0 || proc != NULL)) {
+        /* Said before the call: ob1's callback ends the process. */
+        opal_output_verbose(10, opal_btl_base_framework.framework_output,
+                            "btl ferry: rank %d module %s: calling Open MPI's error callback "
+                            "(fatal) for rank %d",
+                            mca_btl_ferry.rank, fbtl->attr.name, peer);
         mod->error_cb(&mod->super, MCA_BTL_ERROR_FLAGS_FATAL, proc,
                       info != NULL ? info : (char *)"btl ferry: peer failed");
-    else if (info != NULL)
+    } else if (info != NULL)
         opal_output(0, "%s", info);
     free(info);
 }
@@ -439,12 +444,13 @@ static void print_stats(const mca_btl_ferry_module_t *mod)
     opal_output_verbose(40, opal_btl_base_framework.framework_output,
                         "btl ferry: rank %d module %s: sendi %llu, send inline %llu, send "
                         "queued %llu, put %llu (%llu bytes), get %llu (%llu bytes), atomics "
-                        "%llu, registrations %llu, received %llu",
+                        "%llu, own %llu, registrations %llu, received %llu",
                         mca_btl_ferry.rank, mod->fbtl->attr.name, (unsigned long long)s->sendi,
                         (unsigned long long)s->send_inline, (unsigned long long)s->send_queued,
                         (unsigned long long)s->put, (unsigned long long)s->put_bytes,
                         (unsigned long long)s->get, (unsigned long long)s->get_bytes,
-                        (unsigned long long)s->atomics, (unsigned long long)s->regs,
+                        (unsigned long long)s->atomics, (unsigned long long)s->own,
+                        (unsigned long long)s->regs,
                         (unsigned long long)s->recv);
 }
 
@@ -467,6 +473,7 @@ static int mod_finalize(struct mca_btl_base_module_t *btl)
     int rc = OPAL_SUCCESS;
     if (st->ctx != NULL) {
         mca_btl_ferry_run_done();
+        mca_btl_ferry_rdma_run_done();
         rc = mca_btl_ferry_status(ferry_finalize(&st->ctx));
     }
     for (int i = 0; i < st->n_modules; i++) {

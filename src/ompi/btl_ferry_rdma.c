@@ -3,15 +3,22 @@
  * on an address and a registration handle, no descriptor; a return of 1
  * for an operation complete inside the call) and ferry's transport
  * contract. Everything that depends on the shape of ferry's RDMA ops lives
- * here, so that the contract's change (issue 10: descriptor-free put/get
- * and atomics shaped like Open MPI's, on another branch) touches this file
- * alone. Today a put is a descriptor made by prepare_src over the local
+ * here, so that the contract's move to descriptor-free put and get (#10)
+ * touches this file alone. Today a put is a descriptor made by prepare_src over the local
  * memory in place (FERRY_BTL_PREP_RDMA, which registers it through the
  * transport's cache when Open MPI gave no local handle) with the remote
  * segment filled in, handed to put; a get the same through prepare_dst.
- * They complete from ferry's progress (never inside the call). There are
- * no atomics: the modules announce none, so osc/rdma does not choose them
- * (#10).
+ * They complete from ferry's progress (never inside the call).
+ *
+ * Atomics (atomic_op, atomic_fop, atomic_cswap) are ferry's own, shaped as
+ * Open MPI's: the operation, the 32-bit flag and the support bits are the
+ * same values (checked at compile time below), the remote handle's first
+ * bytes are the ferry key, and ferry's completion callback carries back
+ * what Open MPI's needs. An atomic ferry completes inside the call (self,
+ * sm on its shared heap) returns 1 with no callback, as Open MPI expects,
+ * but for a fetching 32-bit one (see amo_started). Operations on the
+ * process's own memory, for which osc/rdma gives no endpoint, are done here
+ * (see "the process's own memory").
  *
  * Registrations (register_mem) are ferry registrations; the handle Open MPI
  * holds is the key first (what it sends to peers), then the registration.
@@ -28,6 +35,7 @@
 /* An operation in flight: what Open MPI's completion callback needs. */
 typedef struct mca_btl_ferry_rdma_op {
     opal_free_list_item_t super;
+    struct mca_btl_ferry_rdma_op *next_done; /* on the component's list of due callbacks */
     mca_btl_ferry_module_t *mod;
     struct mca_btl_base_endpoint_t *ep;
     void *local;
@@ -82,9 +90,200 @@ static void op_complete(mca_btl_ferry_rdma_op_t *op, int status)
                     done.cbdata, mca_btl_ferry_status(status));
 }
 
+/* The operation is complete, its callback due from the next progress. */
+static void op_defer(mca_btl_ferry_rdma_op_t *op)
+{
+    mca_btl_ferry_state_t *st = &mca_btl_ferry;
+    op->next_done = NULL;
+    if (st->rdma_done_tail != NULL)
+        st->rdma_done_tail->next_done = op;
+    else
+        st->rdma_done_head = op;
+    st->rdma_done_tail = op;
+}
+
+int mca_btl_ferry_rdma_run_done(void)
+{
+    mca_btl_ferry_state_t *st = &mca_btl_ferry;
+    /* Only those due now: a callback that starts another queues it for
+     * the next call. */
+    mca_btl_ferry_rdma_op_t *op = st->rdma_done_head;
+    st->rdma_done_head = st->rdma_done_tail = NULL;
+    int n = 0;
+    while (op != NULL) {
+        mca_btl_ferry_rdma_op_t *next = op->next_done;
+        op_complete(op, FERRY_OK);
+        op = next;
+        n++;
+    }
+    return n;
+}
+
 static ferry_btl_reg_t *lreg_of(mca_btl_base_registration_handle_t *h)
 {
     return h != NULL ? h->reg : NULL;
+}
+
+/* ---- the process's own memory ----
+ *
+ * osc/rdma gives no endpoint (NULL) for an operation on the memory of its
+ * own process: it counts a BTL whose atomics are the CPU's (SUPPORTS_GLOB)
+ * as reaching its own process, yet across hosts it still sends its own
+ * window's puts, gets and atomics through the BTL, with the endpoint it
+ * found for itself, none. Ferry's modules do not reach their own process
+ * (self does), so these are done here, on this process's memory: the
+ * remote handle must be the key of one of the module's live registrations
+ * and the range inside it, with the right the operation needs; anything
+ * else is refused (OPAL_ERR_BAD_PARAM, OPAL_ERR_PERM), never touched. */
+
+static void reg_list_add(mca_btl_ferry_module_t *mod, mca_btl_base_registration_handle_t *h)
+{
+    h->prev = NULL;
+    h->next = mod->regs;
+    if (mod->regs != NULL)
+        mod->regs->prev = h;
+    mod->regs = h;
+}
+
+static void reg_list_remove(mca_btl_ferry_module_t *mod, mca_btl_base_registration_handle_t *h)
+{
+    if (h->prev != NULL)
+        h->prev->next = h->next;
+    else
+        mod->regs = h->next;
+    if (h->next != NULL)
+        h->next->prev = h->prev;
+    h->prev = h->next = NULL;
+}
+
+/* Where [addr, addr + size) of this process is, if the key bytes of rh are
+ * those of a live registration of the module covering it with the right. */
+static int own_target(const mca_btl_ferry_module_t *mod,
+                      const mca_btl_base_registration_handle_t *rh, uint64_t addr, size_t size,
+                      uint32_t right, void **out)
+{
+    if (rh == NULL)
+        return OPAL_ERR_BAD_PARAM;
+    size_t klen = mod->fbtl->attr.reg_handle_size;
+    for (const mca_btl_base_registration_handle_t *h = mod->regs; h != NULL; h = h->next) {
+        if (memcmp(h->key, rh->key, klen) != 0)
+            continue;
+        uint64_t base = (uint64_t)(uintptr_t)h->reg->base;
+        if (addr < base || size > h->reg->len || addr - base > h->reg->len - size)
+            return OPAL_ERR_BAD_PARAM;
+        if ((h->reg->access & right) != right)
+            return OPAL_ERR_PERM;
+        *out = (void *)(uintptr_t)addr;
+        return OPAL_SUCCESS;
+    }
+    return OPAL_ERR_BAD_PARAM;
+}
+
+/* A put or get on this process's memory: copied now, and Open MPI's
+ * callback run before the return, as Open MPI's shared-memory BTL does for
+ * its single-copy put and get. */
+static int own_rdma(mca_btl_ferry_module_t *mod, bool is_put, void *local, uint64_t remote,
+                    mca_btl_base_registration_handle_t *local_handle,
+                    mca_btl_base_registration_handle_t *remote_handle, size_t size,
+                    mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext, void *cbdata)
+{
+    void *there;
+    int rc = own_target(mod, remote_handle, remote, size,
+                        is_put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ, &there);
+    if (rc != OPAL_SUCCESS)
+        return rc;
+    if (is_put)
+        memmove(there, local, size);
+    else
+        memmove(local, there, size);
+    mod->stats.own++;
+    if (cbfunc != NULL)
+        cbfunc(&mod->super, NULL, local, local_handle, cbcontext, cbdata, OPAL_SUCCESS);
+    return OPAL_SUCCESS;
+}
+
+/* op (or, with cswap, compare-and-swap of compare to operand) on the
+ * naturally aligned integer at p, 32 bits with w32, as one sequentially
+ * consistent CPU atomic, as ferry's transports do theirs; the value before.
+ * op is one amo_check let through. */
+static uint64_t own_apply(void *p, bool w32, bool cswap, uint32_t op, uint64_t operand,
+                          uint64_t compare)
+{
+    if (w32) {
+        uint32_t *q = p, v = (uint32_t)operand, old = __atomic_load_n(q, __ATOMIC_RELAXED);
+        uint32_t want;
+        do {
+            if (cswap) {
+                if (old != (uint32_t)compare)
+                    return old;
+                want = v;
+            } else {
+                switch (op) {
+                case MCA_BTL_ATOMIC_ADD: want = old + v; break;
+                case MCA_BTL_ATOMIC_AND: want = old & v; break;
+                case MCA_BTL_ATOMIC_OR: want = old | v; break;
+                case MCA_BTL_ATOMIC_XOR: want = old ^ v; break;
+                case MCA_BTL_ATOMIC_LAND: want = old && v; break;
+                case MCA_BTL_ATOMIC_LOR: want = old || v; break;
+                case MCA_BTL_ATOMIC_LXOR: want = !old != !v; break;
+                case MCA_BTL_ATOMIC_SWAP: want = v; break;
+                case MCA_BTL_ATOMIC_MIN: want = (int32_t)old < (int32_t)v ? old : v; break;
+                default: want = (int32_t)old > (int32_t)v ? old : v; break; /* MAX */
+                }
+            }
+        } while (!__atomic_compare_exchange_n(q, &old, want, true, __ATOMIC_SEQ_CST,
+                                              __ATOMIC_RELAXED));
+        return old;
+    }
+    uint64_t *q = p, v = operand, old = __atomic_load_n(q, __ATOMIC_RELAXED);
+    uint64_t want;
+    do {
+        if (cswap) {
+            if (old != compare)
+                return old;
+            want = v;
+        } else {
+            switch (op) {
+            case MCA_BTL_ATOMIC_ADD: want = old + v; break;
+            case MCA_BTL_ATOMIC_AND: want = old & v; break;
+            case MCA_BTL_ATOMIC_OR: want = old | v; break;
+            case MCA_BTL_ATOMIC_XOR: want = old ^ v; break;
+            case MCA_BTL_ATOMIC_LAND: want = old && v; break;
+            case MCA_BTL_ATOMIC_LOR: want = old || v; break;
+            case MCA_BTL_ATOMIC_LXOR: want = !old != !v; break;
+            case MCA_BTL_ATOMIC_SWAP: want = v; break;
+            case MCA_BTL_ATOMIC_MIN: want = (int64_t)old < (int64_t)v ? old : v; break;
+            default: want = (int64_t)old > (int64_t)v ? old : v; break; /* MAX */
+            }
+        }
+    } while (!__atomic_compare_exchange_n(q, &old, want, true, __ATOMIC_SEQ_CST,
+                                          __ATOMIC_RELAXED));
+    return old;
+}
+
+/* An atomic on this process's memory: done now (1, no callback). */
+static int own_atomic(mca_btl_ferry_module_t *mod, void *local, uint64_t remote,
+                      const mca_btl_base_registration_handle_t *remote_handle, bool cswap,
+                      uint32_t op, uint64_t operand, uint64_t compare, int flags)
+{
+    bool w32 = ((uint32_t)flags & MCA_BTL_ATOMIC_FLAG_32BIT) != 0;
+    void *there;
+    int rc = own_target(mod, remote_handle, remote, w32 ? 4 : 8, FERRY_ACCESS_REMOTE_ATOMIC,
+                        &there);
+    if (rc != OPAL_SUCCESS)
+        return rc;
+    uint64_t old = own_apply(there, w32, cswap, op, operand, compare);
+    if (local != NULL) {
+        if (w32) {
+            uint32_t r = (uint32_t)old;
+            memcpy(local, &r, sizeof(r));
+        } else {
+            memcpy(local, &old, sizeof(old));
+        }
+    }
+    mod->stats.atomics++;
+    mod->stats.own++;
+    return 1;
 }
 
 /* ---- put and get over ferry's descriptors ---- */
@@ -119,6 +318,9 @@ static int rdma_start(struct mca_btl_base_module_t *btl, struct mca_btl_base_end
     if (remote_handle == NULL || local == NULL || size == 0 ||
         size > (is_put ? btl->btl_put_limit : btl->btl_get_limit))
         return OPAL_ERR_BAD_PARAM;
+    if (endpoint == NULL)
+        return own_rdma(mod, is_put, local, remote, local_handle, remote_handle, size, cbfunc,
+                        cbcontext, cbdata);
     mca_btl_ferry_rdma_op_t *op = op_get(mod, endpoint, local, local_handle, cbfunc, cbcontext,
                                          cbdata);
     if (op == NULL)
@@ -187,20 +389,237 @@ static int rdma_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpo
                       cbcontext, cbdata);
 }
 
-static void set_atomics(mca_btl_ferry_module_t *mod)
+/* ---- atomics ---- */
+
+/* Open MPI's atomic operations, flags and support bits are ferry's, value
+ * for value (include/ferry/btl.h says so); checked here, so that the casts
+ * below stay right. */
+#define SAME(a, b) _Static_assert((uint32_t)(a) == (uint32_t)(b), #a " is not " #b)
+SAME(MCA_BTL_ATOMIC_ADD, FERRY_BTL_ATOMIC_ADD);
+SAME(MCA_BTL_ATOMIC_AND, FERRY_BTL_ATOMIC_AND);
+SAME(MCA_BTL_ATOMIC_OR, FERRY_BTL_ATOMIC_OR);
+SAME(MCA_BTL_ATOMIC_XOR, FERRY_BTL_ATOMIC_XOR);
+SAME(MCA_BTL_ATOMIC_LAND, FERRY_BTL_ATOMIC_LAND);
+SAME(MCA_BTL_ATOMIC_LOR, FERRY_BTL_ATOMIC_LOR);
+SAME(MCA_BTL_ATOMIC_LXOR, FERRY_BTL_ATOMIC_LXOR);
+SAME(MCA_BTL_ATOMIC_SWAP, FERRY_BTL_ATOMIC_SWAP);
+SAME(MCA_BTL_ATOMIC_MIN, FERRY_BTL_ATOMIC_MIN);
+SAME(MCA_BTL_ATOMIC_MAX, FERRY_BTL_ATOMIC_MAX);
+SAME(MCA_BTL_ATOMIC_FLAG_32BIT, FERRY_BTL_ATOMIC_FLAG_32BIT);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_ADD, FERRY_BTL_ATOMIC_SUPPORTS_ADD);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_AND, FERRY_BTL_ATOMIC_SUPPORTS_AND);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_OR, FERRY_BTL_ATOMIC_SUPPORTS_OR);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_XOR, FERRY_BTL_ATOMIC_SUPPORTS_XOR);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_LAND, FERRY_BTL_ATOMIC_SUPPORTS_LAND);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_LOR, FERRY_BTL_ATOMIC_SUPPORTS_LOR);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_LXOR, FERRY_BTL_ATOMIC_SUPPORTS_LXOR);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_SWAP, FERRY_BTL_ATOMIC_SUPPORTS_SWAP);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_MIN, FERRY_BTL_ATOMIC_SUPPORTS_MIN);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_MAX, FERRY_BTL_ATOMIC_SUPPORTS_MAX);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_32BIT, FERRY_BTL_ATOMIC_SUPPORTS_32BIT);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_CSWAP, FERRY_BTL_ATOMIC_SUPPORTS_CSWAP);
+SAME(MCA_BTL_ATOMIC_SUPPORTS_GLOB, FERRY_BTL_ATOMIC_SUPPORTS_GLOB);
+#undef SAME
+
+/* The support bits Open MPI 4.1 knows and ferry can have (ferry has no
+ * floating-point atomics: MCA_BTL_ATOMIC_SUPPORTS_FLOAT is never given). */
+#define ATOMIC_SUPPORTS_BOTH                                                                \
+    (MCA_BTL_ATOMIC_SUPPORTS_ADD | MCA_BTL_ATOMIC_SUPPORTS_AND | MCA_BTL_ATOMIC_SUPPORTS_OR | \
+     MCA_BTL_ATOMIC_SUPPORTS_XOR | MCA_BTL_ATOMIC_SUPPORTS_LAND |                            \
+     MCA_BTL_ATOMIC_SUPPORTS_LOR | MCA_BTL_ATOMIC_SUPPORTS_LXOR |                            \
+     MCA_BTL_ATOMIC_SUPPORTS_SWAP | MCA_BTL_ATOMIC_SUPPORTS_MIN |                            \
+     MCA_BTL_ATOMIC_SUPPORTS_MAX | MCA_BTL_ATOMIC_SUPPORTS_32BIT |                           \
+     MCA_BTL_ATOMIC_SUPPORTS_CSWAP | MCA_BTL_ATOMIC_SUPPORTS_GLOB)
+
+/* An atomic ferry completed from progress: Open MPI's callback with its
+ * own arguments (its endpoint, local address and handle, context, data). */
+static void amo_done(ferry_btl_module_t *fbtl, ferry_btl_endpoint_t *ep, void *local,
+                     ferry_btl_reg_t *lreg, void *cbctx, void *cbdata, int status)
 {
-    /* Today's contract has no atomics: osc/rdma looks elsewhere. */
-    mod->super.btl_atomic_op = NULL;
-    mod->super.btl_atomic_fop = NULL;
-    mod->super.btl_atomic_cswap = NULL;
-    mod->super.btl_atomic_flags = 0;
+    op_complete(cbctx, status);
 }
 
-static uint32_t access_atomic(void)
+/* What Open MPI asks of an atomic that the module cannot do: an operation or
+ * a width outside the module's atomic flags, floating point, or an address
+ * that is not naturally aligned. Open MPI's answer for all of them is
+ * OPAL_ERR_NOT_AVAILABLE (osc/rdma then takes another way); OPAL_SUCCESS
+ * when ferry can be asked. */
+static int amo_check(const mca_btl_base_module_t *b, bool cswap, uint32_t op, uint64_t raddr,
+                     int flags, const mca_btl_base_registration_handle_t *remote_handle)
 {
-    return FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE;
+    if (remote_handle == NULL)
+        return OPAL_ERR_BAD_PARAM;
+    if ((uint32_t)flags & ~(uint32_t)MCA_BTL_ATOMIC_FLAG_32BIT)
+        return OPAL_ERR_NOT_AVAILABLE; /* MCA_BTL_ATOMIC_FLAG_FLOAT, or unknown */
+    bool w32 = ((uint32_t)flags & MCA_BTL_ATOMIC_FLAG_32BIT) != 0;
+    uint32_t need = cswap ? MCA_BTL_ATOMIC_SUPPORTS_CSWAP : ferry_btl_atomic_supports_bit(op);
+    if (need == 0 || !(b->btl_atomic_flags & need) ||
+        (w32 && !(b->btl_atomic_flags & MCA_BTL_ATOMIC_SUPPORTS_32BIT)))
+        return OPAL_ERR_NOT_AVAILABLE;
+    if (raddr % (w32 ? 4u : 8u) != 0)
+        return OPAL_ERR_NOT_AVAILABLE;
+    return OPAL_SUCCESS;
 }
 
+static bool fetch32(int flags)
+{
+    return ((uint32_t)flags & MCA_BTL_ATOMIC_FLAG_32BIT) != 0;
+}
+
+/* Ferry's answer to an atomic as Open MPI's: FERRY_BTL_DONE (complete
+ * inside the call, no callback) is 1, FERRY_OK (the callback will say) is
+ * OPAL_SUCCESS, and an error leaves nothing started, so the op goes back.
+ *
+ * Except for a fetching 32-bit atomic (late32) done inside the call: its
+ * callback is run from the next progress and the call returns OPAL_SUCCESS.
+ * osc/rdma (Open MPI 4.1.4) stores the result of an atomic that returned 1
+ * as 64 bits into the caller's 4-byte buffer, overwriting the 4 bytes after
+ * it; through the callback it copies the result's own width. */
+static int amo_started(mca_btl_ferry_module_t *mod, mca_btl_ferry_rdma_op_t *op, int rc,
+                       bool late32)
+{
+    if (rc == FERRY_BTL_DONE || rc == FERRY_OK) {
+        mod->stats.atomics++;
+        if (rc == FERRY_OK)
+            return OPAL_SUCCESS;
+        if (late32) {
+            op_defer(op);
+            return OPAL_SUCCESS;
+        }
+        op_put_back(op);
+        return 1;
+    }
+    op_put_back(op);
+    if (rc == FERRY_ERR_NOT_SUPPORTED)
+        return OPAL_ERR_NOT_AVAILABLE;
+    return mca_btl_ferry_status(rc);
+}
+
+/* As amo_started, for an atomic own_atomic did (1, or an Open MPI error). */
+static int own_started(mca_btl_ferry_rdma_op_t *op, int rc, bool late32)
+{
+    if (rc == 1 && late32) {
+        op_defer(op);
+        return OPAL_SUCCESS;
+    }
+    op_put_back(op);
+    return rc;
+}
+
+static int rdma_atomic_op(struct mca_btl_base_module_t *btl,
+                          struct mca_btl_base_endpoint_t *endpoint, uint64_t remote_address,
+                          struct mca_btl_base_registration_handle_t *remote_handle,
+                          mca_btl_base_atomic_op_t op, uint64_t operand, int flags, int order,
+                          mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext,
+                          void *cbdata)
+{
+    mca_btl_ferry_module_t *mod = mod_of(btl);
+    int rc = amo_check(btl, false, (uint32_t)op, remote_address, flags, remote_handle);
+    if (rc != OPAL_SUCCESS)
+        return rc;
+    if (endpoint == NULL)
+        return own_atomic(mod, NULL, remote_address, remote_handle, false, (uint32_t)op,
+                          operand, 0, flags);
+    mca_btl_ferry_rdma_op_t *o = op_get(mod, endpoint, NULL, NULL, cbfunc, cbcontext, cbdata);
+    if (o == NULL)
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    rc = mod->fbtl->ops->atomic_op(mod->fbtl, fep_of(endpoint), remote_address,
+                                   remote_handle->key, (ferry_btl_atomic_op_t)op, operand,
+                                   (uint32_t)flags, amo_done, o, NULL);
+    return amo_started(mod, o, rc, false);
+}
+
+static int rdma_atomic_fop(struct mca_btl_base_module_t *btl,
+                           struct mca_btl_base_endpoint_t *endpoint, void *local_address,
+                           uint64_t remote_address,
+                           struct mca_btl_base_registration_handle_t *local_handle,
+                           struct mca_btl_base_registration_handle_t *remote_handle,
+                           mca_btl_base_atomic_op_t op, uint64_t operand, int flags, int order,
+                           mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext,
+                           void *cbdata)
+{
+    mca_btl_ferry_module_t *mod = mod_of(btl);
+    if (local_address == NULL)
+        return OPAL_ERR_BAD_PARAM;
+    int rc = amo_check(btl, false, (uint32_t)op, remote_address, flags, remote_handle);
+    if (rc != OPAL_SUCCESS)
+        return rc;
+    mca_btl_ferry_rdma_op_t *o =
+        op_get(mod, endpoint, local_address, local_handle, cbfunc, cbcontext, cbdata);
+    if (o == NULL)
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    if (endpoint == NULL)
+        return own_started(o, own_atomic(mod, local_address, remote_address, remote_handle,
+                                         false, (uint32_t)op, operand, 0, flags),
+                           fetch32(flags));
+    rc = mod->fbtl->ops->atomic_fop(mod->fbtl, fep_of(endpoint), local_address, remote_address,
+                                    lreg_of(local_handle), remote_handle->key,
+                                    (ferry_btl_atomic_op_t)op, operand, (uint32_t)flags,
+                                    amo_done, o, NULL);
+    return amo_started(mod, o, rc, fetch32(flags));
+}
+
+static int rdma_atomic_cswap(struct mca_btl_base_module_t *btl,
+                             struct mca_btl_base_endpoint_t *endpoint, void *local_address,
+                             uint64_t remote_address,
+                             struct mca_btl_base_registration_handle_t *local_handle,
+                             struct mca_btl_base_registration_handle_t *remote_handle,
+                             uint64_t compare, uint64_t value, int flags, int order,
+                             mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext,
+                             void *cbdata)
+{
+    mca_btl_ferry_module_t *mod = mod_of(btl);
+    if (local_address == NULL)
+        return OPAL_ERR_BAD_PARAM;
+    int rc = amo_check(btl, true, 0, remote_address, flags, remote_handle);
+    if (rc != OPAL_SUCCESS)
+        return rc;
+    mca_btl_ferry_rdma_op_t *o =
+        op_get(mod, endpoint, local_address, local_handle, cbfunc, cbcontext, cbdata);
+    if (o == NULL)
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    if (endpoint == NULL)
+        return own_started(o, own_atomic(mod, local_address, remote_address, remote_handle,
+                                         true, 0, value, compare, flags),
+                           fetch32(flags));
+    rc = mod->fbtl->ops->atomic_cswap(mod->fbtl, fep_of(endpoint), local_address,
+                                      remote_address, lreg_of(local_handle), remote_handle->key,
+                                      compare, value, (uint32_t)flags, amo_done, o, NULL);
+    return amo_started(mod, o, rc, fetch32(flags));
+}
+
+/* The atomics a module announces: those of its transport, as far as
+ * btl_ferry_flags lets them through (without "atomics" the module has none,
+ * so that Open MPI never calls them).
+ *
+ * The module of the path by which a process reaches itself (ferry's self,
+ * its component always open) announces none: osc/rdma counts a BTL whose
+ * atomics are coherent with the CPU's (SUPPORTS_GLOB) as reaching the
+ * window's own process besides the ranks it reaches, so such a module
+ * would pass for one that reaches both ranks of a 2-rank window, be chosen
+ * for its latency, and leave the window unable to reach the peer. osc/rdma
+ * does its own process's atomics with the CPU anyway. */
+static void set_atomics(mca_btl_ferry_module_t *mod, uint32_t flags)
+{
+    mca_btl_base_module_t *b = &mod->super;
+    const ferry_btl_attr_t *a = &mod->fbtl->attr;
+    uint32_t allowed = (uint32_t)mca_btl_ferry.knob.flags;
+    if (mod->fbtl->component != NULL && mod->fbtl->component->always_open)
+        allowed &= ~(uint32_t)(MCA_BTL_FLAGS_ATOMIC_OPS | MCA_BTL_FLAGS_ATOMIC_FOPS);
+    bool ops = (flags & MCA_BTL_FLAGS_ATOMIC_OPS) && (allowed & MCA_BTL_FLAGS_ATOMIC_OPS);
+    bool fops = ops && (flags & MCA_BTL_FLAGS_ATOMIC_FOPS) &&
+                (allowed & MCA_BTL_FLAGS_ATOMIC_FOPS);
+    b->btl_atomic_op = ops ? rdma_atomic_op : NULL;
+    b->btl_atomic_fop = fops ? rdma_atomic_fop : NULL;
+    b->btl_atomic_cswap = fops && (a->atomic_flags & FERRY_BTL_ATOMIC_SUPPORTS_CSWAP)
+                              ? rdma_atomic_cswap
+                              : NULL;
+    b->btl_atomic_flags = ops ? a->atomic_flags & ATOMIC_SUPPORTS_BOTH : 0;
+    if (!ops)
+        b->btl_flags &= ~(uint32_t)(MCA_BTL_FLAGS_ATOMIC_OPS | MCA_BTL_FLAGS_ATOMIC_FOPS);
+    else if (!fops)
+        b->btl_flags &= ~(uint32_t)MCA_BTL_FLAGS_ATOMIC_FOPS;
+}
 
 /* ---- registrations and flush (the same under both contracts) ---- */
 
@@ -215,7 +634,7 @@ rdma_register_mem(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoin
     if (flags & MCA_BTL_REG_FLAG_REMOTE_WRITE)
         access |= FERRY_ACCESS_REMOTE_WRITE;
     if (flags & MCA_BTL_REG_FLAG_REMOTE_ATOMIC)
-        access |= access_atomic();
+        access |= FERRY_ACCESS_REMOTE_ATOMIC;
     ferry_btl_endpoint_t *ep = endpoint == MCA_BTL_ENDPOINT_ANY ? NULL : fep_of(endpoint);
     mca_btl_base_registration_handle_t *h = malloc(sizeof(*h));
     if (h == NULL)
@@ -228,6 +647,7 @@ rdma_register_mem(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoin
     }
     memcpy(h->key, reg->key, sizeof(h->key));
     h->reg = reg;
+    reg_list_add(mod, h);
     mod->stats.regs++;
     return h;
 }
@@ -238,6 +658,7 @@ static int rdma_deregister_mem(struct mca_btl_base_module_t *btl,
     mca_btl_ferry_module_t *mod = mod_of(btl);
     if (h == NULL)
         return OPAL_ERR_BAD_PARAM;
+    reg_list_remove(mod, h);
     int rc = mod->fbtl->ops->deregister_mem(mod->fbtl, h->reg);
     free(h);
     return mca_btl_ferry_status(rc);
@@ -260,6 +681,12 @@ uint32_t mca_btl_ferry_rdma_flags(const ferry_btl_attr_t *a)
         flags |= MCA_BTL_FLAGS_GET;
     if (flags != 0)
         flags |= MCA_BTL_FLAGS_RDMA_FLUSH;
+    /* Atomics complete through flush as put and get do: they need it. */
+    if ((a->flags & FERRY_BTL_FLAG_ATOMIC_OPS) && a->atomic_flags != 0) {
+        flags |= MCA_BTL_FLAGS_ATOMIC_OPS | MCA_BTL_FLAGS_RDMA_FLUSH;
+        if (a->flags & FERRY_BTL_FLAG_ATOMIC_FOPS)
+            flags |= MCA_BTL_FLAGS_ATOMIC_FOPS;
+    }
     return flags;
 }
 
@@ -291,7 +718,7 @@ int mca_btl_ferry_rdma_init(mca_btl_ferry_module_t *mod)
      * itself, through the transport's cache, where the transport needs it. */
     b->btl_put_local_registration_threshold = SIZE_MAX;
     b->btl_get_local_registration_threshold = SIZE_MAX;
-    set_atomics(mod);
+    set_atomics(mod, rdma);
     return OPAL_SUCCESS;
 }
 

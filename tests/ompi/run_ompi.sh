@@ -17,14 +17,22 @@
 #                                 its digest must be that of the same run over
 #                                 Open MPI's vader
 #   coll TRANSPORT NP             mpi_coll, its digest checked against vader's
-#   osc TRANSPORT NP              mpi_osc over osc/rdma (skipped while ferry's
-#                                 transports report no atomics)
+#   osc TRANSPORT NP [ROUNDS]     mpi_osc under --mca osc rdma (its stress of
+#                                 ROUNDS rounds, default 1000): every window
+#                                 made by osc/rdma, atomics, puts and gets
+#                                 carried by the transport's ferry module
 #   kill TRANSPORT NP             a rank SIGKILLed mid-traffic: the job ends with
 #                                 an error within 120 s (mpirun's report of the
 #                                 signal, or ferry's report of the lost rank
 #                                 through register_error) and leaves no ferry
 #                                 file
-#   netns NP                      mpi_p2p and mpi_coll across network namespaces
+#   error TRANSPORT NP            as kill, but mpirun learns of the killed rank
+#                                 only later (kill_wrap.sh): the others' ferry
+#                                 modules must call the error callback ob1
+#                                 registered (their log says so), and ob1
+#                                 ends the job with ferry's message
+#   netns NP                      mpi_p2p, mpi_coll and mpi_osc (osc/rdma) across
+#                                 network namespaces
 #                                 (tests/multihost), two hosts, sm within and tcp
 #                                 across; run it under the netns lock
 # TRANSPORT: sm (ferry's default choice: sm reaches the local peers), tcp
@@ -267,18 +275,28 @@ coll)
 osc)
     transport_env "$1"
     np=$2
-    # osc/rdma needs, on one BTL reaching every rank, put, get and the
-    # fetching atomics; ferry's transports announce atomics with the
-    # capability "atomics" (ferry_info).
-    env ${FERRY_BTL:+FERRY_BTL=$FERRY_BTL} "$INFO_TOOL" >"$OUT" 2>"$ERR"
-    awk -v m="$MODULE" '/^[a-z]+: / { t = $1; sub(":", "", t) } t == m && /capabilities/ && / atomics/ { f = 1 } END { exit !f }' "$OUT" ||
-        skip "ferry transports report no atomics yet (the $MODULE transport's capabilities lack 'atomics'; osc/rdma needs them)"
+    rounds=${3:-1000}
+    # Only osc/rdma may serve the windows (--mca osc rdma: without a BTL it
+    # can use, window creation fails and so does the job); each window's
+    # name says which component made it.
     # shellcheck disable=SC2086
-    run "$MPIRUN" -n "$np" $MPI_OPTS $XOPTS --mca osc rdma "$OSC"
+    run "$MPIRUN" -n "$np" $MPI_OPTS $XOPTS --mca osc rdma --mca osc_base_verbose 100 "$OSC" -k "$rounds"
     [ "$STATUS" -eq 0 ] || fail "exit status $STATUS"
     grep -q "osc: all checks passed ($np ranks)" "$OUT" || fail "mpi_osc did not pass"
     check_btls
-    [ "$(sum atomics "$MODULE")" -gt 0 ] || fail "osc/rdma did no atomic over ferry's $MODULE module"
+    for w in allocated created "created single-accumulate"; do
+        grep -q "^osc: $w window is 'rdma window [0-9]*'" "$OUT" ||
+            fail "the $w window was not made by osc/rdma: $(grep "^osc: $w window is" "$OUT")"
+        grep -q "^osc: $w window: stress of $rounds rounds per rank passed" "$OUT" ||
+            fail "the stress on the $w window did not pass"
+    done
+    grep -q "rdma component destroying window" "$ERR" || fail "osc/rdma's verbose output is missing"
+    # The windows over the program's memory are reached through the BTL:
+    # the atomics, puts and gets must have been ferry's.
+    atomics=$(sum atomics "$MODULE") puts=$(sum put "$MODULE") gets=$(sum get "$MODULE")
+    echo "module $MODULE: atomics $atomics, put $puts, get $gets"
+    [ "$atomics" -gt 0 ] || fail "osc/rdma did no atomic over ferry's $MODULE module"
+    [ "$puts" -gt 0 ] && [ "$gets" -gt 0 ] || fail "osc/rdma did no put or get over ferry's $MODULE module"
     ;;
 kill)
     transport_env "$1"
@@ -309,6 +327,38 @@ kill)
     done
     echo "no /dev/shm/ferry-$FERRY_JOB_LABEL.* left"
     ;;
+error)
+    transport_env "$1"
+    np=$2
+    victim=$((np - 1))
+    export FERRY_JOB_LABEL="${FERRY_JOB_LABEL:-ompi}e$$"
+    # The victim's rank stays (kill_wrap.sh) for STAY seconds after its
+    # process is killed, so mpirun cannot end the job first: the others'
+    # ferry modules must notice the dead peer, tell ob1 through the error
+    # callback it registered, and ob1 ends the job with the BTL's message.
+    export KILL_WRAP_STAY=60
+    start=$(date +%s)
+    # shellcheck disable=SC2086
+    run "$MPIRUN" -n "$np" $MPI_OPTS $XOPTS -x KILL_WRAP_STAY sh "$HERE/kill_wrap.sh" "$KILL"
+    took=$(($(date +%s) - start))
+    [ "$STATUS" -ne 0 ] && [ "$STATUS" -ne 124 ] || fail "the job did not end with an error (status $STATUS)"
+    grep -q "killing itself" "$OUT" || fail "the rank did not get to kill itself"
+    [ "$took" -lt 40 ] || fail "the job took $took s to end: ob1 did not end it on ferry's report"
+    grep -q "btl ferry: rank [0-9]* module $MODULE: calling Open MPI's error callback (fatal) for rank $victim" "$ERR" ||
+        fail "no ferry module called Open MPI's error callback for rank $victim"
+    grep -q "btl ferry ($MODULE): lost rank $victim: " "$ERR" "$OUT" ||
+        fail "ob1 did not end the job with ferry's report of the lost rank"
+    echo "error callback: $(grep -h "calling Open MPI's error callback" "$ERR" | head -1)"
+    echo "ob1's message: $(grep -h "btl ferry ($MODULE): lost rank" "$ERR" "$OUT" | head -1)"
+    echo "job ended in $took s with status $STATUS"
+    tries=0
+    while ls /dev/shm 2>/dev/null | grep -q "^ferry-$FERRY_JOB_LABEL\\."; do
+        tries=$((tries + 1))
+        [ "$tries" -lt 50 ] || fail "ferry files left in /dev/shm: $(ls /dev/shm | grep "^ferry-$FERRY_JOB_LABEL\\.")"
+        sleep 0.2
+    done
+    echo "no /dev/shm/ferry-$FERRY_JOB_LABEL.* left"
+    ;;
 netns)
     np=$1
     [ -n "${MH_DIR:-}" ] || fail "MH_DIR is not set"
@@ -324,16 +374,26 @@ netns)
     # mpirun in the hub; its daemons started in the "hosts" through the
     # namespaces' launch agent, its out-of-band traffic on the bridge.
     agent="sh $HERE/ns_rsh.sh $MH_DIR/ns_agent.sh $MH_STATE"
-    for prog in "$P2P -m 16777216" "$COLL"; do
+    for prog in "$P2P -m 16777216" "$COLL" "$OSC -k 300"; do
+        osc=""
+        [ "$prog" = "$OSC -k 300" ] && osc="--mca osc rdma"
         # shellcheck disable=SC2086
         run ip netns exec "$MH_HUB" "$MPIRUN" -n "$np" --host "$H1:$per,$H2:$per" \
             --mca plm_rsh_agent "$agent" --mca oob_tcp_if_include 10.77.0.0/24 \
-            $MPI_OPTS $XOPTS -x FERRY_TCP_IF_INCLUDE $prog
+            $MPI_OPTS $XOPTS -x FERRY_TCP_IF_INCLUDE $osc $prog
         [ "$STATUS" -eq 0 ] || fail "exit status $STATUS"
         grep -q "all checks passed ($np ranks" "$OUT" || fail "$prog did not pass"
         check_btls
         MODULE=sm expect_counts default
         MODULE=tcp expect_counts default
+        if [ -n "$osc" ]; then
+            # osc/rdma does the local ranks' atomics with the CPU on its
+            # shared segment, the other host's through ferry's tcp.
+            grep -c "^osc: .* window is 'rdma window" "$OUT" | grep -qx 3 ||
+                fail "not every window was made by osc/rdma"
+            [ "$(sum atomics tcp)" -gt 0 ] || fail "osc/rdma did no atomic over ferry's tcp"
+            echo "module tcp: atomics $(sum atomics tcp)"
+        fi
     done
     ;;
 *)

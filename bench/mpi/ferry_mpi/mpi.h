@@ -14,6 +14,7 @@
  *   MPI_Bcast             root's ferry_msg_send to every other rank
  *   MPI_Win_allocate      ferry_mem_alloc (with sm, a shared heap peers copy
  *                         into), its key exchanged with every rank
+ *   MPI_Win_create        ferry_mem_register of the caller's memory, the same
  *   MPI_Put, MPI_Get      ferry_put, ferry_get on that memory
  *   MPI_Win_flush         ferry_flush(target)
  * MPI_Fetch_and_op has no ferry call under it yet (ferry's atomics API,
@@ -27,6 +28,7 @@
 #ifndef FERRY_MPI_SHIM_H
 #define FERRY_MPI_SHIM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +68,7 @@ typedef struct ferry_mpi_win *MPI_Win;
 
 struct ferry_mpi_win {
     void *base;
+    bool created; /* MPI_Win_create: base is the caller's, registered */
     ferry_mem_t *mem;
     ferry_rkey_t *keys;   /* [size]: every rank's key */
     uint64_t *addrs;      /* [size]: every rank's window address */
@@ -265,38 +268,69 @@ static inline int ferry_mpi_exchange_keys(struct ferry_mpi_win *w)
     return rc;
 }
 
+static inline void ferry_mpi_win_release(struct ferry_mpi_win *w)
+{
+    if (w->created)
+        ferry_mem_deregister(ferry_mpi.ctx, w->mem);
+    else
+        ferry_mem_free(ferry_mpi.ctx, w->mem);
+    free(w->keys);
+    free(w->addrs);
+    free(w);
+}
+
+/* A window over base (MPI_Win_create: the caller's memory, registered) or
+ * over memory of ferry_mem_alloc (MPI_Win_allocate: base NULL). */
+static inline int ferry_mpi_win_open(const char *call, void *base, MPI_Aint size,
+                                     int disp_unit, MPI_Win *win)
+{
+    if (disp_unit != 1 || size <= 0) {
+        fprintf(stderr, "ferry-mpibench (ferry): %s: only disp_unit 1 and a positive size are "
+                        "mapped\n",
+                call);
+        return MPI_ERR_OTHER;
+    }
+    struct ferry_mpi_win *w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return ferry_mpi_fail(call, FERRY_ERR_NO_MEMORY);
+    w->keys = calloc((size_t)ferry_mpi.size, sizeof(*w->keys));
+    w->addrs = calloc((size_t)ferry_mpi.size, sizeof(*w->addrs));
+    int rc = w->keys == NULL || w->addrs == NULL ? FERRY_ERR_NO_MEMORY : FERRY_OK;
+    const unsigned access = FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE;
+    w->created = base != NULL;
+    w->base = base;
+    if (rc == FERRY_OK)
+        rc = w->created ? ferry_mem_register(ferry_mpi.ctx, base, (size_t)size, access, &w->mem)
+                        : ferry_mem_alloc(ferry_mpi.ctx, (size_t)size, access, &w->base, &w->mem);
+    if (rc == FERRY_OK)
+        rc = ferry_mpi_exchange_keys(w);
+    if (rc != FERRY_OK) {
+        ferry_mpi_win_release(w);
+        return ferry_mpi_fail(call, rc);
+    }
+    *win = w;
+    return MPI_SUCCESS;
+}
+
 static inline int MPI_Win_allocate(MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm,
                                    void *baseptr, MPI_Win *win)
 {
     (void)info;
     (void)comm;
-    if (disp_unit != 1 || size <= 0) {
-        fprintf(stderr, "ferry-mpibench (ferry): MPI_Win_allocate: only disp_unit 1 and a "
-                        "positive size are mapped\n");
-        return MPI_ERR_OTHER;
-    }
-    struct ferry_mpi_win *w = calloc(1, sizeof(*w));
-    if (w == NULL)
-        return ferry_mpi_fail("MPI_Win_allocate", FERRY_ERR_NO_MEMORY);
-    w->keys = calloc((size_t)ferry_mpi.size, sizeof(*w->keys));
-    w->addrs = calloc((size_t)ferry_mpi.size, sizeof(*w->addrs));
-    int rc = w->keys == NULL || w->addrs == NULL ? FERRY_ERR_NO_MEMORY : FERRY_OK;
-    if (rc == FERRY_OK)
-        rc = ferry_mem_alloc(ferry_mpi.ctx, (size_t)size,
-                             FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE, &w->base,
-                             &w->mem);
-    if (rc == FERRY_OK)
-        rc = ferry_mpi_exchange_keys(w);
-    if (rc != FERRY_OK) {
-        ferry_mem_free(ferry_mpi.ctx, w->mem);
-        free(w->keys);
-        free(w->addrs);
-        free(w);
-        return ferry_mpi_fail("MPI_Win_allocate", rc);
-    }
-    memcpy(baseptr, &w->base, sizeof(w->base));
-    *win = w;
-    return MPI_SUCCESS;
+    int rc = ferry_mpi_win_open("MPI_Win_allocate", NULL, size, disp_unit, win);
+    if (rc == MPI_SUCCESS)
+        memcpy(baseptr, &(*win)->base, sizeof((*win)->base));
+    return rc;
+}
+
+static inline int MPI_Win_create(void *base, MPI_Aint size, int disp_unit, MPI_Info info,
+                                 MPI_Comm comm, MPI_Win *win)
+{
+    (void)info;
+    (void)comm;
+    if (base == NULL)
+        return ferry_mpi_fail("MPI_Win_create", FERRY_ERR_INVALID);
+    return ferry_mpi_win_open("MPI_Win_create", base, size, disp_unit, win);
 }
 
 static inline int MPI_Win_free(MPI_Win *win)
@@ -304,12 +338,9 @@ static inline int MPI_Win_free(MPI_Win *win)
     struct ferry_mpi_win *w = *win;
     /* No rank frees its memory while another may still reach it. */
     int rc = ferry_barrier(ferry_mpi.ctx);
-    int rc2 = ferry_mem_free(ferry_mpi.ctx, w->mem);
-    free(w->keys);
-    free(w->addrs);
-    free(w);
+    ferry_mpi_win_release(w);
     *win = NULL;
-    return ferry_mpi_fail("MPI_Win_free", rc != FERRY_OK ? rc : rc2);
+    return ferry_mpi_fail("MPI_Win_free", rc);
 }
 
 /* Passive target needs nothing more from ferry: its memory is reachable
