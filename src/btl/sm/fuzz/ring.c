@@ -4,7 +4,8 @@
  *
  * The input says where the ring starts (any lap, including the ones around
  * the 16-bit lap counter's wrap) and then gives messages: active messages,
- * puts, get requests and get answers built the way a sender builds them
+ * puts, get requests, get answers, atomic requests (every operation, both
+ * widths, aligned or not) and atomic answers built the way a sender builds them
  * (so they get past the header checks) from fields the fuzzer picks - keys
  * of live, withdrawn, read-only and unmapped registrations or made-up ones,
  * addresses inside and outside them, answers for gets that are pending or
@@ -55,7 +56,9 @@ static void world_init(world_t *w)
     for (size_t i = 0; i < w->ro_len; i++)
         w->ro[i] = w->ro_copy[i] = (unsigned char)i;
     const uint32_t rw = FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE;
-    if (btl->ops->register_mem(btl, NULL, w->rw, w->rw_len, rw, &reg) != FERRY_OK)
+    /* The read-write buffer takes atomics too; the others do not. */
+    if (btl->ops->register_mem(btl, NULL, w->rw, w->rw_len, rw | FERRY_ACCESS_REMOTE_ATOMIC,
+                               &reg) != FERRY_OK)
         abort();
     memcpy(w->keys[0], reg->key, sizeof(sm_key_t));
     w->addrs[0] = (uint64_t)(uintptr_t)w->rw;
@@ -127,7 +130,7 @@ static bool one_message(world_t *w, smf_in_t *in)
     unsigned char msg[SMF_MAX_SEND];
     uint32_t len = 0;
     uint8_t type;
-    switch (kind % 6) {
+    switch (kind % 8) {
     case 0: /* an active message */
         type = SM_T_DATA;
         len = (uint32_t)smf_bytes(in, msg, smf_u16(in) % (SMF_MAX_SEND + 1));
@@ -167,6 +170,38 @@ static bool one_message(world_t *w, smf_in_t *in)
         len = (uint32_t)(sizeof(r) +
                          smf_bytes(in, msg + sizeof(r), smf_u16(in) % (SMF_MAX_SEND - sizeof(r))));
         type = SM_T_GET_RESP;
+        break;
+    }
+    case 6: { /* an atomic for this process to execute: mostly well formed */
+        btl_amo_msg_t a = {.magic = smf_u8(in) & 7 ? BTL_AMO_MAGIC : smf_u32(in),
+                           .kind = smf_u8(in) & 7 ? BTL_AMO_REQ : smf_u16(in),
+                           .op = smf_u8(in) % 0x30,
+                           .flags = smf_u8(in) & 7 ? (uint32_t)(smf_u8(in) & 1) |
+                                                         (uint32_t)(smf_u8(in) & 3) << 8
+                                                   : smf_u32(in),
+                           .status = smf_u8(in) & 7 ? 0 : (int32_t)smf_u32(in),
+                           .cookie = smf_u64(in),
+                           .operand = smf_u64(in),
+                           .compare = smf_u64(in)};
+        uint8_t k = smf_u8(in) % NKEYS;
+        memcpy(a.key, w->keys[k], sizeof(sm_key_t));
+        /* Aligned for either width inside the buffer, or anywhere. */
+        a.raddr = w->addrs[k] + (smf_u8(in) & 1 ? (uint64_t)(smf_u16(in) % 512) * 8
+                                                : (uint64_t)(int64_t)(int16_t)smf_u16(in));
+        memcpy(msg, &a, sizeof(a));
+        len = smf_u8(in) & 7 ? sizeof(a) : (uint32_t)(smf_u16(in) % (sizeof(a) + 16));
+        type = SM_T_AMO_REQ;
+        break;
+    }
+    case 7: { /* an answer to an atomic nobody asked for, or garbled */
+        btl_amo_msg_t a = {.magic = BTL_AMO_MAGIC,
+                           .kind = smf_u8(in) & 3 ? BTL_AMO_ANSWER : smf_u16(in),
+                           .status = (int32_t)smf_u32(in),
+                           .cookie = smf_u64(in),
+                           .operand = smf_u64(in)};
+        memcpy(msg, &a, sizeof(a));
+        len = smf_u8(in) & 7 ? sizeof(a) : (uint32_t)(smf_u16(in) % (sizeof(a) + 16));
+        type = SM_T_AMO_ANSWER;
         break;
     }
     case 4: /* a skip where none is due */

@@ -21,6 +21,12 @@
  *   7 a header only: type flags, length a|b<<16
  *   8 deregister the read-write zone (its answers still queued must go out
  *     as zeros and an access error)
+ *   9 AMO_REQ an atomic at offset b-64 (aligned to its width by flags bit
+ *     6), key as for PUT, width by flags bit 4, fetch or compare-and-swap
+ *     by bits 5, an operation of ferry's list by a, or (flags bit 3) any
+ *     value of a
+ *  10 AMO_ANSWER for no atomic in flight (the endpoint must fail, nothing
+ *     more)
  * and flags bit 7 flips one byte of the frame.
  *
  * Checked besides no crash: memory outside the zones, and the read-only
@@ -28,7 +34,9 @@
  * the answers read back are framed, and when the input had no flipped,
  * raw or header-only record, each is the answer to the next request sent,
  * its data the zone's bytes (or zeros with an access error after the
- * deregistration).
+ * deregistration) unless an atomic changed the zone meanwhile; each atomic's
+ * answer names a request, and refuses what its key, range or width do not
+ * allow, and takes what they do.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -42,6 +50,7 @@
 
 #define STREAM_MAX (64u * 1024u)
 #define REQS_MAX 1024
+#define AMOS_MAX 256
 #define ANS_MAX (2u * 65536u + 64u) /* two of the largest answers */
 
 typedef struct req {
@@ -52,8 +61,17 @@ typedef struct req {
     uint64_t cookie;
 } req_t;
 
+/* An atomic request and what its answer must say. */
+typedef struct amo {
+    uint64_t cookie;
+    int want; /* 1: taken (FERRY_OK), -1: refused, 0: no expectation */
+} amo_t;
+
 typedef struct run {
     fx_t fx;
+    bool zone_changed; /* an atomic may have written the read-write zone */
+    size_t namo;
+    amo_t amos[AMOS_MAX];
     int sp[2];     /* [0] is the endpoint's socket, [1] the peer's */
     size_t len;
     size_t nreq;
@@ -113,7 +131,7 @@ static void build(run_t *r, const uint8_t *data, size_t size, const uint8_t *cut
     uint64_t cookie = 1000;
     while (off + 6 <= size && r->len < STREAM_MAX) {
         const uint8_t *rec = data + off;
-        unsigned kind = rec[0] % 9, flags = rec[1];
+        unsigned kind = rec[0] % 11, flags = rec[1];
         uint16_t a = u16(rec + 2), b = u16(rec + 4);
         off += 6;
         size_t plen = 0;
@@ -201,6 +219,55 @@ static void build(run_t *r, const uint8_t *data, size_t size, const uint8_t *cut
             put_bytes(r, &h, sizeof(h));
             r->exact = false;
             break;
+        case 9: {
+            static const uint16_t ops[] = {
+                FERRY_BTL_ATOMIC_ADD,  FERRY_BTL_ATOMIC_AND, FERRY_BTL_ATOMIC_OR,
+                FERRY_BTL_ATOMIC_XOR,  FERRY_BTL_ATOMIC_LAND, FERRY_BTL_ATOMIC_LOR,
+                FERRY_BTL_ATOMIC_LXOR, FERRY_BTL_ATOMIC_SWAP, FERRY_BTL_ATOMIC_MIN,
+                FERRY_BTL_ATOMIC_MAX};
+            bool narrow = flags & 0x10, cswap = (flags & 0x20) && (a & 1);
+            size_t width = narrow ? 4 : 8;
+            size_t roff = (size_t)b;
+            if (flags & 0x40)
+                roff -= roff % width;
+            int z = (flags & 3) == 1 ? 1 : 0;
+            bool any_op = flags & 0x08;
+            btl_amo_msg_t m = {
+                .magic = BTL_AMO_MAGIC,
+                .kind = BTL_AMO_REQ,
+                .op = cswap ? 0 : any_op ? a : ops[a % (sizeof(ops) / sizeof(ops[0]))],
+                .flags = (narrow ? FERRY_BTL_ATOMIC_FLAG_32BIT : 0) |
+                         (cswap ? BTL_AMO_CSWAP : (flags & 0x20) ? BTL_AMO_FETCH : 0),
+                .cookie = ++cookie,
+                .raddr = (uint64_t)(uintptr_t)fx_zone(&r->fx, z) + roff - 64,
+                .operand = (uint64_t)a * 0x100010001ull,
+                .compare = b};
+            tcp_key_t k = key_for(r, flags);
+            memcpy(m.key, &k, sizeof(k));
+            h = (tcp_hdr_t){.len = sizeof(m), .type = TCP_T_AMO_REQ};
+            put_bytes(r, &h, sizeof(h));
+            put_bytes(r, &m, sizeof(m));
+            bool in = roff >= 64 && roff - 64 <= FX_ZONE - width;
+            bool aligned = ((uintptr_t)m.raddr % width) == 0;
+            int want = 0;
+            if (!in || (flags & 3) != 0 || r->dereg)
+                want = -1; /* outside, read-only, wrong secret, stale or gone: refused */
+            else if (aligned && !any_op)
+                want = 1;
+            if (want >= 0)
+                r->zone_changed = true;
+            if (r->namo < AMOS_MAX)
+                r->amos[r->namo++] = (amo_t){.cookie = cookie, .want = want};
+            break;
+        }
+        case 10: {
+            btl_amo_msg_t m = {.magic = BTL_AMO_MAGIC, .kind = BTL_AMO_ANSWER,
+                               .cookie = (uint64_t)a << 16 | b};
+            h = (tcp_hdr_t){.len = sizeof(m), .type = TCP_T_AMO_ANSWER};
+            put_bytes(r, &h, sizeof(h));
+            put_bytes(r, &m, sizeof(m));
+            break;
+        }
         default:
             /* What was built so far arrives first, and its answers stay
              * queued: the deregistration comes while they wait. */
@@ -209,6 +276,11 @@ static void build(run_t *r, const uint8_t *data, size_t size, const uint8_t *cut
                 FX_ABORT_UNLESS(tcp_deregister_mem(&r->fx.mod->super, r->fx.rw) == FERRY_OK);
                 r->dereg = true;
                 r->dereg_at = r->nreq;
+                /* An atomic not parsed yet meets the deregistration: it may
+                 * go either way. */
+                for (size_t i = 0; i < r->namo; i++)
+                    if (r->amos[i].want > 0)
+                        r->amos[i].want = 0;
             }
             break;
         }
@@ -236,6 +308,26 @@ static void read_answers(run_t *r)
         tcp_hdr_t h;
         memcpy(&h, r->ans + at, sizeof(h));
         FX_ABORT_UNLESS(h.zero == 0 && h.tag == 0);
+        if (h.type == TCP_T_AMO_ANSWER) {
+            /* Answers to atomics name their request themselves. */
+            FX_ABORT_UNLESS(h.len == sizeof(btl_amo_msg_t) && h.cookie == 0);
+            if (r->ans_len - at < sizeof(h) + h.len)
+                break;
+            btl_amo_msg_t m;
+            memcpy(&m, r->ans + at + sizeof(h), sizeof(m));
+            FX_ABORT_UNLESS(m.magic == BTL_AMO_MAGIC && m.kind == BTL_AMO_ANSWER);
+            FX_ABORT_UNLESS(m.status <= 0 && m.status > FERRY_ERR_LAST);
+            for (size_t i = 0; r->exact && i < r->namo; i++) {
+                if (r->amos[i].cookie != m.cookie)
+                    continue;
+                if (r->amos[i].want > 0)
+                    FX_ABORT_UNLESS(m.status == FERRY_OK);
+                if (r->amos[i].want < 0)
+                    FX_ABORT_UNLESS(m.status != FERRY_OK);
+            }
+            at += sizeof(h) + h.len;
+            continue;
+        }
         FX_ABORT_UNLESS(h.type == TCP_T_PUT_ACK || h.type == TCP_T_GET_RESP);
         FX_ABORT_UNLESS(h.len >= sizeof(tcp_status_body_t) && h.len <= 65535 + 8);
         if (r->ans_len - at < sizeof(h) + h.len)
@@ -255,7 +347,8 @@ static void read_answers(run_t *r)
             size_t dlen = h.len - sizeof(sb);
             if (q->get && sb.status == FERRY_OK) {
                 FX_ABORT_UNLESS(dlen == q->len);
-                FX_ABORT_UNLESS(memcmp(body, fx_zone(&r->fx, q->zone) + q->off, dlen) == 0);
+                FX_ABORT_UNLESS(r->zone_changed ||
+                                memcmp(body, fx_zone(&r->fx, q->zone) + q->off, dlen) == 0);
             } else if (q->get && dlen > 0) {
                 /* Deregistered under its answer: what did not go out before
                  * went as zeros. */

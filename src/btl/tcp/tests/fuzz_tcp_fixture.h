@@ -79,6 +79,9 @@ static inline void fx_init(fx_t *f, int epfd)
     mod->super.attr.name = "tcp";
     mod->super.attr.max_send_size = 64 * 1024;
     mod->super.attr.eager_limit = 4096;
+    /* The atomics tcp_open announces: the target executes what they allow. */
+    mod->super.attr.flags = FERRY_BTL_FLAG_ATOMIC_OPS | FERRY_BTL_FLAG_ATOMIC_FOPS;
+    mod->super.attr.atomic_flags = BTL_ATOMIC_SUPPORTS_CPU;
     mod->p.connect_timeout_ms = 1000;
     mod->p.eager_limit = 4096;
     mod->p.max_send_size = 64 * 1024;
@@ -94,6 +97,9 @@ static inline void fx_init(fx_t *f, int epfd)
     util_list_init(&mod->connecting);
     util_list_init(&mod->sending);
     util_list_init(&mod->completed);
+    /* Few answers owed per peer, so that the fuzzer reaches the budget. */
+    mod->p.atomic_slots = 4;
+    btl_amo_module_init(&mod->amo, &tcp_amo_hooks, mod->p.atomic_slots);
     util_list_init(&mod->resume);
     util_list_init(&mod->evicted_conns);
     mod->eps = calloc(2, sizeof(*mod->eps));
@@ -112,7 +118,8 @@ static inline void fx_init(fx_t *f, int epfd)
     for (size_t i = 0; i < FX_ZONE; i++)
         fx_zone(f, 1)[i] = (unsigned char)(i * 13u + 5u);
     FX_ABORT_UNLESS(tcp_register_mem(&mod->super, NULL, fx_zone(f, 0), FX_ZONE,
-                                     FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE,
+                                     FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE |
+                                         FERRY_ACCESS_REMOTE_ATOMIC,
                                      &f->rw) == FERRY_OK);
     FX_ABORT_UNLESS(tcp_register_mem(&mod->super, NULL, fx_zone(f, 1), FX_ZONE,
                                      FERRY_ACCESS_REMOTE_READ, &f->ro) == FERRY_OK);
