@@ -55,6 +55,8 @@ int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *co
     if (rc != FERRY_OK) {
         btl->ops->free(btl, des);
         ferry_convertor_set_position(conv, start);
+    } else {
+        api_am_sent(ctx, dst);
     }
     return rc;
 }
