@@ -10,6 +10,26 @@
  * as ferry_flush or ferry_finalize). Callbacks are never invoked from inside
  * the call that started an operation.
  *
+ * Inside a callback (an active-message handler, a completion callback or
+ * the error callback):
+ * - allowed: ferry_am_send and its variants up to ferry_am_max_size,
+ *   ferry_am_send_nb at any size, ferry_put, ferry_get, ferry_put_nb,
+ *   ferry_get_nb, ferry_put_notify, the atomics, ferry_flush_nb,
+ *   ferry_req_test (it does not progress there), ferry_rkey_unpack and
+ *   ferry_rkey_release, ferry_rank, ferry_size; ferry_progress returns 0;
+ * - refused with FERRY_ERR_BUSY, doing nothing: ferry_flush, ferry_barrier,
+ *   ferry_finalize, ferry_req_wait, and ferry_am_send above
+ *   ferry_am_max_size (it would have to wait).
+ * Sends from callbacks do not fail for lack of resources: an active message
+ * or atomic the transport has no room for is held by ferry (the message
+ * copied) and leaves with progress, in order with what the callback sends
+ * to that peer afterwards (later sends to the peer from outside a callback
+ * return FERRY_ERR_NO_RESOURCE until it has left). What ferry holds is
+ * bounded by FERRY_CB_QUEUE_MAX bytes (default 4 MiB, counting each
+ * message's length and a small header): past it such a send returns
+ * FERRY_ERR_NO_RESOURCE as it would outside a callback. Puts and gets never
+ * return FERRY_ERR_NO_RESOURCE: ferry queues them anywhere.
+ *
  * Every function returns a ferry status: FERRY_OK (0) or a negative
  * FERRY_ERR_* code; ferry_strerror() names it.
  */
@@ -316,7 +336,8 @@ long ferry_am_max_size(ferry_ctx_t *ctx, int dst);
  * - up to ferry_am_max_size(dst) bytes the message is copied into the
  *   transport (one fragment) and the call returns at once. Out of buffers
  *   or credits it returns FERRY_ERR_NO_RESOURCE: call ferry_progress and
- *   retry; nothing was sent.
+ *   retry; nothing was sent. Inside a callback ferry holds the message
+ *   instead (see the top of this file, FERRY_CB_QUEUE_MAX).
  * - above that the message goes by rendezvous (see "Active messages of any
  *   size" below) and the call blocks, progressing, until the receiver has
  *   the data; its handlers and callbacks run meanwhile. Called from inside

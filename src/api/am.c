@@ -62,12 +62,18 @@ int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t l
         ferry_convertor_init_contig(&large, data, len);
         return api_am_send_large_blocking(ctx, dst, tag, &large);
     }
+    /* Messages queued from callbacks go first. */
+    if (api_cbq_waiting(ctx, dst))
+        return ctx->in_callback > 0 ? api_cbq_push(ctx, dst, tag, data, NULL, len)
+                                    : FERRY_ERR_NO_RESOURCE;
     /* An inline send copies straight from the caller's buffer to the
      * transport; a descriptor would add a copy. */
     if (btl->attr.flags & FERRY_BTL_FLAG_SENDI) {
         rc = btl->ops->sendi(btl, peer->ep, NULL, 0, data, len, (uint8_t)tag);
         if (rc == FERRY_OK)
             api_am_sent(ctx, dst);
+        else if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0)
+            rc = api_cbq_push(ctx, dst, tag, data, NULL, len);
         return rc;
     }
     ferry_convertor_t conv;
@@ -75,6 +81,8 @@ int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t l
     size_t size = len;
     ferry_btl_desc_t *des;
     rc = btl->ops->prepare_src(btl, peer->ep, NULL, &conv, 0, &size, 0, &des);
+    if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0)
+        return api_cbq_push(ctx, dst, tag, data, NULL, len);
     if (rc != FERRY_OK)
         return rc;
     if (size != len) {
@@ -89,6 +97,8 @@ int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t l
         btl->ops->free(btl, des);
     else
         api_am_sent(ctx, dst);
+    if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0)
+        rc = api_cbq_push(ctx, dst, tag, data, NULL, len);
     return rc;
 }
 

@@ -92,6 +92,15 @@ struct api_state {
     uint64_t *ack_owed;
     bool n_owed_hint; /* some ack_owed entry may be set */
 
+    /* Sends from callbacks that met a full transport (onesided.c): active
+     * messages per peer in order, and atomics, waiting for progress;
+     * together at most cbq_max bytes (FERRY_CB_QUEUE_MAX). */
+    util_list_t *cbq;   /* [size] of api_cbq_msg_t */
+    util_list_t amo_q;  /* api_amo_wait_t, oldest first */
+    size_t cbq_bytes;
+    size_t cbq_count;   /* messages in all of cbq */
+    size_t cbq_max;
+
     /* Active messages above the max send size (am_large.c), made on first
      * use. */
     struct api_am_large *large;
@@ -166,6 +175,24 @@ int api_onesided_progress(ferry_ctx_t *ctx);
 /* A flush marker or answer from src (the dispatcher, or am_large releasing
  * what it held behind a large message). */
 void api_flush_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len);
+
+/* Declares FERRY_CB_QUEUE_MAX (at context creation, so that ferry_info
+ * lists it); *max_out gets its value when not NULL. */
+int api_onesided_register_params(ferry_ctx_t *ctx, size_t *max_out);
+
+/* Inside a callback, an active message the transport had no room for (or
+ * that must wait behind ones queued before it): copied (conv: packed from
+ * its cursor; else data) into dst's queue, to leave in order with
+ * progress. FERRY_OK, or FERRY_ERR_NO_RESOURCE past FERRY_CB_QUEUE_MAX
+ * (nothing queued). */
+int api_cbq_push(ferry_ctx_t *ctx, int dst, int tag, const void *data, ferry_convertor_t *conv,
+                 size_t len);
+
+/* Messages to dst wait in ferry's queue: a later send must go behind them. */
+static inline bool api_cbq_waiting(const ferry_ctx_t *ctx, int dst)
+{
+    return ctx->api->cbq_count > 0 && !util_list_empty(&ctx->api->cbq[dst]);
+}
 
 /* An application active message went to dst: the next flush to it sends a
  * marker. */

@@ -364,6 +364,92 @@ int ferry_get_nb(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, void *buf, 
     return rdma_nb(ctx, false, rh, raddr, buf, len, p);
 }
 
+/* ---- sends from callbacks ---- */
+
+/* Default of FERRY_CB_QUEUE_MAX. */
+#define API_CB_QUEUE_MAX_DEFAULT ((size_t)4 << 20)
+
+int api_onesided_register_params(ferry_ctx_t *ctx, size_t *max_out)
+{
+    size_t max;
+    int rc = rt_param_register_size(&ctx->params, "cb_queue_max", API_CB_QUEUE_MAX_DEFAULT, 0,
+                                    SIZE_MAX / 2,
+                                    "Bytes of active messages and atomics started inside "
+                                    "callbacks that ferry holds when the transport has no room, "
+                                    "to send with progress; past it they return "
+                                    "FERRY_ERR_NO_RESOURCE",
+                                    &max);
+    if (rc == FERRY_OK && max_out != NULL)
+        *max_out = max;
+    return rc;
+}
+
+/* An active message waiting in ferry for the transport. */
+typedef struct api_cbq_msg {
+    util_list_item_t link;
+    uint8_t tag;
+    size_t len;
+    char data[];
+} api_cbq_msg_t;
+
+int api_cbq_push(ferry_ctx_t *ctx, int dst, int tag, const void *data, ferry_convertor_t *conv,
+                 size_t len)
+{
+    struct api_state *api = ctx->api;
+    size_t cost = sizeof(api_cbq_msg_t) + len;
+    if (api->cbq_bytes > api->cbq_max || cost > api->cbq_max - api->cbq_bytes)
+        return FERRY_ERR_NO_RESOURCE;
+    api_cbq_msg_t *m = malloc(cost);
+    if (m == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    m->tag = (uint8_t)tag;
+    m->len = len;
+    if (conv != NULL)
+        ferry_convertor_pack(conv, m->data, len);
+    else if (len > 0)
+        memcpy(m->data, data, len);
+    util_list_append(&api->cbq[dst], &m->link);
+    api->cbq_bytes += cost;
+    api->cbq_count++;
+    /* In flight until it has left: a flush waits for it, and its marker
+     * goes behind it. */
+    api->outstanding[dst]++;
+    api_am_sent(ctx, dst);
+    return FERRY_OK;
+}
+
+/* Sends what waits for each peer, in order, while the transports take it. */
+static int cbq_drain(ferry_ctx_t *ctx)
+{
+    struct api_state *api = ctx->api;
+    int events = 0;
+    for (int r = 0; r < ctx->size && api->cbq_count > 0; r++) {
+        util_list_item_t *it;
+        while ((it = util_list_first(&api->cbq[r])) != NULL) {
+            api_cbq_msg_t *m = UTIL_CONTAINER_OF(it, api_cbq_msg_t, link);
+            int rc = ctx->peers[r].failed
+                         ? FERRY_ERR_UNREACH
+                         : btl_ctx_send_small(ctx, r, m->tag, m->data, m->len);
+            if (rc == FERRY_ERR_NO_RESOURCE)
+                break;
+            if (rc != FERRY_OK) {
+                rt_log(&ctx->log, RT_LOG_ERROR,
+                       "a %zu-byte active message to rank %d queued from a callback was lost: %s",
+                       m->len, r, ferry_strerror(rc));
+                if (api->first_error[r] == FERRY_OK)
+                    api->first_error[r] = rc;
+            }
+            util_list_remove(&api->cbq[r], it);
+            api->cbq_bytes -= sizeof(*m) + m->len;
+            api->cbq_count--;
+            api->outstanding[r]--;
+            free(m);
+            events++;
+        }
+    }
+    return events;
+}
+
 /* ---- atomics ---- */
 
 /* ferry_atomic_op_t onto the transport's operations. */
@@ -394,6 +480,70 @@ static void amo_done(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *lo
 
 enum { AMO_OP, AMO_FETCH, AMO_CSWAP };
 
+/* An atomic started inside a callback that the transport had no room for:
+ * started again from progress. */
+typedef struct api_amo_wait {
+    util_list_item_t link;
+    int kind;
+    int dst;
+    int module;
+    ferry_atomic_op_t op;
+    uint32_t flags;
+    uint64_t raddr, operand, compare;
+    void *result;
+    ferry_btl_reg_t *lreg;
+    ferry_req_t *req;
+    uint8_t key[FERRY_BTL_KEY_MAX];
+} api_amo_wait_t;
+
+static int amo_issue(ferry_ctx_t *ctx, int kind, int dst, int m, const uint8_t *key,
+                     uint64_t raddr, ferry_atomic_op_t op, uint32_t flags, uint64_t operand,
+                     uint64_t compare, void *result, ferry_btl_reg_t *lreg, ferry_req_t *req)
+{
+    ferry_btl_module_t *btl = ctx->modules[m];
+    ferry_btl_endpoint_t *ep = ctx->peers[dst].ep;
+    api_peer_slot_t *slot = &ctx->api->slots[dst];
+    switch (kind) {
+    case AMO_OP:
+        return btl->ops->atomic_op(btl, ep, raddr, key, amo_ops[op], operand, flags, amo_done,
+                                   slot, req);
+    case AMO_FETCH:
+        return btl->ops->atomic_fop(btl, ep, result, raddr, lreg, key, amo_ops[op], operand,
+                                    flags, amo_done, slot, req);
+    default:
+        return btl->ops->atomic_cswap(btl, ep, result, raddr, lreg, key, compare, operand, flags,
+                                      amo_done, slot, req);
+    }
+}
+
+/* Starts the atomics waiting, oldest first, while the transports take them. */
+static int amo_drain(ferry_ctx_t *ctx)
+{
+    struct api_state *api = ctx->api;
+    int events = 0;
+    util_list_item_t *it;
+    while ((it = util_list_first(&api->amo_q)) != NULL) {
+        api_amo_wait_t *w = UTIL_CONTAINER_OF(it, api_amo_wait_t, link);
+        int rc = ctx->peers[w->dst].failed
+                     ? FERRY_ERR_UNREACH
+                     : amo_issue(ctx, w->kind, w->dst, w->module, w->key, w->raddr, w->op,
+                                 w->flags, w->operand, w->compare, w->result, w->lreg, w->req);
+        if (rc == FERRY_ERR_NO_RESOURCE)
+            break;
+        util_list_remove(&api->amo_q, it);
+        api->cbq_bytes -= sizeof(*w);
+        if (rc != FERRY_OK) {
+            /* Done now, or refused: its completion is due either way (the
+             * count it held in outstanding goes with it). */
+            amo_done(NULL, NULL, NULL, NULL, &api->slots[w->dst], w->req,
+                     rc == FERRY_BTL_DONE ? FERRY_OK : rc);
+        }
+        free(w);
+        events++;
+    }
+    return events;
+}
+
 static int amo_start(ferry_ctx_t *ctx, int kind, ferry_rkey_h *rh, uint64_t raddr,
                      ferry_atomic_op_t op, size_t size, uint64_t operand, uint64_t compare,
                      void *result, const ferry_op_params_t *p)
@@ -419,21 +569,27 @@ static int amo_start(ferry_ctx_t *ctx, int kind, ferry_rkey_h *rh, uint64_t radd
     ferry_req_t *req = req_for(ctx, p, &rc);
     if (rc != FERRY_OK)
         return rc;
-    api_peer_slot_t *slot = &ctx->api->slots[rh->dst];
     ferry_btl_reg_t *lreg = api_mem_reg(p != NULL ? p->local : NULL, rh->module);
-    switch (kind) {
-    case AMO_OP:
-        rc = btl->ops->atomic_op(btl, peer->ep, raddr, rh->key, amo_ops[op], operand, flags,
-                                 amo_done, slot, req);
-        break;
-    case AMO_FETCH:
-        rc = btl->ops->atomic_fop(btl, peer->ep, result, raddr, lreg, rh->key, amo_ops[op],
-                                  operand, flags, amo_done, slot, req);
-        break;
-    default:
-        rc = btl->ops->atomic_cswap(btl, peer->ep, result, raddr, lreg, rh->key, compare,
-                                    operand, flags, amo_done, slot, req);
-        break;
+    struct api_state *api = ctx->api;
+    /* Inside a callback, behind atomics already waiting (they are not
+     * ordered with each other, but a queue that never empties is unfair). */
+    rc = ctx->in_callback > 0 && !util_list_empty(&api->amo_q)
+             ? FERRY_ERR_NO_RESOURCE
+             : amo_issue(ctx, kind, rh->dst, rh->module, rh->key, raddr, op, flags, operand,
+                         compare, result, lreg, req);
+    if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0 &&
+        api->cbq_bytes <= api->cbq_max && sizeof(api_amo_wait_t) <= api->cbq_max - api->cbq_bytes) {
+        api_amo_wait_t *w = calloc(1, sizeof(*w));
+        if (w == NULL)
+            return req_abandon(ctx, req, FERRY_ERR_NO_MEMORY);
+        *w = (api_amo_wait_t){.kind = kind, .dst = rh->dst, .module = rh->module, .op = op,
+                              .flags = flags, .raddr = raddr, .operand = operand,
+                              .compare = compare, .result = result, .lreg = lreg, .req = req};
+        memcpy(w->key, rh->key, sizeof(w->key));
+        util_list_append(&api->amo_q, &w->link);
+        api->cbq_bytes += sizeof(*w);
+        api->outstanding[rh->dst]++;
+        return req_started(p, req);
     }
     if (rc == FERRY_BTL_DONE)
         return req_done_now(ctx, p, req);
@@ -788,6 +944,10 @@ int api_onesided_progress(ferry_ctx_t *ctx)
     int events = 0;
     util_list_item_t *it, *next;
 
+    if (api->cbq_count > 0)
+        events += cbq_drain(ctx);
+    if (!util_list_empty(&api->amo_q))
+        events += amo_drain(ctx);
     while ((it = util_list_first(&api->notify_q)) != NULL) {
         api_notify_t *n = UTIL_CONTAINER_OF(it, api_notify_t, link);
         util_list_remove(&api->notify_q, it);
@@ -837,6 +997,15 @@ int api_onesided_init(ferry_ctx_t *ctx)
     util_list_init(&api->req_due);
     util_list_init(&api->flushes);
     util_list_init(&api->notify_q);
+    util_list_init(&api->amo_q);
+    int rc = api_onesided_register_params(ctx, &api->cbq_max);
+    if (rc != FERRY_OK)
+        return rc;
+    api->cbq = calloc(n, sizeof(*api->cbq));
+    if (api->cbq == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    for (size_t r = 0; r < n; r++)
+        util_list_init(&api->cbq[r]);
     api->slots = calloc(n, sizeof(*api->slots));
     api->am_dirty = calloc(n, sizeof(*api->am_dirty));
     api->flush_sent = calloc(n, sizeof(*api->flush_sent));
@@ -856,7 +1025,19 @@ void api_onesided_fini(ferry_ctx_t *ctx)
 {
     struct api_state *api = ctx->api;
     util_list_item_t *it;
+    if (api->cbq != NULL) {
+        for (int r = 0; r < ctx->size; r++)
+            while ((it = util_list_pop_front(&api->cbq[r])) != NULL)
+                free(UTIL_CONTAINER_OF(it, api_cbq_msg_t, link));
+        free(api->cbq);
+        api->cbq = NULL;
+    }
     if (api->slots != NULL) {
+        while ((it = util_list_pop_front(&api->amo_q)) != NULL) {
+            api_amo_wait_t *w = UTIL_CONTAINER_OF(it, api_amo_wait_t, link);
+            amo_done(NULL, NULL, NULL, NULL, &api->slots[w->dst], w->req, FERRY_ERR_CANCELED);
+            free(w);
+        }
         /* What never left is canceled; callbacks due still run. */
         while ((it = util_list_pop_front(&api->notify_q)) != NULL)
             notify_finish(ctx, UTIL_CONTAINER_OF(it, api_notify_t, link), FERRY_ERR_CANCELED);

@@ -14,6 +14,9 @@
  * target memory comes from ferry_mem_alloc (sm: its shared heap). --iters:
  * operations per rank (default 500). --quiet-only: only the issue's case,
  * every rank but 0 sending 1000 increments to rank 0 before a barrier.
+ * --replies: only replies from handlers under back pressure (run with tiny
+ * rings); --replies-refused: the same with FERRY_CB_QUEUE_MAX=0, where a
+ * reply may be refused.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -31,6 +34,9 @@
 #define TAG_INC 4
 #define TAG_NOTE 5
 #define TAG_PROBE 6
+#define TAG_PING 9
+#define TAG_PONG 10
+#define TAG_COUNT 11
 
 #define MAX_RANKS 64
 #define NOTE_ROUNDS 40
@@ -546,6 +552,98 @@ static void test_quiet(ferry_ctx_t *ctx, ferry_rkey_h *rh0, uint64_t base)
     printf("ok  flush and barrier are a quiet for active messages\n");
 }
 
+/* Replies from handlers under back pressure: every rank but 0 sends a burst
+ * of pings; rank 0's handler answers each with a 1 KiB pong and never
+ * retries. Run with tiny rings or send queues, the replies meet a full
+ * transport and ferry holds them: every pong arrives, in order. With
+ * FERRY_CB_QUEUE_MAX=0 (expect_refusals) a reply may be refused with
+ * FERRY_ERR_NO_RESOURCE instead, never anything else, and exactly the
+ * replies accepted arrive, in order. */
+typedef struct pong_state {
+    long answered, refused, bad_rc;
+    long got, out_of_order, told;
+    uint64_t next;
+    long expect;
+} pong_state_t;
+
+static pong_state_t g_pong;
+
+static void on_ping(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len, void *arg)
+{
+    (void)tag, (void)arg;
+    char reply[1024];
+    memset(reply, 0x5a, sizeof(reply));
+    CHECK(len == sizeof(uint64_t));
+    memcpy(reply, data, sizeof(uint64_t));
+    int rc = ferry_am_send(ctx, src, TAG_PONG, reply, sizeof(reply));
+    if (rc == FERRY_OK)
+        g_pong.answered++;
+    else if (rc == FERRY_ERR_NO_RESOURCE)
+        g_pong.refused++;
+    else
+        g_pong.bad_rc++;
+}
+
+static void on_pong(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len, void *arg)
+{
+    (void)ctx, (void)src, (void)tag, (void)arg;
+    uint64_t seq;
+    CHECK(len == 1024);
+    memcpy(&seq, data, sizeof(seq));
+    if (seq < g_pong.next)
+        g_pong.out_of_order++;
+    g_pong.next = seq + 1;
+    g_pong.got++;
+}
+
+static void on_count(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len, void *arg)
+{
+    (void)ctx, (void)src, (void)tag, (void)arg;
+    CHECK(len == sizeof(long));
+    memcpy(&g_pong.expect, data, sizeof(long));
+    g_pong.told++;
+}
+
+static void test_replies(ferry_ctx_t *ctx, bool expect_refusals)
+{
+    int me = ferry_rank(ctx), size = ferry_size(ctx);
+    const int n = 1000;
+    CHECK(ferry_am_register(ctx, TAG_PING, on_ping, NULL) == FERRY_OK);
+    CHECK(ferry_am_register(ctx, TAG_PONG, on_pong, NULL) == FERRY_OK);
+    CHECK(ferry_am_register(ctx, TAG_COUNT, on_count, NULL) == FERRY_OK);
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    if (me != 0)
+        for (uint64_t i = 0; i < (uint64_t)n; i++)
+            CHECK(send_retry(ctx, 0, TAG_PING, &i, sizeof(i)) == FERRY_OK);
+    /* The pings are handled at rank 0 and its replies at their senders
+     * once this is over: rank 0's own flush waits for what it holds. */
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    if (me == 0) {
+        printf("rank 0: %ld replies accepted, %ld refused, %ld failed otherwise\n",
+               g_pong.answered, g_pong.refused, g_pong.bad_rc);
+        CHECK(g_pong.bad_rc == 0);
+        CHECK(g_pong.answered + g_pong.refused == (long)n * (size - 1));
+        if (!expect_refusals)
+            CHECK(g_pong.refused == 0);
+        /* Per sender, as there is one counter: tell each what to expect
+         * only when nothing was refused or one sender alone. */
+        long each = size == 2 || g_pong.refused == 0 ? g_pong.answered / (size - 1) : -1;
+        for (int r = 1; r < size; r++)
+            CHECK(send_retry(ctx, r, TAG_COUNT, &each, sizeof(each)) == FERRY_OK);
+    }
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    if (me != 0) {
+        CHECK(g_pong.told == 1);
+        CHECK(g_pong.out_of_order == 0);
+        if (g_pong.expect >= 0)
+            CHECK(g_pong.got == g_pong.expect);
+        if (!expect_refusals)
+            CHECK(g_pong.got == n);
+    }
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    printf("ok  replies from handlers under back pressure: none lost, in order\n");
+}
+
 /* Two contexts in one process (no launcher: singletons): a handle of one
  * is refused by the other. */
 static void test_foreign_handle(void)
@@ -587,7 +685,8 @@ static void test_foreign_handle(void)
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    bool need_peers = false, alloc = false, quiet_only = false;
+    bool need_peers = false, alloc = false, quiet_only = false, replies = false;
+    bool refusals = false;
     int iters = 500;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--need-peers") == 0) {
@@ -596,12 +695,18 @@ int main(int argc, char **argv)
             alloc = true;
         } else if (strcmp(argv[i], "--quiet-only") == 0) {
             quiet_only = true;
+        } else if (strcmp(argv[i], "--replies") == 0) {
+            replies = true;
+        } else if (strcmp(argv[i], "--replies-refused") == 0) {
+            replies = refusals = true;
         } else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
             iters = atoi(argv[++i]);
         } else if (strncmp(argv[i], "--iters=", 8) == 0) {
             iters = atoi(argv[i] + 8);
         } else {
-            fprintf(stderr, "usage: %s [--need-peers] [--alloc] [--iters N] [--quiet-only]\n",
+            fprintf(stderr,
+                    "usage: %s [--need-peers] [--alloc] [--iters N] [--quiet-only | --replies | "
+                    "--replies-refused]\n",
                     argv[0]);
             return 2;
         }
@@ -668,14 +773,17 @@ int main(int argc, char **argv)
         CHECK(ferry_rkey_unpack(ctx, r, &g_keys.key[r], &rhs[r]) == FERRY_OK);
     uint64_t base0 = g_keys.base[0];
 
-    if (!quiet_only) {
+    if (replies) {
+        test_replies(ctx, refusals);
+    } else if (!quiet_only) {
         test_counter(ctx, rhs[0], base0, iters);
         test_lock(ctx, rhs[0], base0, iters / 5 + 1);
         test_notify(ctx, rhs);
         test_requests(ctx, rhs[0], base0);
         test_refusals(ctx, rhs[0], base0);
     }
-    test_quiet(ctx, rhs[0], base0);
+    if (!replies)
+        test_quiet(ctx, rhs[0], base0);
 
     for (int r = 0; r < size; r++)
         CHECK(ferry_rkey_release(ctx, rhs[r]) == FERRY_OK);
