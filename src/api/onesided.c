@@ -317,7 +317,8 @@ static btl_peer_t *op_peer(ferry_ctx_t *ctx, const ferry_rkey_h *rh, const ferry
 {
     if (!api_ctx_live(ctx) || ctx->api == NULL || !rh_valid(ctx, rh) ||
         (buf == NULL && len > 0) ||
-        (p != NULL && p->local != NULL && !api_mem_covers(ctx, p->local, buf, len))) {
+        (p != NULL && p->local != NULL && len > 0 &&
+         !api_mem_covers(ctx, p->local, buf, len))) {
         *rc_out = FERRY_ERR_INVALID;
         return NULL;
     }

@@ -431,6 +431,9 @@ static void test_refusals(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t base)
           FERRY_ERR_INVALID);
     CHECK(ferry_atomic_fetch(ctx, rh, base + OFF_MAX, FERRY_ATOMIC_MAX, 8, 0, &local_buf[1],
                              &lp) == FERRY_OK);
+    /* A non-fetching atomic has no local buffer: a registration given is
+     * not held against it. */
+    RETRY_OK(ferry_atomic(ctx, rh, base + OFF_CTR32B, FERRY_ATOMIC_ADD, 4, 0, &lp));
     CHECK(ferry_flush(ctx, 0) == FERRY_OK);
     CHECK(ferry_mem_deregister(ctx, lm) == FERRY_OK);
     /* Put with notification: tag, payload. */
