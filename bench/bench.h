@@ -11,6 +11,8 @@
  *   bench_pair.c   paired measurement: floor and figure in alternating blocks
  *   bench_am.c     am-lat, am-bw, am-bibw, am-rate
  *   bench_rdma.c   put-lat, get-lat, put-bw, get-bw
+ *   bench_amo.c    amo-fadd-lat, amo-cswap-lat (remote atomics beside a CPU
+ *                  atomic ping-pong), put-notify-lat (beside ferry's AM)
  *   bench_tag.c    tag-lat, tag-bw, tag-bibw, tag-rate (include/ferry/msg.h),
  *                  am-lat-rndv, am-bw-rndv (whole messages of any size)
  * Everything hangs off one bench_t that main() owns; there is no global
@@ -53,7 +55,8 @@ enum {
     BENCH_TAG_DATA = 1, /* payload of the measured messages, counted */
     BENCH_TAG_ACK = 2,  /* end of a window, counted */
     BENCH_TAG_CTRL = 3, /* setup and phase messages, queued (bench_ctrl_*) */
-    BENCH_TAG_WHOLE = 4 /* am-lat-rndv, am-bw-rndv: whole messages of any size */
+    BENCH_TAG_WHOLE = 4, /* am-lat-rndv, am-bw-rndv: whole messages of any size */
+    BENCH_TAG_NOTE = 5   /* put-notify-lat: notifications and the AM ping-pong, counted */
 };
 
 /* Kinds of control message. */
@@ -85,6 +88,10 @@ typedef enum bench_mode {
     BENCH_TAG_BW,
     BENCH_TAG_BIBW,
     BENCH_TAG_RATE,
+    /* bench_amo.c */
+    BENCH_AMO_FADD_LAT,
+    BENCH_AMO_CSWAP_LAT,
+    BENCH_PUT_NOTIFY_LAT,
     BENCH_MODE_COUNT
 } bench_mode_t;
 
@@ -197,6 +204,16 @@ typedef struct bench {
     FILE *csv;
     FILE *blocks;      /* rank 0: --blocks, every pair's blocks */
     bool spin_yield;   /* the ranks may share a cpu: busy waits yield now and then */
+    /* bench_amo.c: the atomics' and notifications' own registration (with
+     * FERRY_ACCESS_REMOTE_ATOMIC) and the peer's, unpacked. */
+    bool amo_ready;
+    ferry_mem_t *amo_mem;
+    void *amo_plain;   /* its memory when not from ferry_mem_alloc */
+    uint8_t *amo_buf;
+    ferry_rkey_h *amo_rh;
+    uint64_t amo_raddr;
+    uint64_t notes;    /* notifications and AM pings received */
+    uint64_t note_seq; /* ping-pong exchanges this rank has finished */
 } bench_t;
 
 /* One result row. A paired row carries the statistics of its pairs; an
@@ -378,6 +395,16 @@ int bench_run_tag(bench_t *b, bench_mode_t mode);
 int bench_run_rdma(bench_t *b, bench_mode_t mode);
 /* Deregisters the buffer; safe on a zeroed bench. */
 void bench_rdma_fini(bench_t *b);
+
+/* ---- bench_amo.c ---- */
+
+int bench_run_amo(bench_t *b, bench_mode_t mode);
+void bench_amo_fini(bench_t *b);
+
+/* bench_floor.c: the atomics' floor, a ping-pong of CPU fetch-adds on a
+ * cache line the two ranks share (half round trips); *ok_out false when
+ * the mapping is unavailable. */
+int bench_floor_atomic_block(bench_t *b, bench_block_t *blk_out, bool *ok_out);
 
 /* ---- bench_reg.c ---- */
 

@@ -440,6 +440,45 @@ static int memcpy_block(bench_t *b, const bench_block_t *blk, long n, uint64_t *
     return FERRY_OK;
 }
 
+/* n fetch-add ping-pongs: each rank's fetch-add takes the line from the
+ * other's cache, as a remote CPU atomic on memory the peer just touched
+ * does. Every sequence number is written to its slot in turn (here and by
+ * pingpong), so a slot holds s - CL_SLOTS (0 at first) when s comes round,
+ * and adding the difference leaves s there. */
+static int atomic_pingpong(bench_t *b, const bench_block_t *blk, long n, uint64_t *ns_out)
+{
+    (void)blk;
+    cl_flags_t *fl = b->floors.cl;
+    uint64_t t0 = bench_now_ns();
+    for (long i = 0; i < n; i++) {
+        unsigned s = ++b->floors.cl_seq;
+        unsigned step = s > CL_SLOTS ? CL_SLOTS : s;
+        int rc;
+        if (b->rank == 0) {
+            atomic_fetch_add_explicit(&fl->slot[s % CL_SLOTS].ping, step, memory_order_acq_rel);
+            rc = spin_until(b, &fl->slot[s % CL_SLOTS].pong, s);
+        } else {
+            rc = spin_until(b, &fl->slot[s % CL_SLOTS].ping, s);
+            atomic_fetch_add_explicit(&fl->slot[s % CL_SLOTS].pong, step, memory_order_acq_rel);
+        }
+        if (rc != FERRY_OK)
+            return rc;
+    }
+    *ns_out = bench_now_ns() - t0;
+    return FERRY_OK;
+}
+
+int bench_floor_atomic_block(bench_t *b, bench_block_t *blk_out, bool *ok_out)
+{
+    int rc = cacheline_open(b);
+    if (rc != FERRY_OK)
+        return rc;
+    bench_block_t blk = {.run = atomic_pingpong, .per_time = true, .unit = 2.0, .size = 8};
+    *blk_out = blk;
+    *ok_out = b->floors.cl != NULL;
+    return FERRY_OK;
+}
+
 int bench_floor_lat_block(bench_t *b, bench_block_t *blk_out, bool *ok_out)
 {
     int rc;

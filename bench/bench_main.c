@@ -25,7 +25,8 @@ static const char *const mode_names[BENCH_MODE_COUNT] = {
     [BENCH_GET_LAT] = "get-lat", [BENCH_PUT_BW] = "put-bw",   [BENCH_GET_BW] = "get-bw",
     [BENCH_AM_LAT_RNDV] = "am-lat-rndv", [BENCH_AM_BW_RNDV] = "am-bw-rndv",
     [BENCH_TAG_LAT] = "tag-lat", [BENCH_TAG_BW] = "tag-bw", [BENCH_TAG_BIBW] = "tag-bibw",
-    [BENCH_TAG_RATE] = "tag-rate",
+    [BENCH_TAG_RATE] = "tag-rate", [BENCH_AMO_FADD_LAT] = "amo-fadd-lat",
+    [BENCH_AMO_CSWAP_LAT] = "amo-cswap-lat", [BENCH_PUT_NOTIFY_LAT] = "put-notify-lat",
 };
 
 const char *bench_mode_name(bench_mode_t mode)
@@ -36,10 +37,14 @@ const char *bench_mode_name(bench_mode_t mode)
 static const char usage_text[] =
     "usage: ferryrun -n 2 [--bind-to core] ferry-bench [mode] [options]\n"
     "modes: limits am-lat am-bw am-bibw am-rate put-lat get-lat put-bw get-bw am-lat-rndv\n"
-    "       am-bw-rndv tag-lat tag-bw tag-bibw tag-rate, all (the default), or a comma\n"
-    "       list of them, which run in the order above. am-*-rndv send each message\n"
-    "       whole (rendezvous above the eager size; am-* cut it into chunks); tag-* use\n"
-    "       the tagged layer (ferry/msg.h)\n"
+    "       am-bw-rndv tag-lat tag-bw tag-bibw tag-rate amo-fadd-lat amo-cswap-lat\n"
+    "       put-notify-lat, all (the default), or a comma list of them, which run in\n"
+    "       the order above. am-*-rndv send each message whole (rendezvous above the\n"
+    "       eager size; am-* cut it into chunks); tag-* use the tagged layer\n"
+    "       (ferry/msg.h); amo-* time one remote atomic (sizes 4 and 8) to\n"
+    "       completion beside a CPU fetch-add ping-pong on a shared cache line;\n"
+    "       put-notify-lat is a ping-pong of puts with notification beside ferry's\n"
+    "       own active-message ping-pong\n"
     "  -m, --message-size MIN:MAX  sizes swept in powers of two (MIN:, :MAX and MAX also;\n"
     "                              K, M, G suffixes); default 0 or 1 to 1M, am-rate 8\n"
     "  -i, --iterations N   timed iterations (windows for bandwidth and rate) per\n"
@@ -336,6 +341,9 @@ static mode_kind_t mode_kind(bench_mode_t mode)
     case BENCH_GET_LAT:
     case BENCH_AM_LAT_RNDV:
     case BENCH_TAG_LAT:
+    case BENCH_AMO_FADD_LAT:
+    case BENCH_AMO_CSWAP_LAT:
+    case BENCH_PUT_NOTIFY_LAT:
         return KIND_LAT;
     case BENCH_AM_RATE:
     case BENCH_TAG_RATE:
@@ -450,6 +458,8 @@ static void csv_field(FILE *f, const char *s)
 static bool rdma_alloc(const bench_t *b, bench_mode_t mode)
 {
     return b->opts.alloc && (mode == BENCH_PUT_LAT || mode == BENCH_GET_LAT ||
+                             mode == BENCH_AMO_FADD_LAT || mode == BENCH_AMO_CSWAP_LAT ||
+                             mode == BENCH_PUT_NOTIFY_LAT ||
                              mode == BENCH_PUT_BW || mode == BENCH_GET_BW);
 }
 
@@ -700,6 +710,10 @@ static int run_mode(bench_t *b, bench_mode_t mode)
     case BENCH_TAG_BIBW:
     case BENCH_TAG_RATE:
         return bench_run_tag(b, mode);
+    case BENCH_AMO_FADD_LAT:
+    case BENCH_AMO_CSWAP_LAT:
+    case BENCH_PUT_NOTIFY_LAT:
+        return bench_run_amo(b, mode);
     default:
         return bench_run_rdma(b, mode);
     }
@@ -833,6 +847,7 @@ int main(int argc, char **argv)
         fflush(stdout);
         exit(1);
     }
+    bench_amo_fini(&b);
     bench_rdma_fini(&b);
     bench_floor_fini(&b);
     rc = ferry_finalize(&b.ctx);

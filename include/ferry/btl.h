@@ -57,6 +57,13 @@ struct ferry_bitmap;
  * name ferry_info prints and a line of help, so a flag cannot be added
  * without a name.
  *
+ * PUT_ORDERED: once put has accepted a descriptor (FERRY_OK), a message sent
+ * afterwards on the same endpoint reaches its handler at the target only
+ * after the put's data is written there (a put the target refuses is not
+ * written, and the message is handled all the same). ferry_put_notify
+ * sends its notification at once on such a transport, with no wait for the
+ * put's completion.
+ *
  * NO_KEY_REVOKE is a limit, not a capability: a put/get through the key of a
  * registration the target has released is NOT refused with FERRY_ERR_ACCESS
  * (the fabric underneath does not check it, or checks it only by failing the
@@ -73,7 +80,10 @@ struct ferry_bitmap;
     X(MEM_ALLOC, 6, "mem_alloc", "mem_alloc gives memory peers reach faster")             \
     X(NO_KEY_REVOKE, 7, "no_key_revoke",                                                  \
       "a released registration's key is not refused (a limit)")                           \
-    X(ATOMIC_FOPS, 8, "atomic_fops", "atomic_fop, fetching the old value")
+    X(ATOMIC_FOPS, 8, "atomic_fops", "atomic_fop, fetching the old value")                \
+    X(PUT_ORDERED, 9, "put_ordered",                                                      \
+      "a put accepted on an endpoint is in place at the target before a message sent "   \
+      "after it there is handled")
 
 #define FERRY_BTL_FLAG_ENUM_(name, bit, text, help) FERRY_BTL_FLAG_##name = 1u << (bit),
 #define FERRY_BTL_FLAG_BIT_(name, bit, text, help) | (1u << (bit))

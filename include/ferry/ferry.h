@@ -10,6 +10,26 @@
  * as ferry_flush or ferry_finalize). Callbacks are never invoked from inside
  * the call that started an operation.
  *
+ * Inside a callback (an active-message handler, a completion callback or
+ * the error callback):
+ * - allowed: ferry_am_send and its variants up to ferry_am_max_size,
+ *   ferry_am_send_nb at any size, ferry_put, ferry_get, ferry_put_nb,
+ *   ferry_get_nb, ferry_put_notify, the atomics, ferry_flush_nb,
+ *   ferry_req_test (it does not progress there), ferry_rkey_unpack and
+ *   ferry_rkey_release, ferry_rank, ferry_size; ferry_progress returns 0;
+ * - refused with FERRY_ERR_BUSY, doing nothing: ferry_flush, ferry_barrier,
+ *   ferry_finalize, ferry_req_wait, and ferry_am_send above
+ *   ferry_am_max_size (it would have to wait).
+ * Sends from callbacks do not fail for lack of resources: an active message
+ * or atomic the transport has no room for is held by ferry (the message
+ * copied) and leaves with progress, in order with what the callback sends
+ * to that peer afterwards (later sends to the peer from outside a callback
+ * return FERRY_ERR_NO_RESOURCE until it has left). What ferry holds is
+ * bounded by FERRY_CB_QUEUE_MAX bytes (default 4 MiB, counting each
+ * message's length and a small header): past it such a send returns
+ * FERRY_ERR_NO_RESOURCE as it would outside a callback. Puts and gets never
+ * return FERRY_ERR_NO_RESOURCE: ferry queues them anywhere.
+ *
  * Every function returns a ferry status: FERRY_OK (0) or a negative
  * FERRY_ERR_* code; ferry_strerror() names it.
  */
@@ -164,6 +184,16 @@ int ferry_progress(ferry_ctx_t *ctx);
 /*
  * Blocks, progressing, until every rank has entered the barrier.
  *
+ * What it orders: before it says it entered, each rank flushes everything
+ * (ferry_flush(ctx, -1): its puts, gets, atomics and puts with
+ * notification complete, and every active message it sent has had its
+ * handler run at its destination). So when ferry_barrier returns on any
+ * rank, everything every rank started before entering it is complete at
+ * its target, and every such active message has been handled. A flush
+ * sends markers only to ranks that got active messages since their last
+ * flush. Errors of operations are not consumed by the barrier: ferry_flush
+ * still reports them.
+ *
  * When a rank fails, every survivor's barrier returns FERRY_ERR_UNREACH as
  * soon as the survivor learns of the failure, whichever rank it waits for:
  * - a rank that died before the barrier, or that this rank already knows to
@@ -306,7 +336,8 @@ long ferry_am_max_size(ferry_ctx_t *ctx, int dst);
  * - up to ferry_am_max_size(dst) bytes the message is copied into the
  *   transport (one fragment) and the call returns at once. Out of buffers
  *   or credits it returns FERRY_ERR_NO_RESOURCE: call ferry_progress and
- *   retry; nothing was sent.
+ *   retry; nothing was sent. Inside a callback ferry holds the message
+ *   instead (see the top of this file, FERRY_CB_QUEUE_MAX).
  * - above that the message goes by rendezvous (see "Active messages of any
  *   size" below) and the call blocks, progressing, until the receiver has
  *   the data; its handlers and callbacks run meanwhile. Called from inside
@@ -319,6 +350,27 @@ long ferry_am_max_size(ferry_ctx_t *ctx, int dst);
 int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t len);
 
 /* ---- One-sided put and get --------------------------------------------- */
+/*
+ * Completion, the one meaning every one-sided call of ferry has: a put,
+ * get, atomic or put with notification is complete when its callback runs,
+ * its request says done (ferry_req_test, ferry_req_wait), or a flush that
+ * covers it (ferry_flush, ferry_flush_nb, ferry_barrier) returns. Complete
+ * means complete at both ends:
+ * - at the initiator, the local buffer may be reused (put), or holds the
+ *   data (get) or the value before the operation (fetching atomics);
+ * - at the target, the data or the new value is visible to every later
+ *   operation from any rank (a put, get or atomic another rank starts
+ *   after hearing of the completion sees it), and to the target's own
+ *   loads once it has heard of it too.
+ * Each transport keeps it in its own way (docs/sm.md, docs/tcp.md,
+ * docs/ofi.md say how). Before completion nothing is promised: operations
+ * started one after the other may take effect in any order.
+ *
+ * Active messages are covered by flush too: when ferry_flush(ctx, dst)
+ * returns, every active message this rank sent to dst before the call has
+ * had its handler run at dst (ferry_am_send and its variants, and
+ * put-notify notifications).
+ */
 
 /* Completion of a put or get: status is FERRY_OK or the error that ended it.
  * Runs from ferry_progress, ferry_flush or ferry_finalize. */
@@ -341,9 +393,178 @@ int ferry_put(ferry_ctx_t *ctx, int dst, const void *buf, size_t len, ferry_mem_
 int ferry_get(ferry_ctx_t *ctx, int dst, void *buf, size_t len, ferry_mem_t *local,
               uint64_t raddr, const ferry_rkey_t *rkey, ferry_comp_cb_t cb, void *arg);
 
-/* Progresses until every put and get to dst (or to all peers when dst is -1)
- * has completed. Returns the first error seen among them, or FERRY_OK. */
+/*
+ * Progresses until every put, get, atomic and put with notification this
+ * rank started to dst (or to all peers when dst is -1) has completed, and
+ * every active message it sent there before the call has had its handler
+ * run at dst: a flush marker follows the messages on their ordered path and
+ * dst answers it once the handlers before it have run. When no active
+ * message went to dst since the last flush that covered it, no marker is
+ * sent (no round trip). Returns the first error seen among the operations
+ * since the last flush, FERRY_ERR_UNREACH when dst failed before it
+ * answered, or FERRY_OK. Called from inside a ferry callback it returns
+ * FERRY_ERR_BUSY and does nothing.
+ */
 int ferry_flush(ferry_ctx_t *ctx, int dst);
+
+/* ---- Remote key handles and operations with requests -------------------- */
+
+/*
+ * A remote key unpacked for one peer: its bytes are parsed and checked once,
+ * here (owner, format, the key of the transport that reaches dst), so that
+ * an operation through the handle does no parsing and no lookup, only the
+ * comparisons of its address range and rights. The handle belongs to ctx
+ * and to dst: an operation gives it with another context is refused.
+ */
+typedef struct ferry_rkey_handle ferry_rkey_h;
+
+/*
+ * Unpacks rkey (from ferry_mem_rkey at rank dst) into *rh_out.
+ * FERRY_ERR_INVALID for a NULL argument, dst outside [0, size), or a key
+ * that is not well formed, is of another rank than dst, or has no key for
+ * the transport reaching dst (logged); FERRY_ERR_UNREACH when no transport
+ * reaches dst. *rh_out is set only on success.
+ */
+int ferry_rkey_unpack(ferry_ctx_t *ctx, int dst, const ferry_rkey_t *rkey, ferry_rkey_h **rh_out);
+
+/*
+ * Releases a handle (operations started through it go on). A handle
+ * already released, or of another context, is FERRY_ERR_INVALID: ferry
+ * keeps the memory of released handles and gives it to a new handle only
+ * after 64 later releases of handles, so a stale copy is
+ * caught until then, as the context's magic catches a stale context. rh
+ * NULL is FERRY_OK. Handles still live at ferry_finalize are freed.
+ */
+int ferry_rkey_release(ferry_ctx_t *ctx, ferry_rkey_h *rh);
+
+/* A request: one operation in flight, to test or wait for. */
+typedef struct ferry_req ferry_req_t;
+
+/*
+ * Options of one operation. The whole struct may be NULL (no options).
+ * - local: the registration covering the local buffer (the put's source,
+ *   the get's sink, the fetching atomic's result), or NULL. Given, it must
+ *   be of ctx and cover the buffer (else FERRY_ERR_INVALID).
+ * - cb, arg: completion callback, run from progress (never inside the call
+ *   that started the operation, also when it completed there), or NULL.
+ * - req_out: when not NULL, set on FERRY_OK to a request to pass to
+ *   ferry_req_test or ferry_req_wait, or to NULL when the operation
+ *   completed inside the call (its status was then FERRY_OK).
+ * With neither cb nor req_out an operation that the transport takes at
+ * once allocates nothing in ferry; ferry_flush tells when it is done and
+ * reports its error.
+ */
+typedef struct ferry_op_params {
+    ferry_mem_t *local;
+    ferry_comp_cb_t cb;
+    void *arg;
+    ferry_req_t **req_out;
+} ferry_op_params_t;
+
+/*
+ * As ferry_put and ferry_get, through a handle: [raddr, raddr + len) must be
+ * inside the registration the handle names, with REMOTE_WRITE (put) or
+ * REMOTE_READ (get) rights (else FERRY_ERR_ACCESS, nothing started). Any
+ * length; the buffer stays the caller's, untouched, until completion.
+ * FERRY_ERR_INVALID for a NULL ctx or handle, a released handle or one of
+ * another context, buf NULL with len > 0, or a bad p->local;
+ * FERRY_ERR_UNREACH when the peer has failed.
+ */
+int ferry_put_nb(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const void *buf, size_t len,
+                 const ferry_op_params_t *p);
+int ferry_get_nb(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, void *buf, size_t len,
+                 const ferry_op_params_t *p);
+
+/* Remote atomic operations. MIN and MAX compare as signed integers; SWAP
+ * stores the operand. */
+typedef enum {
+    FERRY_ATOMIC_ADD = 0,
+    FERRY_ATOMIC_AND = 1,
+    FERRY_ATOMIC_OR = 2,
+    FERRY_ATOMIC_XOR = 3,
+    FERRY_ATOMIC_SWAP = 4,
+    FERRY_ATOMIC_MIN = 5,
+    FERRY_ATOMIC_MAX = 6
+} ferry_atomic_op_t;
+
+/*
+ * Remote atomics on the integer of size bytes (4 or 8) at raddr of the
+ * registration the handle names, which must carry FERRY_ACCESS_REMOTE_ATOMIC
+ * (what they mean against each other, plain puts and the target's own
+ * stores: see FERRY_ACCESS_REMOTE_ATOMIC). operand, compare and value are
+ * taken at that width (the high 32 bits ignored for size 4).
+ * - ferry_atomic: (*raddr) = (*raddr) op operand.
+ * - ferry_atomic_fetch: the same, and the value before is written to
+ *   result (size bytes, no alignment needed) by completion.
+ * - ferry_atomic_cswap: if (*raddr) == compare then (*raddr) = value; the
+ *   value before is written to result either way.
+ * Refusals, nothing started: FERRY_ERR_INVALID for a size other than 4 or
+ * 8, raddr not a multiple of size, an unknown op, result NULL, a NULL,
+ * released or foreign handle or a bad p->local; FERRY_ERR_ACCESS for an
+ * address outside the registration or one without the ATOMIC right;
+ * FERRY_ERR_NOT_SUPPORTED when the transport reaching the peer lacks the
+ * operation or width (its attr.atomic_flags); FERRY_ERR_UNREACH when the
+ * peer failed; FERRY_ERR_NO_RESOURCE when the transport has no room now
+ * (nothing started: progress and retry). The target's own refusal (a key
+ * released meanwhile) is the operation's status at completion.
+ */
+int ferry_atomic(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, ferry_atomic_op_t op,
+                 size_t size, uint64_t operand, const ferry_op_params_t *p);
+int ferry_atomic_fetch(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, ferry_atomic_op_t op,
+                       size_t size, uint64_t operand, void *result, const ferry_op_params_t *p);
+int ferry_atomic_cswap(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, size_t size,
+                       uint64_t compare, uint64_t value, void *result, const ferry_op_params_t *p);
+
+/* The largest payload of a put with notification. */
+#define FERRY_PUT_NOTIFY_MAX 64
+
+/*
+ * Puts [buf, buf + len) to raddr as ferry_put_nb does, then runs the active
+ * message handler of tag at the target with data = payload (plen bytes, at
+ * most FERRY_PUT_NOTIFY_MAX), after the put's data is visible there: the
+ * handler may read the data. The operation completes (cb, request, flush)
+ * once the put has completed and the notification has been handed to the
+ * transport; ferry_flush also waits for its handler to have run.
+ * Where the transport reaching the peer orders a put before the messages
+ * sent after it (FERRY_BTL_FLAG_PUT_ORDERED: sm and tcp) and takes the whole
+ * put at once, the notification is sent right behind it, with no extra
+ * round trip; a put the target refuses there (its registration withdrawn
+ * meanwhile) completes with FERRY_ERR_ACCESS, and the handler runs all the
+ * same without the data. Elsewhere (self, ofi, or a put that had to wait for
+ * resources) the notification leaves once the put has completed: one round
+ * trip more, and a refused put sends no notification. A notification is no
+ * more ordered with the other active messages to the peer than a send made
+ * when it leaves. Refusals as ferry_put_nb,
+ * and FERRY_ERR_INVALID for a tag outside 0 .. FERRY_AM_TAG_MAX, payload
+ * NULL with plen > 0 or plen above FERRY_PUT_NOTIFY_MAX.
+ */
+int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const void *buf,
+                     size_t len, int tag, const void *payload, size_t plen,
+                     const ferry_op_params_t *p);
+
+/*
+ * ferry_flush without blocking: completes (cb, request) once everything
+ * ferry_flush(ctx, dst) would wait for has happened. It can only complete
+ * at a moment when nothing is in flight to dst: operations started later
+ * may delay it. p->local is ignored. FERRY_ERR_INVALID for dst outside -1
+ * .. size - 1; the completion's status is the first error among the
+ * operations it covered (as ferry_flush returns).
+ */
+int ferry_flush_nb(ferry_ctx_t *ctx, int dst, const ferry_op_params_t *p);
+
+/*
+ * Returns 1 when req is done, with its status in *status_out (status_out
+ * may be NULL) and the request freed; 0 when it is not done yet (this call
+ * progressed once, unless inside a callback). FERRY_ERR_INVALID for a NULL
+ * ctx or request, a request already freed (caught as for
+ * ferry_rkey_release) or of another context.
+ */
+int ferry_req_test(ferry_ctx_t *ctx, ferry_req_t *req, int *status_out);
+
+/* Progresses until req is done, frees it and returns its status.
+ * FERRY_ERR_INVALID as ferry_req_test; inside a callback FERRY_ERR_BUSY (the
+ * request is left as it was: test it later). */
+int ferry_req_wait(ferry_ctx_t *ctx, ferry_req_t *req);
 
 
 /* ---- Non-contiguous data (iovec lists, strided vectors) ----------------- */

@@ -62,15 +62,27 @@ int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t l
         ferry_convertor_init_contig(&large, data, len);
         return api_am_send_large_blocking(ctx, dst, tag, &large);
     }
+    /* Messages queued from callbacks go first. */
+    if (api_cbq_waiting(ctx, dst))
+        return ctx->in_callback > 0 ? api_cbq_push(ctx, dst, tag, data, NULL, len)
+                                    : FERRY_ERR_NO_RESOURCE;
     /* An inline send copies straight from the caller's buffer to the
      * transport; a descriptor would add a copy. */
-    if (btl->attr.flags & FERRY_BTL_FLAG_SENDI)
-        return btl->ops->sendi(btl, peer->ep, NULL, 0, data, len, (uint8_t)tag);
+    if (btl->attr.flags & FERRY_BTL_FLAG_SENDI) {
+        rc = btl->ops->sendi(btl, peer->ep, NULL, 0, data, len, (uint8_t)tag);
+        if (rc == FERRY_OK)
+            api_am_sent(ctx, dst);
+        else if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0)
+            rc = api_cbq_push(ctx, dst, tag, data, NULL, len);
+        return rc;
+    }
     ferry_convertor_t conv;
     ferry_convertor_init_contig(&conv, data, len);
     size_t size = len;
     ferry_btl_desc_t *des;
     rc = btl->ops->prepare_src(btl, peer->ep, NULL, &conv, 0, &size, 0, &des);
+    if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0)
+        return api_cbq_push(ctx, dst, tag, data, NULL, len);
     if (rc != FERRY_OK)
         return rc;
     if (size != len) {
@@ -83,6 +95,10 @@ int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t l
     rc = btl->ops->send(btl, peer->ep, des, (uint8_t)tag);
     if (rc != FERRY_OK)
         btl->ops->free(btl, des);
+    else
+        api_am_sent(ctx, dst);
+    if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0)
+        rc = api_cbq_push(ctx, dst, tag, data, NULL, len);
     return rc;
 }
 
@@ -114,6 +130,11 @@ void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, v
 
     if (rd->tag == API_TAG_BARRIER)
         api_barrier_recv(ctx, data, len);
+    else if (rd->tag == API_TAG_FLUSH && ctx->api->large != NULL &&
+             api_am_large_holding(ctx, rd->peer))
+        api_am_large_hold(ctx, rd->peer, rd->tag, data, len); /* answered after what it follows */
+    else if (rd->tag == API_TAG_FLUSH)
+        api_flush_recv(ctx, rd->peer, data, len);
     else if (rd->tag > FERRY_AM_TAG_MAX)
         api_am_large_recv(ctx, rd->peer, rd->tag, data, len);
     else if (ctx->api->large != NULL && api_am_large_holding(ctx, rd->peer))
@@ -125,6 +146,11 @@ void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, v
 
 void api_am_deliver(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len)
 {
+    if (tag == API_TAG_FLUSH) {
+        /* A flush marker held behind a large message, now released. */
+        api_flush_recv(ctx, src, data, len);
+        return;
+    }
     if (ctx->api->am[tag].cb != NULL) {
         ctx->in_callback++;
         ctx->api->am[tag].cb(ctx, src, tag, data, len, ctx->api->am[tag].arg);

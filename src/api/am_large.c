@@ -413,6 +413,7 @@ static int large_start(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, 
     }
     lg->next_id++;
     util_list_append(&lg->sends, &s->link);
+    api_am_sent(ctx, dst);
     *s_out = s;
     return FERRY_OK;
 }
@@ -592,8 +593,10 @@ int api_am_send_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen
             if (rc != FERRY_OK)
                 ferry_convertor_set_position(conv, start);
         }
-        if (rc == FERRY_OK)
+        if (rc == FERRY_OK) {
             *done_out = true;
+            api_am_sent(ctx, dst);
+        }
         return rc;
     }
     am_send_t *s;

@@ -15,7 +15,10 @@
 /* ferry's own active-message tags (between the application's and the
  * transports'). */
 enum {
-    API_TAG_BARRIER = FERRY_BTL_TAG_FERRY_MIN
+    API_TAG_BARRIER = FERRY_BTL_TAG_FERRY_MIN,
+    /* Flush markers and their answers (onesided.c); FERRY_BTL_TAG_FERRY_MIN
+     * + 1 .. + 5 are am_large's. */
+    API_TAG_FLUSH = FERRY_BTL_TAG_FERRY_MIN + 6
 };
 
 /* The most dissemination rounds a barrier needs: log2 of the largest job. */
@@ -37,7 +40,26 @@ typedef struct api_rdma_op {
     int status;            /* first error, else FERRY_OK */
     ferry_comp_cb_t cb;
     void *arg;
+    struct ferry_req *req; /* the request completed instead of cb, or NULL */
 } api_rdma_op_t;
+
+/* Objects handed to the application (requests, key handles) whose memory
+ * is kept when they are released and reused only after API_RECYCLE_DELAY
+ * later releases, so that a stale pointer finds a cleared magic and is
+ * refused instead of reading freed memory. */
+#define API_RECYCLE_DELAY 64
+
+typedef struct api_recycler {
+    util_list_t released; /* oldest first */
+    util_list_t all;      /* every object made, freed at teardown */
+    size_t size;          /* of one object, its two links first */
+} api_recycler_t;
+
+/* What an atomic's transport callback needs to find its peer. */
+typedef struct api_peer_slot {
+    ferry_ctx_t *ctx;
+    int rank;
+} api_peer_slot_t;
 
 struct api_state {
     struct {
@@ -52,6 +74,32 @@ struct api_state {
     util_list_t mems;        /* live registrations (ferry_mem_t), released at finalize */
     size_t *outstanding;     /* ops in flight per peer */
     int *first_error;        /* per peer, since the last flush */
+
+    /* Requests and key handles (onesided.c). */
+    api_recycler_t reqs;
+    api_recycler_t rkeys;
+    util_list_t req_due;     /* requests whose callback is due */
+    util_list_t flushes;     /* ferry_flush_nb not yet complete */
+    util_list_t notify_q;    /* put-notify notifications waiting for resources */
+    api_peer_slot_t *slots;  /* [size] */
+    /* Quiet for active messages, per peer: an application message went to
+     * it since the last marker; the last marker sent and the highest one it
+     * answered; the marker this rank owes an answer to, when the transport
+     * could not take the answer at once (0: none). */
+    bool *am_dirty;
+    uint64_t *flush_sent;
+    uint64_t *flush_acked;
+    uint64_t *ack_owed;
+    bool n_owed_hint; /* some ack_owed entry may be set */
+
+    /* Sends from callbacks that met a full transport (onesided.c): active
+     * messages per peer in order, and atomics, waiting for progress;
+     * together at most cbq_max bytes (FERRY_CB_QUEUE_MAX). */
+    util_list_t *cbq;   /* [size] of api_cbq_msg_t */
+    util_list_t amo_q;  /* api_amo_wait_t, oldest first */
+    size_t cbq_bytes;
+    size_t cbq_count;   /* messages in all of cbq */
+    size_t cbq_max;
 
     /* Active messages above the max send size (am_large.c), made on first
      * use. */
@@ -94,6 +142,72 @@ void api_state_fini(ferry_ctx_t *ctx);
 
 /* Starts queued pieces and runs due completions; returns events handled. */
 int api_rdma_progress(ferry_ctx_t *ctx);
+
+/*
+ * Starts a put or get of [buf, buf + len) to raddr of rank dst through
+ * module m with the transport key key (already resolved and checked): the
+ * common part of ferry_put/ferry_get and their handle forms. local as in
+ * ferry_put; on completion req is completed when not NULL, else cb runs.
+ * FERRY_OK (started or queued) or an error with nothing started. With
+ * accepted_out, on FERRY_OK it says whether the transport took every piece
+ * in the call (none is waiting in ferry's queue).
+ */
+int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint8_t *key,
+                       void *buf, size_t len, ferry_mem_t *local, uint64_t raddr,
+                       ferry_comp_cb_t cb, void *arg, struct ferry_req *req,
+                       bool *accepted_out);
+
+/* Is [buf, buf + len) inside local (a registration of ctx)? */
+bool api_mem_covers(const ferry_ctx_t *ctx, const ferry_mem_t *local, const void *buf,
+                    size_t len);
+
+/* The registration of local with module m, or NULL. */
+ferry_btl_reg_t *api_mem_reg(const ferry_mem_t *local, int m);
+
+/* Completes req with status (onesided.c): its callback is due from the next
+ * progress, and it is freed once nobody needs it. */
+void api_req_complete(ferry_ctx_t *ctx, struct ferry_req *req, int status);
+
+/* onesided.c's part of progress: due request callbacks, notifications and
+ * flush answers waiting for resources, non-blocking flushes. */
+int api_onesided_progress(ferry_ctx_t *ctx);
+
+/* A flush marker or answer from src (the dispatcher, or am_large releasing
+ * what it held behind a large message). */
+void api_flush_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len);
+
+/* Declares FERRY_CB_QUEUE_MAX (at context creation, so that ferry_info
+ * lists it); *max_out gets its value when not NULL. */
+int api_onesided_register_params(ferry_ctx_t *ctx, size_t *max_out);
+
+/* Inside a callback, an active message the transport had no room for (or
+ * that must wait behind ones queued before it): copied (conv: packed from
+ * its cursor; else data) into dst's queue, to leave in order with
+ * progress. FERRY_OK, or FERRY_ERR_NO_RESOURCE past FERRY_CB_QUEUE_MAX
+ * (nothing queued). */
+int api_cbq_push(ferry_ctx_t *ctx, int dst, int tag, const void *data, ferry_convertor_t *conv,
+                 size_t len);
+
+/* Messages to dst wait in ferry's queue: a later send must go behind them. */
+static inline bool api_cbq_waiting(const ferry_ctx_t *ctx, int dst)
+{
+    return ctx->api->cbq_count > 0 && !util_list_empty(&ctx->api->cbq[dst]);
+}
+
+/* An application active message went to dst: the next flush to it sends a
+ * marker. */
+static inline void api_am_sent(ferry_ctx_t *ctx, int dst)
+{
+    ctx->api->am_dirty[dst] = true;
+}
+
+/* Waits, progressing, until nothing is in flight to ranks lo .. hi - 1 and
+ * (with ams) every active message sent to them has run its handler. Does
+ * not consume the errors ferry_flush reports. */
+int api_flush_wait(ferry_ctx_t *ctx, int lo, int hi, bool ams);
+
+int api_onesided_init(ferry_ctx_t *ctx);
+void api_onesided_fini(ferry_ctx_t *ctx);
 
 /* The active-message dispatcher registered on every module for every tag
  * below FERRY_BTL_TAG_BTL_MIN. */

@@ -102,7 +102,8 @@ int api_ctx_create_hosted(const ferry_init_params_t *params, unsigned flags,
                         (flags & API_CTX_ALL_MODULES) != 0 ? BTL_CTX_ALL_MODULES : 0);
     if (rc != FERRY_OK)
         goto err_fini;
-    if ((rc = api_am_large_register_params(ctx)) != FERRY_OK)
+    if ((rc = api_am_large_register_params(ctx)) != FERRY_OK ||
+        (rc = api_onesided_register_params(ctx, NULL)) != FERRY_OK)
         goto err_fini;
     if ((flags & API_CTX_OPEN) == 0) {
         /* No job is joined, but the launcher interface's variables are
@@ -176,7 +177,10 @@ int api_ctx_destroy(ferry_ctx_t *ctx)
     int src = FERRY_OK;
     if (ctx->api != NULL && ctx->peers != NULL) {
         api_am_large_quiesce(ctx);
-        ferry_flush(ctx, -1);
+        /* Operations in flight end; active messages need no marker here:
+         * each peer handles them before the departure that follows them on
+         * the same path. */
+        api_flush_wait(ctx, 0, ctx->size, false);
         /* Nobody tears down while a peer may still send to it. */
         src = finalize_sync(ctx);
         if (src != FERRY_OK)
@@ -249,6 +253,8 @@ int ferry_progress(ferry_ctx_t *ctx)
         events += api_rdma_progress(ctx);
     if (ctx->api != NULL && ctx->api->large != NULL)
         events += api_am_large_progress(ctx);
+    if (ctx->api != NULL)
+        events += api_onesided_progress(ctx);
     return events;
 }
 
@@ -324,10 +330,18 @@ int ferry_barrier(ferry_ctx_t *ctx)
         return FERRY_ERR_INVALID;
     if (ctx->in_callback > 0)
         return FERRY_ERR_BUSY;
-    if (ctx->size == 1)
-        return FERRY_OK;
     if (ctx->api != NULL && ctx->n_failed > 0)
         return FERRY_ERR_UNREACH; /* it would never complete */
+    /* What this rank started before the barrier is complete, and its
+     * active messages handled, before it says it entered: so once every
+     * rank has entered, everything any rank started before is done. */
+    if (ctx->api != NULL && ctx->peers != NULL) {
+        int frc = api_flush_wait(ctx, 0, ctx->size, true);
+        if (frc != FERRY_OK)
+            return frc;
+    }
+    if (ctx->size == 1)
+        return FERRY_OK;
     if (ctx->api == NULL || !all_reachable(ctx))
         return launcher_barrier(ctx);
 

@@ -37,10 +37,15 @@ int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *co
         return api_am_send_large_blocking(ctx, dst, tag, conv);
     if (!ferry_convertor_need_buffers(conv))
         return ferry_am_send(ctx, dst, tag, ferry_convertor_contig_ptr(conv), len);
+    if (api_cbq_waiting(ctx, dst))
+        return ctx->in_callback > 0 ? api_cbq_push(ctx, dst, tag, NULL, conv, len)
+                                    : FERRY_ERR_NO_RESOURCE;
     size_t start = conv->pos;
     size_t size = len;
     ferry_btl_desc_t *des;
     rc = btl->ops->prepare_src(btl, peer->ep, NULL, conv, 0, &size, 0, &des);
+    if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0)
+        return api_cbq_push(ctx, dst, tag, NULL, conv, len);
     if (rc != FERRY_OK)
         return rc;
     if (size != len) {
@@ -55,7 +60,11 @@ int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *co
     if (rc != FERRY_OK) {
         btl->ops->free(btl, des);
         ferry_convertor_set_position(conv, start);
+    } else {
+        api_am_sent(ctx, dst);
     }
+    if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0)
+        rc = api_cbq_push(ctx, dst, tag, NULL, conv, len);
     return rc;
 }
 

@@ -294,6 +294,22 @@ int api_rkey_resolve(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t 
                      uint64_t raddr, size_t len, uint32_t need, uint8_t *key_out)
 {
     api_rkey_header_t hdr;
+    uint8_t key[FERRY_BTL_KEY_MAX];
+    int rc = api_rkey_parse(ctx, m, dst, rkey, &hdr, key);
+    if (rc != FERRY_OK)
+        return rc;
+    /* The target checks again; refusing here saves a round trip. */
+    if ((hdr.access & need) != need || raddr < hdr.base || raddr - hdr.base > hdr.len ||
+        len > hdr.len - (raddr - hdr.base))
+        return FERRY_ERR_ACCESS;
+    memcpy(key_out, key, sizeof(key));
+    return FERRY_OK;
+}
+
+int api_rkey_parse(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t *rkey,
+                   api_rkey_header_t *hdr_out, uint8_t *key_out)
+{
+    api_rkey_header_t hdr;
     memcpy(&hdr, rkey->bytes, sizeof(hdr));
     if (hdr.magic != API_RKEY_MAGIC || hdr.version != API_RKEY_VERSION) {
         rt_log(&ctx->log, RT_LOG_ERROR, "remote key is not a ferry key (or of another version)");
@@ -303,10 +319,6 @@ int api_rkey_resolve(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t 
         rt_log(&ctx->log, RT_LOG_ERROR, "remote key of rank %d used for rank %d", hdr.owner, dst);
         return FERRY_ERR_INVALID;
     }
-    /* The target checks again; refusing here saves a round trip. */
-    if ((hdr.access & need) != need || raddr < hdr.base || raddr - hdr.base > hdr.len ||
-        len > hdr.len - (raddr - hdr.base))
-        return FERRY_ERR_ACCESS;
     const ferry_btl_module_t *btl = ctx->modules[m];
     uint32_t want_hash = api_rkey_name_hash(btl->attr.name);
     uint8_t want_inst = api_rkey_module_instance(ctx, m);
@@ -319,8 +331,11 @@ int api_rkey_resolve(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t 
         if (e.key_len > FERRY_BTL_KEY_MAX || off + sizeof(e) + e.key_len > sizeof(rkey->bytes))
             break;
         if (e.name_hash == want_hash && e.instance == want_inst) {
-            memset(key_out, 0, FERRY_BTL_KEY_MAX);
-            memcpy(key_out, rkey->bytes + off + sizeof(e), e.key_len);
+            if (key_out != NULL) {
+                memset(key_out, 0, FERRY_BTL_KEY_MAX);
+                memcpy(key_out, rkey->bytes + off + sizeof(e), e.key_len);
+            }
+            *hdr_out = hdr;
             return FERRY_OK;
         }
         off += sizeof(e) + e.key_len;
@@ -398,6 +413,60 @@ static int op_issue(ferry_ctx_t *ctx, api_rdma_op_t *op)
     return FERRY_OK;
 }
 
+bool api_mem_covers(const ferry_ctx_t *ctx, const ferry_mem_t *local, const void *buf,
+                    size_t len)
+{
+    const char *b = buf, *base = local->addr;
+    return local->ctx == ctx && b >= base && (size_t)(b - base) <= local->len &&
+           len <= local->len - (size_t)(b - base);
+}
+
+ferry_btl_reg_t *api_mem_reg(const ferry_mem_t *local, int m)
+{
+    return local != NULL && m < local->n_modules ? local->regs[m] : NULL;
+}
+
+int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint8_t *key,
+                       void *buf, size_t len, ferry_mem_t *local, uint64_t raddr,
+                       ferry_comp_cb_t cb, void *arg, struct ferry_req *req,
+                       bool *accepted_out)
+{
+    api_rdma_op_t *op = util_pool_get(&ctx->api->ops);
+    if (op == NULL)
+        return FERRY_ERR_NO_RESOURCE;
+    memset(op, 0, sizeof(*op));
+    memcpy(op->rkey, key, sizeof(op->rkey));
+    op->is_put = is_put;
+    op->peer = dst;
+    op->buf = buf;
+    op->len = len;
+    op->raddr = raddr;
+    op->lreg = api_mem_reg(local, m);
+    op->cb = cb;
+    op->arg = arg;
+    op->req = req;
+    ctx->api->outstanding[dst]++;
+
+    int rc = op_issue(ctx, op);
+    if (rc != FERRY_OK && rc != FERRY_ERR_NO_RESOURCE && op->issued == 0) {
+        /* Nothing started: the caller hears of it now, not from a callback. */
+        ctx->api->outstanding[dst]--;
+        util_pool_put(&ctx->api->ops, op);
+        return rc;
+    }
+    if (accepted_out != NULL)
+        *accepted_out = rc == FERRY_OK;
+    if (rc == FERRY_ERR_NO_RESOURCE) {
+        util_list_append(&ctx->api->issue_queue, &op->link);
+    } else {
+        if (rc != FERRY_OK)
+            op->status = rc;
+        if (op->outstanding == 0)
+            op_finish(ctx, op);
+    }
+    return FERRY_OK;
+}
+
 static int rdma_start(ferry_ctx_t *ctx, bool is_put, int dst, void *buf, size_t len,
                       ferry_mem_t *local, uint64_t raddr, const ferry_rkey_t *rkey,
                       ferry_comp_cb_t cb, void *arg)
@@ -412,48 +481,15 @@ static int rdma_start(ferry_ctx_t *ctx, bool is_put, int dst, void *buf, size_t 
     ferry_btl_module_t *btl = ctx->modules[m];
     if (!(btl->attr.flags & (is_put ? FERRY_BTL_FLAG_PUT : FERRY_BTL_FLAG_GET)))
         return FERRY_ERR_NOT_SUPPORTED;
-    if (local != NULL &&
-        (local->ctx != ctx || (char *)buf < (char *)local->addr ||
-         (size_t)((char *)buf - (char *)local->addr) > local->len ||
-         len > local->len - (size_t)((char *)buf - (char *)local->addr)))
+    if (local != NULL && !api_mem_covers(ctx, local, buf, len))
         return FERRY_ERR_INVALID;
-
-    api_rdma_op_t *op = util_pool_get(&ctx->api->ops);
-    if (op == NULL)
-        return FERRY_ERR_NO_RESOURCE;
-    memset(op, 0, sizeof(*op));
+    uint8_t key[FERRY_BTL_KEY_MAX];
     rc = api_rkey_resolve(ctx, m, dst, rkey, raddr, len,
-                      is_put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ, op->rkey);
-    if (rc != FERRY_OK) {
-        util_pool_put(&ctx->api->ops, op);
+                          is_put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ, key);
+    if (rc != FERRY_OK)
         return rc;
-    }
-    op->is_put = is_put;
-    op->peer = dst;
-    op->buf = buf;
-    op->len = len;
-    op->raddr = raddr;
-    op->lreg = local != NULL && m < local->n_modules ? local->regs[m] : NULL;
-    op->cb = cb;
-    op->arg = arg;
-    ctx->api->outstanding[dst]++;
-
-    rc = op_issue(ctx, op);
-    if (rc != FERRY_OK && rc != FERRY_ERR_NO_RESOURCE && op->issued == 0) {
-        /* Nothing started: the caller hears of it now, not from a callback. */
-        ctx->api->outstanding[dst]--;
-        util_pool_put(&ctx->api->ops, op);
-        return rc;
-    }
-    if (rc == FERRY_ERR_NO_RESOURCE) {
-        util_list_append(&ctx->api->issue_queue, &op->link);
-    } else {
-        if (rc != FERRY_OK)
-            op->status = rc;
-        if (op->outstanding == 0)
-            op_finish(ctx, op);
-    }
-    return FERRY_OK;
+    return api_rdma_start_key(ctx, is_put, dst, m, key, buf, len, local, raddr, cb, arg, NULL,
+                              NULL);
 }
 
 int ferry_put(ferry_ctx_t *ctx, int dst, const void *buf, size_t len, ferry_mem_t *local,
@@ -496,8 +532,11 @@ int api_rdma_progress(ferry_ctx_t *ctx)
         ferry_comp_cb_t cb = op->cb;
         void *arg = op->arg;
         int status = op->status;
+        struct ferry_req *req = op->req;
         util_pool_put(&api->ops, op);
-        if (cb != NULL) {
+        if (req != NULL)
+            api_req_complete(ctx, req, status);
+        else if (cb != NULL) {
             ctx->in_callback++;
             cb(arg, status);
             ctx->in_callback--;
@@ -515,25 +554,14 @@ int ferry_flush(ferry_ctx_t *ctx, int dst)
         return FERRY_ERR_BUSY;
     struct api_state *api = ctx->api;
     int lo = dst < 0 ? 0 : dst, hi = dst < 0 ? ctx->size : dst + 1;
-    unsigned idle = 0;
-    for (int r = lo; r < hi; r++) {
-        while (api->outstanding[r] > 0) {
-            int rc = ferry_progress(ctx);
-            if (rc < 0)
-                return rc;
-            if (rc == 0)
-                rt_idle(&idle);
-            else
-                idle = 0;
-        }
-    }
+    int rc = api_flush_wait(ctx, lo, hi, true);
     int first = FERRY_OK;
     for (int r = lo; r < hi; r++) {
         if (api->first_error[r] != FERRY_OK && first == FERRY_OK)
             first = api->first_error[r];
         api->first_error[r] = FERRY_OK;
     }
-    return first;
+    return first != FERRY_OK ? first : rc;
 }
 
 int api_state_init(ferry_ctx_t *ctx)
@@ -560,7 +588,7 @@ int api_state_init(ferry_ctx_t *ctx)
     if (rc != FERRY_OK)
         return rc;
     api->ops_ready = true;
-    return FERRY_OK;
+    return api_onesided_init(ctx);
 }
 
 void api_state_fini(ferry_ctx_t *ctx)
@@ -577,8 +605,11 @@ void api_state_fini(ferry_ctx_t *ctx)
         if (op->outstanding == 0)
             op_finish(ctx, op);
     }
-    if (api->outstanding != NULL && api->first_error != NULL)
+    if (api->outstanding != NULL && api->first_error != NULL) {
         api_rdma_progress(ctx);
+        if (api->slots != NULL)
+            api_onesided_progress(ctx);
+    }
     /* Registrations the application did not release: released now, while
      * the transports that hold them are still open. */
     size_t live = util_list_len(&api->mems);
@@ -589,6 +620,7 @@ void api_state_fini(ferry_ctx_t *ctx)
                live);
     while ((it = util_list_first(&api->mems)) != NULL)
         mem_release(ctx, UTIL_CONTAINER_OF(it, ferry_mem_t, link));
+    api_onesided_fini(ctx);
     if (api->ops_ready)
         util_pool_fini(&api->ops);
     free(api->outstanding);

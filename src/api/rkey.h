@@ -62,4 +62,13 @@ uint8_t api_rkey_module_instance(const ferry_ctx_t *ctx, int m);
 int api_rkey_resolve(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t *rkey,
                      uint64_t raddr, size_t len, uint32_t need, uint8_t *key_out);
 
+/*
+ * The checks of api_rkey_resolve but for the range: the key is well formed,
+ * belongs to dst, its range does not wrap, and it has module m's key. On
+ * success *hdr_out is its header and, when key_out is not NULL, the key is
+ * there as for api_rkey_resolve. Errors as api_rkey_resolve (logged).
+ */
+int api_rkey_parse(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t *rkey,
+                   api_rkey_header_t *hdr_out, uint8_t *key_out);
+
 #endif /* API_RKEY_H */

@@ -535,7 +535,12 @@ static int sm_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *cou
         .bandwidth = 10000,
         .flags = FERRY_BTL_FLAG_SEND | FERRY_BTL_FLAG_SEND_INPLACE | FERRY_BTL_FLAG_PUT |
                  FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI | FERRY_BTL_FLAG_MEM_ALLOC |
-                 FERRY_BTL_FLAG_ATOMIC_OPS | FERRY_BTL_FLAG_ATOMIC_FOPS,
+                 FERRY_BTL_FLAG_ATOMIC_OPS | FERRY_BTL_FLAG_ATOMIC_FOPS |
+                 /* A put is done inside the call (heap, cross-memory
+                  * attach, our own memory) or goes on ep->queue and the
+                  * ring ahead of any later send, and the target copies
+                  * its chunks out before it handles what follows. */
+                 FERRY_BTL_FLAG_PUT_ORDERED,
         .reg_handle_size = sizeof(sm_key_t),
         .atomic_flags = BTL_ATOMIC_SUPPORTS_CPU,
         .mem_per_peer = 2 * p.ring_size, /* a ring each way */

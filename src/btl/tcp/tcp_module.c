@@ -878,7 +878,11 @@ static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *co
         .bandwidth = 3000,
         .flags = FERRY_BTL_FLAG_SEND | FERRY_BTL_FLAG_SEND_INPLACE | FERRY_BTL_FLAG_PUT |
                  FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI | FERRY_BTL_FLAG_ATOMIC_OPS |
-                 FERRY_BTL_FLAG_ATOMIC_FOPS,
+                 FERRY_BTL_FLAG_ATOMIC_FOPS |
+                 /* A put's frame goes on ep->queue with the sends, in
+                  * order on one socket, and the target reads its data into
+                  * place before it parses the next frame. */
+                 FERRY_BTL_FLAG_PUT_ORDERED,
         .reg_handle_size = sizeof(tcp_key_t),
         .atomic_flags = BTL_ATOMIC_SUPPORTS_CPU,
         .mem_per_peer = p.rx_buffer,

@@ -1,0 +1,1068 @@
+/*
+ * One-sided operations through unpacked key handles, with requests: remote
+ * key handles, ferry_put_nb / ferry_get_nb, the atomics, put with
+ * notification, requests (test, wait), and the flushes that also cover
+ * active messages (markers on the ordered path, answered by the target).
+ *
+ * Requests and key handles are objects the application holds pointers to.
+ * Their memory is recycled late (api_recycler_t) so that a stale pointer
+ * meets a cleared magic and is refused rather than read as freed memory.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "api/rkey.h"
+
+#define API_REQ_MAGIC 0x51455246u  /* "FREQ" */
+#define API_RKEY_H_MAGIC 0x484b5246u /* "FRKH" */
+#define API_FLUSH_MAGIC 0x48534c46u /* "FLSH" */
+
+enum { FLUSH_MARK = 1, FLUSH_ANSWER = 2 };
+
+/* A flush marker or its answer, as it travels. */
+typedef struct api_flush_msg {
+    uint32_t magic;
+    uint32_t kind;
+    uint64_t seq;
+} api_flush_msg_t;
+
+/* ---- the recycler ---- */
+
+/* The links every recycled object starts with. */
+typedef struct api_obj {
+    util_list_item_t all;
+    util_list_item_t released;
+} api_obj_t;
+
+static void recycler_init(api_recycler_t *rc, size_t size)
+{
+    util_list_init(&rc->released);
+    util_list_init(&rc->all);
+    rc->size = size;
+}
+
+/* A zeroed object: a new one, or the oldest released once more than
+ * API_RECYCLE_DELAY wait. NULL when out of memory. */
+static void *recycler_get(api_recycler_t *rc)
+{
+    api_obj_t *o;
+    if (util_list_len(&rc->released) > API_RECYCLE_DELAY) {
+        o = UTIL_CONTAINER_OF(util_list_pop_front(&rc->released), api_obj_t, released);
+        memset((char *)o + sizeof(*o), 0, rc->size - sizeof(*o));
+        return o;
+    }
+    o = calloc(1, rc->size);
+    if (o == NULL)
+        return NULL;
+    util_list_append(&rc->all, &o->all);
+    return o;
+}
+
+/* The caller has cleared the object's magic. */
+static void recycler_put(api_recycler_t *rc, void *obj)
+{
+    api_obj_t *o = obj;
+    util_list_append(&rc->released, &o->released);
+}
+
+static void recycler_fini(api_recycler_t *rc)
+{
+    util_list_item_t *it;
+    if (rc->size == 0)
+        return;
+    while ((it = util_list_pop_front(&rc->all)) != NULL)
+        free(UTIL_CONTAINER_OF(it, api_obj_t, all));
+    util_list_init(&rc->released);
+}
+
+/* ---- requests ---- */
+
+enum { REQ_OP = 0, REQ_FLUSH = 1 };
+
+struct ferry_req {
+    api_obj_t obj;
+    uint32_t magic;
+    ferry_ctx_t *ctx;
+    util_list_item_t link; /* in req_due, or (flush) in flushes */
+    int kind;
+    int status;
+    bool done;
+    bool held;       /* the application has it (req_out), not yet tested done */
+    bool cb_pending; /* cb due or running */
+    ferry_comp_cb_t cb;
+    void *arg;
+    /* REQ_FLUSH: ranks lo .. hi - 1; marked once nothing was in flight to
+     * them, then the marker each waits for the answer to (0: none). */
+    int lo, hi;
+    bool marked;
+    uint64_t *marks;
+};
+
+static void req_free(ferry_ctx_t *ctx, ferry_req_t *req)
+{
+    free(req->marks);
+    req->marks = NULL;
+    req->magic = 0;
+    recycler_put(&ctx->api->reqs, req);
+}
+
+/* A request for an operation with callback cb (may be NULL), held by the
+ * application when held. NULL when out of memory. */
+static ferry_req_t *req_new(ferry_ctx_t *ctx, ferry_comp_cb_t cb, void *arg, bool held)
+{
+    ferry_req_t *req = recycler_get(&ctx->api->reqs);
+    if (req == NULL)
+        return NULL;
+    req->magic = API_REQ_MAGIC;
+    req->ctx = ctx;
+    req->status = FERRY_OK;
+    req->cb = cb;
+    req->arg = cb != NULL ? arg : NULL;
+    req->held = held;
+    return req;
+}
+
+static void req_maybe_free(ferry_ctx_t *ctx, ferry_req_t *req)
+{
+    if (req->done && !req->held && !req->cb_pending)
+        req_free(ctx, req);
+}
+
+void api_req_complete(ferry_ctx_t *ctx, ferry_req_t *req, int status)
+{
+    req->done = true;
+    req->status = status;
+    if (req->cb != NULL) {
+        req->cb_pending = true;
+        util_list_append(&ctx->api->req_due, &req->link);
+        return;
+    }
+    req_maybe_free(ctx, req);
+}
+
+/* The request an operation needs for p (NULL: none needed, *rc_out
+ * FERRY_OK; or out of memory, *rc_out set). */
+static ferry_req_t *req_for(ferry_ctx_t *ctx, const ferry_op_params_t *p, int *rc_out)
+{
+    *rc_out = FERRY_OK;
+    if (p == NULL || (p->cb == NULL && p->req_out == NULL))
+        return NULL;
+    ferry_req_t *req = req_new(ctx, p->cb, p->arg, p->req_out != NULL);
+    if (req == NULL)
+        *rc_out = FERRY_ERR_NO_MEMORY;
+    return req;
+}
+
+/* An operation was accepted, req its request (or NULL): tells the caller. */
+static int req_started(const ferry_op_params_t *p, ferry_req_t *req)
+{
+    if (p != NULL && p->req_out != NULL)
+        *p->req_out = req;
+    return FERRY_OK;
+}
+
+/* The operation completed inside the call with FERRY_OK. */
+static int req_done_now(ferry_ctx_t *ctx, const ferry_op_params_t *p, ferry_req_t *req)
+{
+    if (req != NULL) {
+        req->held = false;
+        api_req_complete(ctx, req, FERRY_OK);
+    }
+    if (p != NULL && p->req_out != NULL)
+        *p->req_out = NULL;
+    return FERRY_OK;
+}
+
+/* Nothing started: the request goes back. */
+static int req_abandon(ferry_ctx_t *ctx, ferry_req_t *req, int rc)
+{
+    if (req != NULL)
+        req_free(ctx, req);
+    return rc;
+}
+
+static bool req_valid(const ferry_ctx_t *ctx, const ferry_req_t *req)
+{
+    if (req == NULL || req->magic != API_REQ_MAGIC || req->ctx != ctx || !req->held) {
+        if (req != NULL)
+            rt_log(&ctx->log, RT_LOG_ERROR,
+                   "a request (%p) that is not a live request of this context was passed: "
+                   "used after it was done?",
+                   (const void *)req);
+        return false;
+    }
+    return true;
+}
+
+int ferry_req_test(ferry_ctx_t *ctx, ferry_req_t *req, int *status_out)
+{
+    if (!api_ctx_live(ctx) || ctx->api == NULL || !req_valid(ctx, req))
+        return FERRY_ERR_INVALID;
+    if (!req->done && ctx->in_callback == 0) {
+        int rc = ferry_progress(ctx);
+        if (rc < 0)
+            return rc;
+    }
+    if (!req->done)
+        return 0;
+    if (status_out != NULL)
+        *status_out = req->status;
+    req->held = false;
+    req_maybe_free(ctx, req);
+    return 1;
+}
+
+int ferry_req_wait(ferry_ctx_t *ctx, ferry_req_t *req)
+{
+    if (!api_ctx_live(ctx) || ctx->api == NULL || !req_valid(ctx, req))
+        return FERRY_ERR_INVALID;
+    if (ctx->in_callback > 0)
+        return FERRY_ERR_BUSY;
+    unsigned idle = 0;
+    while (!req->done) {
+        int rc = ferry_progress(ctx);
+        if (rc < 0)
+            return rc;
+        if (rc == 0)
+            rt_idle(&idle);
+        else
+            idle = 0;
+    }
+    int status = req->status;
+    req->held = false;
+    req_maybe_free(ctx, req);
+    return status;
+}
+
+/* ---- key handles ---- */
+
+struct ferry_rkey_handle {
+    api_obj_t obj;
+    uint32_t magic;
+    ferry_ctx_t *ctx;
+    int dst;
+    int module;
+    uint32_t access;
+    uint64_t base;
+    uint64_t len;
+    uint8_t key[FERRY_BTL_KEY_MAX];
+};
+
+int ferry_rkey_unpack(ferry_ctx_t *ctx, int dst, const ferry_rkey_t *rkey, ferry_rkey_h **rh_out)
+{
+    int rc;
+    if (rkey == NULL || rh_out == NULL)
+        return FERRY_ERR_INVALID;
+    btl_peer_t *peer = api_peer(ctx, dst, &rc);
+    if (peer == NULL)
+        return rc;
+    api_rkey_header_t hdr;
+    uint8_t key[FERRY_BTL_KEY_MAX];
+    rc = api_rkey_parse(ctx, peer->module_idx, dst, rkey, &hdr, key);
+    if (rc != FERRY_OK)
+        return rc;
+    ferry_rkey_h *rh = recycler_get(&ctx->api->rkeys);
+    if (rh == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    rh->magic = API_RKEY_H_MAGIC;
+    rh->ctx = ctx;
+    rh->dst = dst;
+    rh->module = peer->module_idx;
+    rh->access = hdr.access;
+    rh->base = hdr.base;
+    rh->len = hdr.len;
+    memcpy(rh->key, key, sizeof(rh->key));
+    *rh_out = rh;
+    return FERRY_OK;
+}
+
+/* The check of a handle given to a call: live, and of ctx. */
+static bool rh_valid(const ferry_ctx_t *ctx, const ferry_rkey_h *rh)
+{
+    if (rh == NULL)
+        return false;
+    if (rh->magic != API_RKEY_H_MAGIC || rh->ctx != ctx) {
+        rt_log(&ctx->log, RT_LOG_ERROR,
+               "a remote key handle (%p) that is not a live handle of this context was "
+               "passed: used after ferry_rkey_release?",
+               (const void *)rh);
+        return false;
+    }
+    return true;
+}
+
+int ferry_rkey_release(ferry_ctx_t *ctx, ferry_rkey_h *rh)
+{
+    if (rh == NULL)
+        return api_ctx_live(ctx) ? FERRY_OK : FERRY_ERR_INVALID;
+    if (!api_ctx_live(ctx) || ctx->api == NULL || !rh_valid(ctx, rh))
+        return FERRY_ERR_INVALID;
+    rh->magic = 0;
+    recycler_put(&ctx->api->rkeys, rh);
+    return FERRY_OK;
+}
+
+/* [raddr, raddr + len) inside the handle's range, with the rights need.
+ * Overflow-safe. */
+static inline bool rh_covers(const ferry_rkey_h *rh, uint64_t raddr, size_t len, uint32_t need)
+{
+    return (rh->access & need) == need && raddr >= rh->base && raddr - rh->base <= rh->len &&
+           len <= rh->len - (raddr - rh->base);
+}
+
+/* The checks every handle operation starts with; on success the peer. */
+static btl_peer_t *op_peer(ferry_ctx_t *ctx, const ferry_rkey_h *rh, const ferry_op_params_t *p,
+                           const void *buf, size_t len, int *rc_out)
+{
+    if (!api_ctx_live(ctx) || ctx->api == NULL || !rh_valid(ctx, rh) ||
+        (buf == NULL && len > 0) ||
+        (p != NULL && p->local != NULL && len > 0 &&
+         !api_mem_covers(ctx, p->local, buf, len))) {
+        *rc_out = FERRY_ERR_INVALID;
+        return NULL;
+    }
+    btl_peer_t *peer = &ctx->peers[rh->dst];
+    if (peer->failed || peer->module_idx != rh->module) {
+        *rc_out = FERRY_ERR_UNREACH;
+        return NULL;
+    }
+    return peer;
+}
+
+/* ---- put and get ---- */
+
+static int rdma_nb(ferry_ctx_t *ctx, bool is_put, ferry_rkey_h *rh, uint64_t raddr, void *buf,
+                   size_t len, const ferry_op_params_t *p)
+{
+    int rc;
+    if (op_peer(ctx, rh, p, buf, len, &rc) == NULL)
+        return rc;
+    ferry_btl_module_t *btl = ctx->modules[rh->module];
+    if (!(btl->attr.flags & (is_put ? FERRY_BTL_FLAG_PUT : FERRY_BTL_FLAG_GET)))
+        return FERRY_ERR_NOT_SUPPORTED;
+    if (!rh_covers(rh, raddr, len, is_put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ))
+        return FERRY_ERR_ACCESS;
+    ferry_req_t *req = req_for(ctx, p, &rc);
+    if (rc != FERRY_OK)
+        return rc;
+    rc = api_rdma_start_key(ctx, is_put, rh->dst, rh->module, rh->key, buf, len,
+                            p != NULL ? p->local : NULL, raddr, NULL, NULL, req, NULL);
+    if (rc != FERRY_OK)
+        return req_abandon(ctx, req, rc);
+    return req_started(p, req);
+}
+
+int ferry_put_nb(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const void *buf, size_t len,
+                 const ferry_op_params_t *p)
+{
+    return rdma_nb(ctx, true, rh, raddr, (void *)buf, len, p);
+}
+
+int ferry_get_nb(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, void *buf, size_t len,
+                 const ferry_op_params_t *p)
+{
+    return rdma_nb(ctx, false, rh, raddr, buf, len, p);
+}
+
+/* ---- sends from callbacks ---- */
+
+/* Default of FERRY_CB_QUEUE_MAX. */
+#define API_CB_QUEUE_MAX_DEFAULT ((size_t)4 << 20)
+
+int api_onesided_register_params(ferry_ctx_t *ctx, size_t *max_out)
+{
+    size_t max;
+    int rc = rt_param_register_size(&ctx->params, "cb_queue_max", API_CB_QUEUE_MAX_DEFAULT, 0,
+                                    SIZE_MAX / 2,
+                                    "Bytes of active messages and atomics started inside "
+                                    "callbacks that ferry holds when the transport has no room, "
+                                    "to send with progress; past it they return "
+                                    "FERRY_ERR_NO_RESOURCE",
+                                    &max);
+    if (rc == FERRY_OK && max_out != NULL)
+        *max_out = max;
+    return rc;
+}
+
+/* An active message waiting in ferry for the transport. */
+typedef struct api_cbq_msg {
+    util_list_item_t link;
+    uint8_t tag;
+    size_t len;
+    char data[];
+} api_cbq_msg_t;
+
+int api_cbq_push(ferry_ctx_t *ctx, int dst, int tag, const void *data, ferry_convertor_t *conv,
+                 size_t len)
+{
+    struct api_state *api = ctx->api;
+    size_t cost = sizeof(api_cbq_msg_t) + len;
+    if (api->cbq_bytes > api->cbq_max || cost > api->cbq_max - api->cbq_bytes)
+        return FERRY_ERR_NO_RESOURCE;
+    api_cbq_msg_t *m = malloc(cost);
+    if (m == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    m->tag = (uint8_t)tag;
+    m->len = len;
+    if (conv != NULL)
+        ferry_convertor_pack(conv, m->data, len);
+    else if (len > 0)
+        memcpy(m->data, data, len);
+    util_list_append(&api->cbq[dst], &m->link);
+    api->cbq_bytes += cost;
+    api->cbq_count++;
+    /* In flight until it has left: a flush waits for it, and its marker
+     * goes behind it. */
+    api->outstanding[dst]++;
+    api_am_sent(ctx, dst);
+    return FERRY_OK;
+}
+
+/* Sends what waits for each peer, in order, while the transports take it. */
+static int cbq_drain(ferry_ctx_t *ctx)
+{
+    struct api_state *api = ctx->api;
+    int events = 0;
+    for (int r = 0; r < ctx->size && api->cbq_count > 0; r++) {
+        util_list_item_t *it;
+        while ((it = util_list_first(&api->cbq[r])) != NULL) {
+            api_cbq_msg_t *m = UTIL_CONTAINER_OF(it, api_cbq_msg_t, link);
+            int rc = ctx->peers[r].failed
+                         ? FERRY_ERR_UNREACH
+                         : btl_ctx_send_small(ctx, r, m->tag, m->data, m->len);
+            if (rc == FERRY_ERR_NO_RESOURCE)
+                break;
+            if (rc != FERRY_OK) {
+                rt_log(&ctx->log, RT_LOG_ERROR,
+                       "a %zu-byte active message to rank %d queued from a callback was lost: %s",
+                       m->len, r, ferry_strerror(rc));
+                if (api->first_error[r] == FERRY_OK)
+                    api->first_error[r] = rc;
+            }
+            util_list_remove(&api->cbq[r], it);
+            api->cbq_bytes -= sizeof(*m) + m->len;
+            api->cbq_count--;
+            api->outstanding[r]--;
+            free(m);
+            events++;
+        }
+    }
+    return events;
+}
+
+/* ---- atomics ---- */
+
+/* ferry_atomic_op_t onto the transport's operations. */
+static const ferry_btl_atomic_op_t amo_ops[] = {
+    [FERRY_ATOMIC_ADD] = FERRY_BTL_ATOMIC_ADD,   [FERRY_ATOMIC_AND] = FERRY_BTL_ATOMIC_AND,
+    [FERRY_ATOMIC_OR] = FERRY_BTL_ATOMIC_OR,     [FERRY_ATOMIC_XOR] = FERRY_BTL_ATOMIC_XOR,
+    [FERRY_ATOMIC_SWAP] = FERRY_BTL_ATOMIC_SWAP, [FERRY_ATOMIC_MIN] = FERRY_BTL_ATOMIC_MIN,
+    [FERRY_ATOMIC_MAX] = FERRY_BTL_ATOMIC_MAX,
+};
+
+/* The transport's completion of an atomic: cbctx is the peer's slot,
+ * cbdata the request or NULL. */
+static void amo_done(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                     ferry_btl_reg_t *lreg, void *cbctx, void *cbdata, int status)
+{
+    (void)btl;
+    (void)ep;
+    (void)local;
+    (void)lreg;
+    api_peer_slot_t *slot = cbctx;
+    struct api_state *api = slot->ctx->api;
+    api->outstanding[slot->rank]--;
+    if (status != FERRY_OK && api->first_error[slot->rank] == FERRY_OK)
+        api->first_error[slot->rank] = status;
+    if (cbdata != NULL)
+        api_req_complete(slot->ctx, cbdata, status);
+}
+
+enum { AMO_OP, AMO_FETCH, AMO_CSWAP };
+
+/* An atomic started inside a callback that the transport had no room for:
+ * started again from progress. */
+typedef struct api_amo_wait {
+    util_list_item_t link;
+    int kind;
+    int dst;
+    int module;
+    ferry_atomic_op_t op;
+    uint32_t flags;
+    uint64_t raddr, operand, compare;
+    void *result;
+    ferry_btl_reg_t *lreg;
+    ferry_req_t *req;
+    uint8_t key[FERRY_BTL_KEY_MAX];
+} api_amo_wait_t;
+
+static int amo_issue(ferry_ctx_t *ctx, int kind, int dst, int m, const uint8_t *key,
+                     uint64_t raddr, ferry_atomic_op_t op, uint32_t flags, uint64_t operand,
+                     uint64_t compare, void *result, ferry_btl_reg_t *lreg, ferry_req_t *req)
+{
+    ferry_btl_module_t *btl = ctx->modules[m];
+    ferry_btl_endpoint_t *ep = ctx->peers[dst].ep;
+    api_peer_slot_t *slot = &ctx->api->slots[dst];
+    switch (kind) {
+    case AMO_OP:
+        return btl->ops->atomic_op(btl, ep, raddr, key, amo_ops[op], operand, flags, amo_done,
+                                   slot, req);
+    case AMO_FETCH:
+        return btl->ops->atomic_fop(btl, ep, result, raddr, lreg, key, amo_ops[op], operand,
+                                    flags, amo_done, slot, req);
+    default:
+        return btl->ops->atomic_cswap(btl, ep, result, raddr, lreg, key, compare, operand, flags,
+                                      amo_done, slot, req);
+    }
+}
+
+/* Starts the atomics waiting, oldest first, while the transports take them. */
+static int amo_drain(ferry_ctx_t *ctx)
+{
+    struct api_state *api = ctx->api;
+    int events = 0;
+    util_list_item_t *it;
+    while ((it = util_list_first(&api->amo_q)) != NULL) {
+        api_amo_wait_t *w = UTIL_CONTAINER_OF(it, api_amo_wait_t, link);
+        int rc = ctx->peers[w->dst].failed
+                     ? FERRY_ERR_UNREACH
+                     : amo_issue(ctx, w->kind, w->dst, w->module, w->key, w->raddr, w->op,
+                                 w->flags, w->operand, w->compare, w->result, w->lreg, w->req);
+        if (rc == FERRY_ERR_NO_RESOURCE)
+            break;
+        util_list_remove(&api->amo_q, it);
+        api->cbq_bytes -= sizeof(*w);
+        if (rc != FERRY_OK) {
+            /* Done now, or refused: its completion is due either way (the
+             * count it held in outstanding goes with it). */
+            amo_done(NULL, NULL, NULL, NULL, &api->slots[w->dst], w->req,
+                     rc == FERRY_BTL_DONE ? FERRY_OK : rc);
+        }
+        free(w);
+        events++;
+    }
+    return events;
+}
+
+static int amo_start(ferry_ctx_t *ctx, int kind, ferry_rkey_h *rh, uint64_t raddr,
+                     ferry_atomic_op_t op, size_t size, uint64_t operand, uint64_t compare,
+                     void *result, const ferry_op_params_t *p)
+{
+    int rc;
+    if ((size != 4 && size != 8) || (raddr & (size - 1)) != 0 ||
+        (kind != AMO_CSWAP && (unsigned)op > FERRY_ATOMIC_MAX) ||
+        (kind != AMO_OP && result == NULL))
+        return FERRY_ERR_INVALID;
+    btl_peer_t *peer = op_peer(ctx, rh, p, kind == AMO_OP ? NULL : result,
+                               kind == AMO_OP ? 0 : size, &rc);
+    if (peer == NULL)
+        return rc;
+    if (!rh_covers(rh, raddr, size, FERRY_ACCESS_REMOTE_ATOMIC))
+        return FERRY_ERR_ACCESS;
+    ferry_btl_module_t *btl = ctx->modules[rh->module];
+    uint32_t need = kind == AMO_OP ? FERRY_BTL_FLAG_ATOMIC_OPS
+                    : kind == AMO_FETCH ? FERRY_BTL_FLAG_ATOMIC_FOPS
+                                        : FERRY_BTL_FLAG_ATOMIC_OPS;
+    if (!(btl->attr.flags & need))
+        return FERRY_ERR_NOT_SUPPORTED;
+    uint32_t flags = size == 4 ? FERRY_BTL_ATOMIC_FLAG_32BIT : 0;
+    ferry_req_t *req = req_for(ctx, p, &rc);
+    if (rc != FERRY_OK)
+        return rc;
+    ferry_btl_reg_t *lreg = api_mem_reg(p != NULL ? p->local : NULL, rh->module);
+    struct api_state *api = ctx->api;
+    /* Inside a callback, behind atomics already waiting (they are not
+     * ordered with each other, but a queue that never empties is unfair). */
+    rc = ctx->in_callback > 0 && !util_list_empty(&api->amo_q)
+             ? FERRY_ERR_NO_RESOURCE
+             : amo_issue(ctx, kind, rh->dst, rh->module, rh->key, raddr, op, flags, operand,
+                         compare, result, lreg, req);
+    if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0 &&
+        api->cbq_bytes <= api->cbq_max && sizeof(api_amo_wait_t) <= api->cbq_max - api->cbq_bytes) {
+        api_amo_wait_t *w = calloc(1, sizeof(*w));
+        if (w == NULL)
+            return req_abandon(ctx, req, FERRY_ERR_NO_MEMORY);
+        *w = (api_amo_wait_t){.kind = kind, .dst = rh->dst, .module = rh->module, .op = op,
+                              .flags = flags, .raddr = raddr, .operand = operand,
+                              .compare = compare, .result = result, .lreg = lreg, .req = req};
+        memcpy(w->key, rh->key, sizeof(w->key));
+        util_list_append(&api->amo_q, &w->link);
+        api->cbq_bytes += sizeof(*w);
+        api->outstanding[rh->dst]++;
+        return req_started(p, req);
+    }
+    if (rc == FERRY_BTL_DONE)
+        return req_done_now(ctx, p, req);
+    if (rc != FERRY_OK)
+        return req_abandon(ctx, req, rc);
+    ctx->api->outstanding[rh->dst]++;
+    return req_started(p, req);
+}
+
+int ferry_atomic(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, ferry_atomic_op_t op,
+                 size_t size, uint64_t operand, const ferry_op_params_t *p)
+{
+    return amo_start(ctx, AMO_OP, rh, raddr, op, size, operand, 0, NULL, p);
+}
+
+int ferry_atomic_fetch(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, ferry_atomic_op_t op,
+                       size_t size, uint64_t operand, void *result, const ferry_op_params_t *p)
+{
+    return amo_start(ctx, AMO_FETCH, rh, raddr, op, size, operand, 0, result, p);
+}
+
+int ferry_atomic_cswap(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, size_t size,
+                       uint64_t compare, uint64_t value, void *result, const ferry_op_params_t *p)
+{
+    return amo_start(ctx, AMO_CSWAP, rh, raddr, FERRY_ATOMIC_ADD, size, value, compare, result,
+                     p);
+}
+
+/* ---- put with notification ---- */
+
+/*
+ * A notification. Where the transport reaching the peer orders a put
+ * before later messages on its endpoint (FERRY_BTL_FLAG_PUT_ORDERED) and
+ * took the whole put in the call, it is sent at once, behind the put; else
+ * once the put has completed. The operation is done when both the put has
+ * completed and the notification has left (parts counts what remains).
+ */
+typedef struct api_notify {
+    util_list_item_t link; /* in notify_q while the transport has no room */
+    ferry_ctx_t *ctx;
+    int dst;
+    uint8_t tag;
+    bool ordered; /* sent behind the put, not after its completion */
+    int parts;
+    int status;
+    size_t plen;
+    ferry_req_t *req; /* or NULL */
+    uint8_t payload[FERRY_PUT_NOTIFY_MAX];
+} api_notify_t;
+
+static void notify_finish(ferry_ctx_t *ctx, api_notify_t *n, int status)
+{
+    struct api_state *api = ctx->api;
+    if (status != FERRY_OK && n->status == FERRY_OK)
+        n->status = status;
+    if (--n->parts > 0)
+        return;
+    api->outstanding[n->dst]--;
+    if (n->status != FERRY_OK && api->first_error[n->dst] == FERRY_OK)
+        api->first_error[n->dst] = n->status;
+    if (n->req != NULL)
+        api_req_complete(ctx, n->req, n->status);
+    free(n);
+}
+
+/* Sends n's notification: FERRY_ERR_NO_RESOURCE when it must wait, else n
+ * is finished. */
+static int notify_send(ferry_ctx_t *ctx, api_notify_t *n)
+{
+    if (ctx->peers[n->dst].failed) {
+        notify_finish(ctx, n, FERRY_ERR_UNREACH);
+        return FERRY_OK;
+    }
+    int rc = btl_ctx_send_small(ctx, n->dst, n->tag, n->payload, n->plen);
+    if (rc == FERRY_ERR_NO_RESOURCE)
+        return rc;
+    if (rc == FERRY_OK)
+        api_am_sent(ctx, n->dst);
+    notify_finish(ctx, n, rc);
+    return FERRY_OK;
+}
+
+/* The put's completion (from api_rdma_progress). */
+static void notify_put_done(void *arg, int status)
+{
+    api_notify_t *n = arg;
+    ferry_ctx_t *ctx = n->ctx;
+    if (n->ordered || status != FERRY_OK) {
+        /* Ordered: the notification left already (or waits in notify_q
+         * behind the put); this was the put's part. */
+        if (!n->ordered)
+            n->parts = 1; /* the notification will never be sent */
+        notify_finish(ctx, n, status);
+        return;
+    }
+    n->parts = 1; /* the put's part is done; the notification's remains */
+    /* Behind notifications already waiting, so that they leave in order. */
+    if (!util_list_empty(&ctx->api->notify_q) || notify_send(ctx, n) == FERRY_ERR_NO_RESOURCE)
+        util_list_append(&ctx->api->notify_q, &n->link);
+}
+
+int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const void *buf,
+                     size_t len, int tag, const void *payload, size_t plen,
+                     const ferry_op_params_t *p)
+{
+    int rc;
+    if (!api_tag_valid(tag) || (payload == NULL && plen > 0) || plen > FERRY_PUT_NOTIFY_MAX)
+        return FERRY_ERR_INVALID;
+    if (op_peer(ctx, rh, p, buf, len, &rc) == NULL)
+        return rc;
+    ferry_btl_module_t *btl = ctx->modules[rh->module];
+    if (!(btl->attr.flags & FERRY_BTL_FLAG_PUT))
+        return FERRY_ERR_NOT_SUPPORTED;
+    if (!rh_covers(rh, raddr, len, FERRY_ACCESS_REMOTE_WRITE))
+        return FERRY_ERR_ACCESS;
+    if (plen > btl->attr.max_send_size)
+        return FERRY_ERR_INVALID;
+    api_notify_t *n = calloc(1, sizeof(*n));
+    if (n == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    ferry_req_t *req = req_for(ctx, p, &rc);
+    if (rc != FERRY_OK) {
+        free(n);
+        return rc;
+    }
+    n->ctx = ctx;
+    n->dst = rh->dst;
+    n->tag = (uint8_t)tag;
+    n->plen = plen;
+    n->req = req;
+    n->parts = 2;
+    if (plen > 0)
+        memcpy(n->payload, payload, plen);
+    /* The put's completion callback comes from progress, after this call:
+     * n->ordered is settled before it can run. */
+    bool accepted = false;
+    rc = api_rdma_start_key(ctx, true, rh->dst, rh->module, rh->key, (void *)buf, len,
+                            p != NULL ? p->local : NULL, raddr, notify_put_done, n, NULL,
+                            &accepted);
+    if (rc != FERRY_OK) {
+        free(n);
+        return req_abandon(ctx, req, rc);
+    }
+    /* The notification is in flight until it has been sent. */
+    ctx->api->outstanding[rh->dst]++;
+    if (accepted && (btl->attr.flags & FERRY_BTL_FLAG_PUT_ORDERED)) {
+        n->ordered = true;
+        if (!util_list_empty(&ctx->api->notify_q) || notify_send(ctx, n) == FERRY_ERR_NO_RESOURCE)
+            util_list_append(&ctx->api->notify_q, &n->link);
+    }
+    return req_started(p, req);
+}
+
+/* ---- flush markers ---- */
+
+static int flush_send(ferry_ctx_t *ctx, int dst, uint32_t kind, uint64_t seq)
+{
+    api_flush_msg_t msg = {.magic = API_FLUSH_MAGIC, .kind = kind, .seq = seq};
+    return btl_ctx_send_small(ctx, dst, API_TAG_FLUSH, &msg, sizeof(msg));
+}
+
+void api_flush_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len)
+{
+    struct api_state *api = ctx->api;
+    api_flush_msg_t msg;
+    if (len != sizeof(msg)) {
+        rt_log(&ctx->log, RT_LOG_WARN, "malformed flush message of %zu bytes from rank %d dropped",
+               len, src);
+        return;
+    }
+    memcpy(&msg, data, sizeof(msg));
+    if (msg.magic != API_FLUSH_MAGIC || msg.seq == 0 ||
+        (msg.kind == FLUSH_ANSWER && msg.seq > api->flush_sent[src]) ||
+        (msg.kind != FLUSH_MARK && msg.kind != FLUSH_ANSWER)) {
+        rt_log(&ctx->log, RT_LOG_WARN,
+               "flush message from rank %d dropped (kind %u, marker %llu, %llu sent to it)", src,
+               msg.kind, (unsigned long long)msg.seq,
+               (unsigned long long)api->flush_sent[src]);
+        return;
+    }
+    if (msg.kind == FLUSH_ANSWER) {
+        if (msg.seq > api->flush_acked[src])
+            api->flush_acked[src] = msg.seq;
+        return;
+    }
+    /* Every message src sent before the marker has been handled: they came
+     * first on the same ordered path, and their handlers ran from the
+     * dispatcher (or from am_large's release of what it held, which brings
+     * the marker here only after them). */
+    if (api->ack_owed[src] != 0 || flush_send(ctx, src, FLUSH_ANSWER, msg.seq) != FERRY_OK) {
+        if (msg.seq > api->ack_owed[src])
+            api->ack_owed[src] = msg.seq;
+        api->n_owed_hint = true;
+    }
+}
+
+/* Marks the ranks of lo .. hi - 1 an application message went to since
+ * their last marker: marks[r - lo] is the marker to wait for (0: none). */
+static void flush_mark(ferry_ctx_t *ctx, int lo, int hi, uint64_t *marks)
+{
+    struct api_state *api = ctx->api;
+    for (int r = lo; r < hi; r++) {
+        marks[r - lo] = 0;
+        if (api->am_dirty[r] && !ctx->peers[r].failed) {
+            api->am_dirty[r] = false;
+            marks[r - lo] = ++api->flush_sent[r];
+        }
+    }
+}
+
+/* Sends the markers of marks not yet sent (a sent one is made negative by
+ * setting its top bit); FERRY_ERR_NO_RESOURCE while some must wait. */
+#define MARK_SENT (1ull << 63)
+static int flush_send_marks(ferry_ctx_t *ctx, int lo, int hi, uint64_t *marks)
+{
+    int rc = FERRY_OK;
+    for (int r = lo; r < hi; r++) {
+        uint64_t m = marks[r - lo];
+        if (m == 0 || (m & MARK_SENT) != 0)
+            continue;
+        if (ctx->peers[r].failed) {
+            marks[r - lo] = 0;
+            continue;
+        }
+        int src = flush_send(ctx, r, FLUSH_MARK, m);
+        if (src == FERRY_OK)
+            marks[r - lo] = m | MARK_SENT;
+        else if (src == FERRY_ERR_NO_RESOURCE)
+            rc = src;
+        else
+            marks[r - lo] = 0; /* the path is gone: the peer fails */
+    }
+    return rc;
+}
+
+/* Every marker answered (or its peer failed)? FERRY_ERR_UNREACH when one
+ * failed. */
+static bool flush_marks_done(ferry_ctx_t *ctx, int lo, int hi, const uint64_t *marks, int *rc)
+{
+    bool done = true;
+    for (int r = lo; r < hi; r++) {
+        uint64_t m = marks[r - lo] & ~MARK_SENT;
+        if (m == 0 || ctx->api->flush_acked[r] >= m)
+            continue;
+        if (ctx->peers[r].failed) {
+            *rc = FERRY_ERR_UNREACH;
+            continue;
+        }
+        done = false;
+    }
+    return done;
+}
+
+static bool nothing_in_flight(const ferry_ctx_t *ctx, int lo, int hi)
+{
+    for (int r = lo; r < hi; r++)
+        if (ctx->api->outstanding[r] > 0)
+            return false;
+    return true;
+}
+
+static int wait_step(ferry_ctx_t *ctx, unsigned *idle)
+{
+    int rc = ferry_progress(ctx);
+    if (rc < 0)
+        return rc;
+    if (rc == 0)
+        rt_idle(idle);
+    else
+        *idle = 0;
+    return FERRY_OK;
+}
+
+int api_flush_wait(ferry_ctx_t *ctx, int lo, int hi, bool ams)
+{
+    unsigned idle = 0;
+    int rc = FERRY_OK;
+    for (int r = lo; r < hi; r++)
+        while (ctx->api->outstanding[r] > 0)
+            if ((rc = wait_step(ctx, &idle)) != FERRY_OK)
+                return rc;
+    if (!ams)
+        return FERRY_OK;
+    bool any = false;
+    for (int r = lo; r < hi && !any; r++)
+        any = ctx->api->am_dirty[r];
+    if (!any)
+        return FERRY_OK;
+    uint64_t one, *marks = hi - lo == 1 ? &one : malloc((size_t)(hi - lo) * sizeof(*marks));
+    if (marks == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    flush_mark(ctx, lo, hi, marks);
+    int status = FERRY_OK;
+    while (flush_send_marks(ctx, lo, hi, marks) == FERRY_ERR_NO_RESOURCE ||
+           !flush_marks_done(ctx, lo, hi, marks, &status))
+        if ((rc = wait_step(ctx, &idle)) != FERRY_OK)
+            break;
+    if (marks != &one)
+        free(marks);
+    return rc != FERRY_OK ? rc : status;
+}
+
+int ferry_flush_nb(ferry_ctx_t *ctx, int dst, const ferry_op_params_t *p)
+{
+    if (!api_ctx_live(ctx) || ctx->api == NULL || dst < -1 || dst >= ctx->size)
+        return FERRY_ERR_INVALID;
+    ferry_req_t *req = req_new(ctx, p != NULL ? p->cb : NULL, p != NULL ? p->arg : NULL,
+                               p != NULL && p->req_out != NULL);
+    if (req == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    req->kind = REQ_FLUSH;
+    req->lo = dst < 0 ? 0 : dst;
+    req->hi = dst < 0 ? ctx->size : dst + 1;
+    req->marks = calloc((size_t)(req->hi - req->lo), sizeof(*req->marks));
+    if (req->marks == NULL)
+        return req_abandon(ctx, req, FERRY_ERR_NO_MEMORY);
+    /* Progress completes it, also when there is nothing to wait for, so
+     * that its callback never runs in here. */
+    util_list_append(&ctx->api->flushes, &req->link);
+    return req_started(p, req);
+}
+
+/* Advances a non-blocking flush; true when it completed. */
+static bool flush_nb_step(ferry_ctx_t *ctx, ferry_req_t *req)
+{
+    struct api_state *api = ctx->api;
+    if (!req->marked) {
+        if (!nothing_in_flight(ctx, req->lo, req->hi))
+            return false;
+        flush_mark(ctx, req->lo, req->hi, req->marks);
+        req->marked = true;
+    }
+    int status = FERRY_OK;
+    if (flush_send_marks(ctx, req->lo, req->hi, req->marks) == FERRY_ERR_NO_RESOURCE ||
+        !flush_marks_done(ctx, req->lo, req->hi, req->marks, &status))
+        return false;
+    for (int r = req->lo; r < req->hi; r++) {
+        if (api->first_error[r] != FERRY_OK && status == FERRY_OK)
+            status = api->first_error[r];
+        api->first_error[r] = FERRY_OK;
+    }
+    util_list_remove(&api->flushes, &req->link);
+    api_req_complete(ctx, req, status);
+    return true;
+}
+
+/* ---- progress, set-up and teardown ---- */
+
+int api_onesided_progress(ferry_ctx_t *ctx)
+{
+    struct api_state *api = ctx->api;
+    int events = 0;
+    util_list_item_t *it, *next;
+
+    if (api->cbq_count > 0)
+        events += cbq_drain(ctx);
+    if (!util_list_empty(&api->amo_q))
+        events += amo_drain(ctx);
+    while ((it = util_list_first(&api->notify_q)) != NULL) {
+        api_notify_t *n = UTIL_CONTAINER_OF(it, api_notify_t, link);
+        util_list_remove(&api->notify_q, it);
+        if (notify_send(ctx, n) == FERRY_ERR_NO_RESOURCE) {
+            util_list_prepend(&api->notify_q, it);
+            break;
+        }
+        events++;
+    }
+    if (api->n_owed_hint) {
+        api->n_owed_hint = false;
+        for (int r = 0; r < ctx->size; r++) {
+            if (api->ack_owed[r] == 0)
+                continue;
+            if (!ctx->peers[r].failed &&
+                flush_send(ctx, r, FLUSH_ANSWER, api->ack_owed[r]) == FERRY_ERR_NO_RESOURCE) {
+                api->n_owed_hint = true;
+                continue;
+            }
+            api->ack_owed[r] = 0;
+            events++;
+        }
+    }
+    for (it = util_list_first(&api->flushes); it != NULL; it = next) {
+        next = it->next != &api->flushes.head ? it->next : NULL;
+        if (flush_nb_step(ctx, UTIL_CONTAINER_OF(it, ferry_req_t, link)))
+            events++;
+    }
+    while ((it = util_list_pop_front(&api->req_due)) != NULL) {
+        ferry_req_t *req = UTIL_CONTAINER_OF(it, ferry_req_t, link);
+        ctx->in_callback++;
+        req->cb(req->arg, req->status);
+        ctx->in_callback--;
+        req->cb_pending = false;
+        req_maybe_free(ctx, req);
+        events++;
+    }
+    return events;
+}
+
+int api_onesided_init(ferry_ctx_t *ctx)
+{
+    struct api_state *api = ctx->api;
+    size_t n = (size_t)ctx->size;
+    recycler_init(&api->reqs, sizeof(ferry_req_t));
+    recycler_init(&api->rkeys, sizeof(ferry_rkey_h));
+    util_list_init(&api->req_due);
+    util_list_init(&api->flushes);
+    util_list_init(&api->notify_q);
+    util_list_init(&api->amo_q);
+    int rc = api_onesided_register_params(ctx, &api->cbq_max);
+    if (rc != FERRY_OK)
+        return rc;
+    api->cbq = calloc(n, sizeof(*api->cbq));
+    if (api->cbq == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    for (size_t r = 0; r < n; r++)
+        util_list_init(&api->cbq[r]);
+    api->slots = calloc(n, sizeof(*api->slots));
+    api->am_dirty = calloc(n, sizeof(*api->am_dirty));
+    api->flush_sent = calloc(n, sizeof(*api->flush_sent));
+    api->flush_acked = calloc(n, sizeof(*api->flush_acked));
+    api->ack_owed = calloc(n, sizeof(*api->ack_owed));
+    if (api->slots == NULL || api->am_dirty == NULL || api->flush_sent == NULL ||
+        api->flush_acked == NULL || api->ack_owed == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    for (int r = 0; r < ctx->size; r++) {
+        api->slots[r].ctx = ctx;
+        api->slots[r].rank = r;
+    }
+    return FERRY_OK;
+}
+
+void api_onesided_fini(ferry_ctx_t *ctx)
+{
+    struct api_state *api = ctx->api;
+    util_list_item_t *it;
+    if (api->cbq != NULL) {
+        for (int r = 0; r < ctx->size; r++)
+            while ((it = util_list_pop_front(&api->cbq[r])) != NULL)
+                free(UTIL_CONTAINER_OF(it, api_cbq_msg_t, link));
+        free(api->cbq);
+        api->cbq = NULL;
+    }
+    if (api->slots != NULL) {
+        while ((it = util_list_pop_front(&api->amo_q)) != NULL) {
+            api_amo_wait_t *w = UTIL_CONTAINER_OF(it, api_amo_wait_t, link);
+            amo_done(NULL, NULL, NULL, NULL, &api->slots[w->dst], w->req, FERRY_ERR_CANCELED);
+            free(w);
+        }
+        /* What never left is canceled; callbacks due still run. */
+        while ((it = util_list_pop_front(&api->notify_q)) != NULL)
+            notify_finish(ctx, UTIL_CONTAINER_OF(it, api_notify_t, link), FERRY_ERR_CANCELED);
+        while ((it = util_list_pop_front(&api->flushes)) != NULL)
+            api_req_complete(ctx, UTIL_CONTAINER_OF(it, ferry_req_t, link), FERRY_ERR_CANCELED);
+        while ((it = util_list_pop_front(&api->req_due)) != NULL) {
+            ferry_req_t *req = UTIL_CONTAINER_OF(it, ferry_req_t, link);
+            ctx->in_callback++;
+            req->cb(req->arg, req->status);
+            ctx->in_callback--;
+        }
+        /* The marker arrays of requests still held go with their memory. */
+        for (it = util_list_first(&api->reqs.all); it != NULL;
+             it = it->next != &api->reqs.all.head ? it->next : NULL) {
+            ferry_req_t *req = (ferry_req_t *)UTIL_CONTAINER_OF(it, api_obj_t, all);
+            free(req->marks);
+        }
+    }
+    recycler_fini(&api->reqs);
+    recycler_fini(&api->rkeys);
+    free(api->slots);
+    free(api->am_dirty);
+    free(api->flush_sent);
+    free(api->flush_acked);
+    free(api->ack_owed);
+    api->slots = NULL;
+}
