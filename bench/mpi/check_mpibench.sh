@@ -4,7 +4,7 @@
 #
 #   check_mpibench.sh run KIND LAUNCHER BINARY OUT   KIND openmpi, mpich or
 #                                                    ferry (LAUNCHER ferryrun)
-#   check_mpibench.sh check FILE [nofop]
+#   check_mpibench.sh check FILE
 #   check_mpibench.sh compare SCRIPT BUILD OUTDIR
 #
 # compare runs the side-by-side script for two rounds of two Open MPI
@@ -15,8 +15,8 @@
 #
 # The output must hold the header line "metric,size,value,unit" after its
 # comment lines, then exactly one row per metric and size of `all -m 1:4`
-# (fop-lat at 8 bytes only; none with nofop, as the ferry build runs), each
-# with a positive finite figure and the metric's unit. No timing is judged. A launcher or binary given as "none"
+# (fop-lat at 8 bytes only), each with a positive finite figure and the
+# metric's unit. No timing is judged. A launcher or binary given as "none"
 # (or "none:reason") makes the run skip with exit status 77.
 set -u
 
@@ -28,7 +28,7 @@ rejected() {
 check() {
     file=$1
     [ -r "$file" ] || rejected "cannot read $file"
-    awk -v nofop="${2:-}" '
+    awk '
         function fail(why) { print "rejected: " why; bad = 1; exit 1 }
         BEGIN {
             split("lat bw bibw rate put-lat get-lat put-bw get-bw", ms, " ")
@@ -37,7 +37,7 @@ check() {
             unit["bw"] = "MB/s"; unit["bibw"] = "MB/s"; unit["put-bw"] = "MB/s"
             unit["get-bw"] = "MB/s"
             for (i in ms) for (s = 1; s <= 4; s *= 2) want[ms[i] "," s] = 1
-            if (nofop == "") want["fop-lat,8"] = 1
+            want["fop-lat,8"] = 1
         }
         /^#/ { next }
         !header {
@@ -66,8 +66,8 @@ check() {
 
 case ${1:-} in
 check)
-    [ $# -eq 2 ] || [ $# -eq 3 ] || { echo "usage: $0 check FILE [nofop]" >&2; exit 2; }
-    check "$2" "${3:-}"
+    [ $# -eq 2 ] || { echo "usage: $0 check FILE" >&2; exit 2; }
+    check "$2"
     ;;
 run)
     [ $# -eq 5 ] || { echo "usage: $0 run KIND LAUNCHER BINARY OUT" >&2; exit 2; }
@@ -92,10 +92,7 @@ run)
             --mca osc sm "$bin" $args || rejected "the job exited with $?"
     elif [ "$kind" = ferry ]; then
         # shellcheck disable=SC2086
-        "$launcher" -n 2 --bind-to core "$bin" lat,bw,bibw,rate,put-lat,get-lat,put-bw,get-bw \
-            ${args#all } || rejected "the job exited with $?"
-        check "$out" nofop
-        exit
+        "$launcher" -n 2 --bind-to core "$bin" $args || rejected "the job exited with $?"
     else
         # shellcheck disable=SC2086
         "$launcher" -n 2 -bind-to core "$bin" $args || rejected "the job exited with $?"

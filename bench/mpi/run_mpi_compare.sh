@@ -34,10 +34,10 @@
 #   ob1-tcp     --mca pml ob1 --mca btl self,tcp
 #   ucx         --mca pml ucx (+ opal_common_ucx_tls/devices any), osc ucx
 #   mpich       mpiexec.hydra, MPICH's default device
-#   ferrymsg-sm   no MPI: the same benchmark over ferry's tagged layer and
-#   ferrymsg-tcp  ferry_put/get (ferry-mpibench-ferry, bench/mpi/ferry_mpi),
-#                 under ferryrun, FERRY_BTL=self,sm or self,tcp; no fop-lat
-#                 yet (ferry's atomics API, #10)
+#   ferrymsg-sm   no MPI: the same benchmark over ferry's tagged layer,
+#   ferrymsg-tcp  ferry_put_nb/get_nb and ferry_atomic_fetch
+#                 (ferry-mpibench-ferry, bench/mpi/ferry_mpi), under
+#                 ferryrun, FERRY_BTL=self,sm or self,tcp
 # The three ob1 peers run one-sided through --mca osc sm: on Open MPI 4.1.4
 # osc/rdma over vader crashes in fetch_and_op and compare_and_swap (issue
 # 11), and over tcp it has no RDMA path at all; so their one-sided figures
@@ -116,8 +116,8 @@ label[vader-copy]="ob1 + vader, no single copy; osc sm"
 label[ob1-tcp]="ob1 + tcp; osc sm (one-sided over shared memory)"
 label[ucx]="pml ucx; osc ucx"
 label[mpich]="MPICH, mpiexec.hydra, default device"
-label[ferrymsg-sm]="no MPI: ferry/msg.h + ferry_put/get, sm; no fop"
-label[ferrymsg-tcp]="no MPI: ferry/msg.h + ferry_put/get, tcp; no fop"
+label[ferrymsg-sm]="no MPI: ferry/msg.h + one-sided API, sm"
+label[ferrymsg-tcp]="no MPI: ferry/msg.h + one-sided API, tcp"
 ucx_any="--mca opal_common_ucx_tls any --mca opal_common_ucx_devices any"
 args[ferry-sm]="--mca pml ob1 --mca btl self,ferry -x FERRY_BTL=sm --mca osc rdma"
 args[ferry-tcp]="--mca pml ob1 --mca btl self,ferry -x FERRY_BTL=tcp --mca osc rdma"
@@ -265,18 +265,10 @@ fi
 echo "# $rounds rounds; in each, per metric, one job of each of: ${chosen[*]}"
 echo "# (the order rotated each round); each job: ferry-mpibench METRIC ${bench_args[*]}"
 k=${#chosen[@]}
-said_fop=0
 for ((r = 1; r <= rounds; r++)); do
     for m in ${metrics//,/ }; do
         for ((i = 0; i < k; i++)); do
             n=${chosen[$(((i + r - 1) % k))]}
-            if [[ $n == ferrymsg-* && $m == fop-lat ]]; then
-                if [ "$said_fop" -eq 0 ]; then
-                    echo "# fop-lat skipped for ferrymsg-*: MPI_Fetch_and_op has no ferry call under it yet (ferry's atomics API, #10)"
-                    said_fop=1
-                fi
-                continue
-            fi
             run_one "$n" "$r" "$m"
         done
     done

@@ -402,8 +402,10 @@ int ferry_get(ferry_ctx_t *ctx, int dst, void *buf, size_t len, ferry_mem_t *loc
  * message went to dst since the last flush that covered it, no marker is
  * sent (no round trip). Returns the first error seen among the operations
  * since the last flush, FERRY_ERR_UNREACH when dst failed before it
- * answered, or FERRY_OK. Called from inside a ferry callback it returns
- * FERRY_ERR_BUSY and does nothing.
+ * answered, FERRY_ERR_TIMEOUT when it did not answer the marker within
+ * FERRY_FLUSH_TIMEOUT milliseconds (60000; dst is then taken as failed and
+ * the error callback says so), or FERRY_OK. Called from inside a ferry
+ * callback it returns FERRY_ERR_BUSY and does nothing.
  */
 int ferry_flush(ferry_ctx_t *ctx, int dst);
 

@@ -558,7 +558,10 @@ int api_am_send_flat_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t
     const ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
     if (len > btl->attr.max_send_size || hlen > btl->attr.max_send_size - len)
         return 1;
-    return send_once(ctx, dst, API_TAG_MSG, hdr, hlen, data, len);
+    rc = send_once(ctx, dst, API_TAG_MSG, hdr, hlen, data, len);
+    if (rc == FERRY_OK)
+        api_am_sent(ctx, dst); /* a flush to dst covers it */
+    return rc;
 }
 
 int api_am_send_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen,

@@ -89,6 +89,8 @@ struct api_state {
     bool *am_dirty;
     uint64_t *flush_sent;
     uint64_t *flush_acked;
+    uint64_t *flush_sent_ns; /* when the last marker to each peer left */
+    uint64_t flush_timeout_ns; /* FERRY_FLUSH_TIMEOUT; 0: wait for ever */
     uint64_t *ack_owed;
     bool n_owed_hint; /* some ack_owed entry may be set */
 
@@ -178,7 +180,7 @@ void api_flush_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len);
 
 /* Declares FERRY_CB_QUEUE_MAX (at context creation, so that ferry_info
  * lists it); *max_out gets its value when not NULL. */
-int api_onesided_register_params(ferry_ctx_t *ctx, size_t *max_out);
+int api_onesided_register_params(ferry_ctx_t *ctx, size_t *max_out, uint64_t *flush_ns_out);
 
 /* Inside a callback, an active message the transport had no room for (or
  * that must wait behind ones queued before it): copied (conv: packed from

@@ -103,7 +103,7 @@ int api_ctx_create_hosted(const ferry_init_params_t *params, unsigned flags,
     if (rc != FERRY_OK)
         goto err_fini;
     if ((rc = api_am_large_register_params(ctx)) != FERRY_OK ||
-        (rc = api_onesided_register_params(ctx, NULL)) != FERRY_OK)
+        (rc = api_onesided_register_params(ctx, NULL, NULL)) != FERRY_OK)
         goto err_fini;
     if ((flags & API_CTX_OPEN) == 0) {
         /* No job is joined, but the launcher interface's variables are

@@ -8,6 +8,7 @@
  * Their memory is recycled late (api_recycler_t) so that a stale pointer
  * meets a cleared magic and is refused rather than read as freed memory.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -370,9 +371,10 @@ int ferry_get_nb(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, void *buf, 
 /* Default of FERRY_CB_QUEUE_MAX. */
 #define API_CB_QUEUE_MAX_DEFAULT ((size_t)4 << 20)
 
-int api_onesided_register_params(ferry_ctx_t *ctx, size_t *max_out)
+int api_onesided_register_params(ferry_ctx_t *ctx, size_t *max_out, uint64_t *flush_ns_out)
 {
     size_t max;
+    long long flush_ms;
     int rc = rt_param_register_size(&ctx->params, "cb_queue_max", API_CB_QUEUE_MAX_DEFAULT, 0,
                                     SIZE_MAX / 2,
                                     "Bytes of active messages and atomics started inside "
@@ -380,8 +382,17 @@ int api_onesided_register_params(ferry_ctx_t *ctx, size_t *max_out)
                                     "to send with progress; past it they return "
                                     "FERRY_ERR_NO_RESOURCE",
                                     &max);
+    if (rc == FERRY_OK)
+        rc = rt_param_register_int(&ctx->params, "flush_timeout", 60000, 0, 86400000,
+                                   "Milliseconds ferry_flush, ferry_flush_nb and ferry_barrier "
+                                   "wait for a peer to answer the marker that follows this "
+                                   "rank's active messages; then the peer is taken as failed "
+                                   "(FERRY_ERR_TIMEOUT). 0 waits for ever",
+                                   &flush_ms);
     if (rc == FERRY_OK && max_out != NULL)
         *max_out = max;
+    if (rc == FERRY_OK && flush_ns_out != NULL)
+        *flush_ns_out = (uint64_t)flush_ms * 1000000u;
     return rc;
 }
 
@@ -816,8 +827,10 @@ static int flush_send_marks(ferry_ctx_t *ctx, int lo, int hi, uint64_t *marks)
             continue;
         }
         int src = flush_send(ctx, r, FLUSH_MARK, m);
-        if (src == FERRY_OK)
+        if (src == FERRY_OK) {
             marks[r - lo] = m | MARK_SENT;
+            ctx->api->flush_sent_ns[r] = rt_now_coarse_ns();
+        }
         else if (src == FERRY_ERR_NO_RESOURCE)
             rc = src;
         else
@@ -826,17 +839,40 @@ static int flush_send_marks(ferry_ctx_t *ctx, int lo, int hi, uint64_t *marks)
     return rc;
 }
 
+/* A peer that has not answered a marker sent FERRY_FLUSH_TIMEOUT ago (its
+ * path swallows what it is sent, or it stopped progressing) is taken as
+ * failed: nothing else would end the wait, when no put or get is in flight
+ * for the transport's own deadlines to catch. */
+static bool flush_overdue(ferry_ctx_t *ctx, int r)
+{
+    struct api_state *api = ctx->api;
+    if (api->flush_timeout_ns == 0 || api->flush_sent_ns[r] == 0 ||
+        rt_now_coarse_ns() - api->flush_sent_ns[r] < api->flush_timeout_ns)
+        return false;
+    char why[160];
+    snprintf(why, sizeof(why),
+             "rank %d did not answer a flush marker within FERRY_FLUSH_TIMEOUT (%llu ms)", r,
+             (unsigned long long)(api->flush_timeout_ns / 1000000u));
+    btl_ctx_fail_peer(ctx, r, FERRY_ERR_TIMEOUT, "ferry", why);
+    return true;
+}
+
 /* Every marker answered (or its peer failed)? FERRY_ERR_UNREACH when one
- * failed. */
+ * failed, FERRY_ERR_TIMEOUT when one is overdue (its peer is then failed). */
 static bool flush_marks_done(ferry_ctx_t *ctx, int lo, int hi, const uint64_t *marks, int *rc)
 {
     bool done = true;
     for (int r = lo; r < hi; r++) {
-        uint64_t m = marks[r - lo] & ~MARK_SENT;
-        if (m == 0 || ctx->api->flush_acked[r] >= m)
+        uint64_t m = marks[r - lo];
+        if (m == 0 || ctx->api->flush_acked[r] >= (m & ~MARK_SENT))
             continue;
         if (ctx->peers[r].failed) {
-            *rc = FERRY_ERR_UNREACH;
+            if (*rc == FERRY_OK)
+                *rc = FERRY_ERR_UNREACH;
+            continue;
+        }
+        if ((m & MARK_SENT) != 0 && flush_overdue(ctx, r)) {
+            *rc = FERRY_ERR_TIMEOUT;
             continue;
         }
         done = false;
@@ -999,7 +1035,7 @@ int api_onesided_init(ferry_ctx_t *ctx)
     util_list_init(&api->flushes);
     util_list_init(&api->notify_q);
     util_list_init(&api->amo_q);
-    int rc = api_onesided_register_params(ctx, &api->cbq_max);
+    int rc = api_onesided_register_params(ctx, &api->cbq_max, &api->flush_timeout_ns);
     if (rc != FERRY_OK)
         return rc;
     api->cbq = calloc(n, sizeof(*api->cbq));
@@ -1011,6 +1047,7 @@ int api_onesided_init(ferry_ctx_t *ctx)
     api->am_dirty = calloc(n, sizeof(*api->am_dirty));
     api->flush_sent = calloc(n, sizeof(*api->flush_sent));
     api->flush_acked = calloc(n, sizeof(*api->flush_acked));
+    api->flush_sent_ns = calloc(n, sizeof(*api->flush_sent_ns));
     api->ack_owed = calloc(n, sizeof(*api->ack_owed));
     if (api->slots == NULL || api->am_dirty == NULL || api->flush_sent == NULL ||
         api->flush_acked == NULL || api->ack_owed == NULL)
@@ -1063,6 +1100,7 @@ void api_onesided_fini(ferry_ctx_t *ctx)
     free(api->am_dirty);
     free(api->flush_sent);
     free(api->flush_acked);
+    free(api->flush_sent_ns);
     free(api->ack_owed);
     api->slots = NULL;
 }

@@ -10,6 +10,7 @@ failed=0 hung=0 seed=$first last=$((first + trials))
 while [ "$seed" -lt "$last" ]; do
     "$ferryrun" -x FERRY_BTL=self,tcp -x FERRY_TCP_FRAME_TIMEOUT=1000 \
         -x FERRY_TCP_REQUEST_TIMEOUT=2000 -x FERRY_TCP_CONNECT_TIMEOUT=2000 \
+        -x FERRY_FLUSH_TIMEOUT=2000 \
         -n 2 --timeout 50 "$prog" "$seed" >"$out" 2>&1
     status=$?
     [ "$status" -eq 77 ] && { cat "$out"; exit 77; }

@@ -19,7 +19,7 @@
  *   edgeblock from the frame's first byte on, every write would block
  * Whatever happens, both ranks must finish, each having seen an error (the
  * error callback naming the other rank, or a flush or put/get failing), well
- * within ferryrun's timeout: the deadlines (FERRY_TCP_FRAME_TIMEOUT,
+ * within ferryrun's timeout: the deadlines (FERRY_FLUSH_TIMEOUT, FERRY_TCP_FRAME_TIMEOUT,
  * FERRY_TCP_REQUEST_TIMEOUT) and the checks of every frame see to it. Data
  * that arrives intact is checked too.
  *
