@@ -37,10 +37,10 @@
 #include "util/pool.h"
 
 #define SM_MAGIC 0x316d737972726566ull /* "ferrysm1" */
-#define SM_VERSION 2
+#define SM_VERSION 3
 #define SM_LINE 64
 /* Messages start on this boundary in the ring. */
-#define SM_ALIGN 64
+#define SM_ALIGN 16
 #define SM_HDR_SIZE 8
 /* Longest segment name, with its leading '/' and its NUL. */
 #define SM_NAME_MAX 320
