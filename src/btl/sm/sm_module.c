@@ -349,7 +349,7 @@ static int sm_read_params(ferry_ctx_t *ctx, sm_params_t *p)
                                      "Use cross-memory attach (process_vm_readv/writev) for "
                                      "single-copy put and get",
                                      &p->cma)) != FERRY_OK ||
-        (rc = rt_param_register_size(r, "sm_cma_threshold", 16 * 1024, 0, 0,
+        (rc = rt_param_register_size(r, "sm_cma_threshold", 32 * 1024, 0, 0,
                                      "Put/get of this many bytes or more use cross-memory "
                                      "attach; smaller ones go through the ring",
                                      &p->cma_threshold)) != FERRY_OK ||
