@@ -148,6 +148,100 @@ typedef enum {
     FERRY_BTL_ATOMIC_MAX = 0x0021
 } ferry_btl_atomic_op_t;
 
+/*
+ * The CPU operation behind every target-side atomic: what a transport's
+ * target (or a host doing atomics on its own memory, as an Open MPI
+ * component must) applies to the integer, so that all of ferry's atomics
+ * are the same CPU atomics.
+ */
+
+/* What an operation of one kind does to old; shared by both widths. */
+static inline uint64_t ferry_btl_atomic_value(uint32_t op, uint64_t old, uint64_t operand, bool w32)
+{
+    switch (op) {
+    case FERRY_BTL_ATOMIC_LAND:
+        return (w32 ? (uint32_t)old != 0 : old != 0) && (w32 ? (uint32_t)operand != 0 : operand != 0);
+    case FERRY_BTL_ATOMIC_LOR:
+        return (w32 ? (uint32_t)old != 0 : old != 0) || (w32 ? (uint32_t)operand != 0 : operand != 0);
+    case FERRY_BTL_ATOMIC_LXOR:
+        return (w32 ? (uint32_t)old != 0 : old != 0) != (w32 ? (uint32_t)operand != 0 : operand != 0);
+    case FERRY_BTL_ATOMIC_MIN:
+        if (w32)
+            return (int32_t)(uint32_t)operand < (int32_t)(uint32_t)old ? operand : old;
+        return (int64_t)operand < (int64_t)old ? operand : old;
+    default: /* FERRY_BTL_ATOMIC_MAX */
+        if (w32)
+            return (int32_t)(uint32_t)operand > (int32_t)(uint32_t)old ? operand : old;
+        return (int64_t)operand > (int64_t)old ? operand : old;
+    }
+}
+
+/* Applies op (or, with cswap, compare-and-swap of compare to operand) to the
+ * naturally aligned integer at p, of 32 bits with w32, as one CPU atomic
+ * (sequentially consistent); returns the value before. op has been checked
+ * (one of ferry_btl_atomic_op_t, or 0 with cswap). */
+static inline uint64_t ferry_btl_atomic_apply(void *p, bool w32, bool cswap, uint32_t op,
+                                        uint64_t operand, uint64_t compare)
+{
+    if (w32) {
+        uint32_t *q = p;
+        uint32_t v = (uint32_t)operand;
+        if (cswap) {
+            uint32_t expect = (uint32_t)compare;
+            __atomic_compare_exchange_n(q, &expect, v, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST);
+            return expect;
+        }
+        switch (op) {
+        case FERRY_BTL_ATOMIC_ADD:
+            return __atomic_fetch_add(q, v, __ATOMIC_SEQ_CST);
+        case FERRY_BTL_ATOMIC_AND:
+            return __atomic_fetch_and(q, v, __ATOMIC_SEQ_CST);
+        case FERRY_BTL_ATOMIC_OR:
+            return __atomic_fetch_or(q, v, __ATOMIC_SEQ_CST);
+        case FERRY_BTL_ATOMIC_XOR:
+            return __atomic_fetch_xor(q, v, __ATOMIC_SEQ_CST);
+        case FERRY_BTL_ATOMIC_SWAP:
+            return __atomic_exchange_n(q, v, __ATOMIC_SEQ_CST);
+        default: {
+            /* No single instruction: a compare-and-swap loop. */
+            uint32_t old = __atomic_load_n(q, __ATOMIC_RELAXED);
+            while (!__atomic_compare_exchange_n(q, &old,
+                                                (uint32_t)ferry_btl_atomic_value(op, old, v, true),
+                                                true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+                ;
+            return old;
+        }
+        }
+    }
+    uint64_t *q = p;
+    if (cswap) {
+        uint64_t expect = compare;
+        __atomic_compare_exchange_n(q, &expect, operand, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_SEQ_CST);
+        return expect;
+    }
+    switch (op) {
+    case FERRY_BTL_ATOMIC_ADD:
+        return __atomic_fetch_add(q, operand, __ATOMIC_SEQ_CST);
+    case FERRY_BTL_ATOMIC_AND:
+        return __atomic_fetch_and(q, operand, __ATOMIC_SEQ_CST);
+    case FERRY_BTL_ATOMIC_OR:
+        return __atomic_fetch_or(q, operand, __ATOMIC_SEQ_CST);
+    case FERRY_BTL_ATOMIC_XOR:
+        return __atomic_fetch_xor(q, operand, __ATOMIC_SEQ_CST);
+    case FERRY_BTL_ATOMIC_SWAP:
+        return __atomic_exchange_n(q, operand, __ATOMIC_SEQ_CST);
+    default: {
+        uint64_t old = __atomic_load_n(q, __ATOMIC_RELAXED);
+        while (!__atomic_compare_exchange_n(q, &old, ferry_btl_atomic_value(op, old, operand, false),
+                                            true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+            ;
+        return old;
+    }
+    }
+}
+
 /* Flags of one atomic operation. */
 enum {
     FERRY_BTL_ATOMIC_FLAG_32BIT = 0x1 /* a 32-bit integer; else 64-bit */

@@ -111,7 +111,7 @@ static void execute(ferry_btl_module_t *btl, btl_amo_module_t *am, const btl_amo
                btl->attr.name, (unsigned long long)req->raddr, ferry_strerror(st));
         return;
     }
-    ans->operand = btl_atomic_apply(p, w32, cswap, req->op, req->operand, req->compare);
+    ans->operand = ferry_btl_atomic_apply(p, w32, cswap, req->op, req->operand, req->compare);
 }
 
 static bool owed_full(const btl_amo_module_t *am, const btl_amo_ep_t *aep)

@@ -6,7 +6,7 @@
  * The rule (include/ferry/ferry.h, FERRY_ACCESS_REMOTE_ATOMIC): every ferry
  * atomic is a CPU atomic on the target's memory. Where the initiator maps
  * that memory (self; sm on ferry_mem_alloc memory) its own CPU applies it
- * with btl_atomic_apply; everywhere else the target's CPU applies it, with
+ * with ferry_btl_atomic_apply; everywhere else the target's CPU applies it, with
  * the same function, on the initiator's behalf. Both are __atomic builtins
  * on one address, so they never mix non-atomically.
  *
@@ -35,94 +35,7 @@
 #include "btl/base.h"
 #include "util/list.h"
 
-/* ---- the CPU operation ---- */
-
-/* What an operation of one kind does to old; shared by both widths. */
-static inline uint64_t btl_atomic_value(uint32_t op, uint64_t old, uint64_t operand, bool w32)
-{
-    switch (op) {
-    case FERRY_BTL_ATOMIC_LAND:
-        return (w32 ? (uint32_t)old != 0 : old != 0) && (w32 ? (uint32_t)operand != 0 : operand != 0);
-    case FERRY_BTL_ATOMIC_LOR:
-        return (w32 ? (uint32_t)old != 0 : old != 0) || (w32 ? (uint32_t)operand != 0 : operand != 0);
-    case FERRY_BTL_ATOMIC_LXOR:
-        return (w32 ? (uint32_t)old != 0 : old != 0) != (w32 ? (uint32_t)operand != 0 : operand != 0);
-    case FERRY_BTL_ATOMIC_MIN:
-        if (w32)
-            return (int32_t)(uint32_t)operand < (int32_t)(uint32_t)old ? operand : old;
-        return (int64_t)operand < (int64_t)old ? operand : old;
-    default: /* FERRY_BTL_ATOMIC_MAX */
-        if (w32)
-            return (int32_t)(uint32_t)operand > (int32_t)(uint32_t)old ? operand : old;
-        return (int64_t)operand > (int64_t)old ? operand : old;
-    }
-}
-
-/* Applies op (or, with cswap, compare-and-swap of compare to operand) to the
- * naturally aligned integer at p, of 32 bits with w32, as one CPU atomic
- * (sequentially consistent); returns the value before. op has been checked
- * (btl_base_atomic_check). */
-static inline uint64_t btl_atomic_apply(void *p, bool w32, bool cswap, uint32_t op,
-                                        uint64_t operand, uint64_t compare)
-{
-    if (w32) {
-        uint32_t *q = p;
-        uint32_t v = (uint32_t)operand;
-        if (cswap) {
-            uint32_t expect = (uint32_t)compare;
-            __atomic_compare_exchange_n(q, &expect, v, false, __ATOMIC_SEQ_CST,
-                                        __ATOMIC_SEQ_CST);
-            return expect;
-        }
-        switch (op) {
-        case FERRY_BTL_ATOMIC_ADD:
-            return __atomic_fetch_add(q, v, __ATOMIC_SEQ_CST);
-        case FERRY_BTL_ATOMIC_AND:
-            return __atomic_fetch_and(q, v, __ATOMIC_SEQ_CST);
-        case FERRY_BTL_ATOMIC_OR:
-            return __atomic_fetch_or(q, v, __ATOMIC_SEQ_CST);
-        case FERRY_BTL_ATOMIC_XOR:
-            return __atomic_fetch_xor(q, v, __ATOMIC_SEQ_CST);
-        case FERRY_BTL_ATOMIC_SWAP:
-            return __atomic_exchange_n(q, v, __ATOMIC_SEQ_CST);
-        default: {
-            /* No single instruction: a compare-and-swap loop. */
-            uint32_t old = __atomic_load_n(q, __ATOMIC_RELAXED);
-            while (!__atomic_compare_exchange_n(q, &old,
-                                                (uint32_t)btl_atomic_value(op, old, v, true),
-                                                true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-                ;
-            return old;
-        }
-        }
-    }
-    uint64_t *q = p;
-    if (cswap) {
-        uint64_t expect = compare;
-        __atomic_compare_exchange_n(q, &expect, operand, false, __ATOMIC_SEQ_CST,
-                                    __ATOMIC_SEQ_CST);
-        return expect;
-    }
-    switch (op) {
-    case FERRY_BTL_ATOMIC_ADD:
-        return __atomic_fetch_add(q, operand, __ATOMIC_SEQ_CST);
-    case FERRY_BTL_ATOMIC_AND:
-        return __atomic_fetch_and(q, operand, __ATOMIC_SEQ_CST);
-    case FERRY_BTL_ATOMIC_OR:
-        return __atomic_fetch_or(q, operand, __ATOMIC_SEQ_CST);
-    case FERRY_BTL_ATOMIC_XOR:
-        return __atomic_fetch_xor(q, operand, __ATOMIC_SEQ_CST);
-    case FERRY_BTL_ATOMIC_SWAP:
-        return __atomic_exchange_n(q, operand, __ATOMIC_SEQ_CST);
-    default: {
-        uint64_t old = __atomic_load_n(q, __ATOMIC_RELAXED);
-        while (!__atomic_compare_exchange_n(q, &old, btl_atomic_value(op, old, operand, false),
-                                            true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-            ;
-        return old;
-    }
-    }
-}
+/* ---- the CPU operation: ferry_ferry_btl_atomic_apply (include/ferry/btl.h) ---- */
 
 /* Writes a result of the width to local (4 bytes for 32 bits). */
 static inline void btl_atomic_store_result(void *local, bool w32, uint64_t v)

@@ -203,62 +203,14 @@ static int own_rdma(mca_btl_ferry_module_t *mod, bool is_put, void *local, uint6
 }
 
 /* op (or, with cswap, compare-and-swap of compare to operand) on the
- * naturally aligned integer at p, 32 bits with w32, as one sequentially
- * consistent CPU atomic, as ferry's transports do theirs; the value before.
- * op is one amo_check let through. */
+ * naturally aligned integer at p, 32 bits with w32: ferry's own CPU
+ * operation, the one its transports' targets apply (Open MPI's operation
+ * values are ferry's, checked below); the value before. op is one amo_check
+ * let through. */
 static uint64_t own_apply(void *p, bool w32, bool cswap, uint32_t op, uint64_t operand,
                           uint64_t compare)
 {
-    if (w32) {
-        uint32_t *q = p, v = (uint32_t)operand, old = __atomic_load_n(q, __ATOMIC_RELAXED);
-        uint32_t want;
-        do {
-            if (cswap) {
-                if (old != (uint32_t)compare)
-                    return old;
-                want = v;
-            } else {
-                switch (op) {
-                case MCA_BTL_ATOMIC_ADD: want = old + v; break;
-                case MCA_BTL_ATOMIC_AND: want = old & v; break;
-                case MCA_BTL_ATOMIC_OR: want = old | v; break;
-                case MCA_BTL_ATOMIC_XOR: want = old ^ v; break;
-                case MCA_BTL_ATOMIC_LAND: want = old && v; break;
-                case MCA_BTL_ATOMIC_LOR: want = old || v; break;
-                case MCA_BTL_ATOMIC_LXOR: want = !old != !v; break;
-                case MCA_BTL_ATOMIC_SWAP: want = v; break;
-                case MCA_BTL_ATOMIC_MIN: want = (int32_t)old < (int32_t)v ? old : v; break;
-                default: want = (int32_t)old > (int32_t)v ? old : v; break; /* MAX */
-                }
-            }
-        } while (!__atomic_compare_exchange_n(q, &old, want, true, __ATOMIC_SEQ_CST,
-                                              __ATOMIC_RELAXED));
-        return old;
-    }
-    uint64_t *q = p, v = operand, old = __atomic_load_n(q, __ATOMIC_RELAXED);
-    uint64_t want;
-    do {
-        if (cswap) {
-            if (old != compare)
-                return old;
-            want = v;
-        } else {
-            switch (op) {
-            case MCA_BTL_ATOMIC_ADD: want = old + v; break;
-            case MCA_BTL_ATOMIC_AND: want = old & v; break;
-            case MCA_BTL_ATOMIC_OR: want = old | v; break;
-            case MCA_BTL_ATOMIC_XOR: want = old ^ v; break;
-            case MCA_BTL_ATOMIC_LAND: want = old && v; break;
-            case MCA_BTL_ATOMIC_LOR: want = old || v; break;
-            case MCA_BTL_ATOMIC_LXOR: want = !old != !v; break;
-            case MCA_BTL_ATOMIC_SWAP: want = v; break;
-            case MCA_BTL_ATOMIC_MIN: want = (int64_t)old < (int64_t)v ? old : v; break;
-            default: want = (int64_t)old > (int64_t)v ? old : v; break; /* MAX */
-            }
-        }
-    } while (!__atomic_compare_exchange_n(q, &old, want, true, __ATOMIC_SEQ_CST,
-                                          __ATOMIC_RELAXED));
-    return old;
+    return ferry_btl_atomic_apply(p, w32, cswap, op, operand, compare);
 }
 
 /* An atomic on this process's memory: done now (1, no callback). */

@@ -340,7 +340,7 @@ static int self_atomic(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *
     if (reg == NULL ||
         btl_base_check_access(reg, raddr, w32 ? 4 : 8, FERRY_ACCESS_REMOTE_ATOMIC) != FERRY_OK)
         return FERRY_ERR_ACCESS;
-    uint64_t old = btl_atomic_apply((void *)(uintptr_t)raddr, w32, cswap, op, operand, compare);
+    uint64_t old = ferry_btl_atomic_apply((void *)(uintptr_t)raddr, w32, cswap, op, operand, compare);
     if (local != NULL)
         btl_atomic_store_result(local, w32, old);
     return FERRY_BTL_DONE;

@@ -676,7 +676,7 @@ static int atomic_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, void *local,
         rc = sm_target_resolve(&mod->super, rkey, raddr, size, FERRY_ACCESS_REMOTE_ATOMIC, &there);
         if (rc != FERRY_OK)
             return rc;
-        uint64_t old = btl_atomic_apply(there, w32, cswap, op, operand, compare);
+        uint64_t old = ferry_btl_atomic_apply(there, w32, cswap, op, operand, compare);
         if (fetch)
             btl_atomic_store_result(local, w32, old);
         return FERRY_BTL_DONE;
@@ -714,7 +714,7 @@ static int atomic_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, void *local,
         ep->hcache.valid = true;
         there = ep->hcache.there + (raddr - rbase);
     }
-    uint64_t old = btl_atomic_apply(there, w32, cswap, op, operand, compare);
+    uint64_t old = ferry_btl_atomic_apply(there, w32, cswap, op, operand, compare);
     /* As for a put into the heap: a registration withdrawn meanwhile makes
      * the operation not count (its memory may be another's by now). The key
      * passed the table's check above, so its slot is in range. */
