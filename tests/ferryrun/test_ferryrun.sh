@@ -225,6 +225,22 @@ forward_signal)
     expect_err "SIGTERM"
     expect_ranks_gone
     ;;
+provider_shm)
+    # libfabric's shm provider names its region files PID:UID:N; ferryrun
+    # removes the ones a rank left, and only those: a file of the same name
+    # older than the rank is an earlier process's (pids come round again).
+    u=$(id -u)
+    run -n 1 sh -c "touch -d '2 hours ago' /dev/shm/\$\$:$u:0; : > /dev/shm/\$\$:$u:1; echo pid \$\$"
+    pid=$(sed -n 's/^pid //p' "$OUT")
+    [ -n "$pid" ] || fail "the rank did not say its pid"
+    stale=/dev/shm/$pid:$u:0
+    kept=no
+    [ -e "$stale" ] && kept=yes
+    rm -f "$stale" "/dev/shm/$pid:$u:1"
+    expect_status 0
+    expect_err "removed 1 libfabric shm file(s) rank 0 (pid $pid) left behind"
+    [ "$kept" = yes ] || fail "the stale file $stale, older than the rank, was removed"
+    ;;
 *)
     echo "unknown case $CASE"
     exit 1

@@ -589,6 +589,7 @@ static int fr_spawn(fr_job_t *job, fr_rank_t *r, const sigset_t *orig_mask)
     if (pipe2(err, O_CLOEXEC) != 0) {
         goto err_close_out;
     }
+    r->started = time(NULL);
     pid_t pid = fork();
     if (pid < 0) {
         goto err_close_err;
@@ -697,8 +698,12 @@ static void fr_rank_ended(fr_job_t *job, fr_rank_t *r)
  * endpoints, and removes it when the endpoint closes or a catchable signal
  * ends the process; after SIGKILL nothing does, and each is 16 MiB. The
  * rank has just been reaped, so its pid names no live process; only files
- * that are ours and have exactly that form are touched. A rank that exited
- * normally and left some leaked them, which is worth a line. */
+ * that are ours, have exactly that form and were made since the rank
+ * started (by their time of last change, which the provider's writes keep
+ * current) are touched: pids come round again (pid_max is often 32768), and
+ * a file an earlier process of the same pid left is not this rank's (a
+ * second of slack covers the coarse clock of file times). A rank that
+ * exited normally and left some leaked them, which is worth a line. */
 static void fr_remove_provider_shm(const fr_rank_t *r)
 {
     DIR *dir = opendir("/dev/shm");
@@ -721,7 +726,8 @@ static void fr_remove_provider_shm(const fr_rank_t *r)
         }
         struct stat st;
         if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-            st.st_uid == geteuid() && unlinkat(dfd, name, 0) == 0) {
+            st.st_uid == geteuid() && st.st_mtim.tv_sec + 1 >= r->started &&
+            unlinkat(dfd, name, 0) == 0) {
             removed++;
         }
     }

@@ -152,6 +152,7 @@ typedef struct fr_stream {
 typedef struct fr_rank {
     int rank;
     pid_t pid; /* 0 until started */
+    time_t started; /* wall-clock second the rank was forked */
     bool reaped;
     int wstatus;
     int cpu; /* --bind-to core: the CPU to bind to, else -1 */
