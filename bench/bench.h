@@ -268,6 +268,11 @@ int bench_ctrl_send(bench_t *b, uint32_t kind, const void *body, size_t len);
 /* Waits for the next control message, which must be of this kind and at
  * most cap bytes; *len_out gets its length. */
 int bench_ctrl_recv(bench_t *b, uint32_t kind, void *body, size_t cap, size_t *len_out);
+/* Sends the peer the address, length and key of this rank's registered
+ * [addr, addr + len) and takes the peer's, which must cover at least len
+ * bytes too (both ranks size their buffers from the same command line). */
+int bench_exchange_rkey(bench_t *b, const ferry_mem_t *mem, const void *addr, size_t len,
+                        uint64_t *peer_addr_out, ferry_rkey_t *peer_rkey_out);
 
 /* Units one message of `size` bytes adds to bench_rx_t.units. */
 static inline uint64_t bench_units(size_t size)

@@ -20,12 +20,6 @@
 
 #include "bench.h"
 
-typedef struct amo_key_msg {
-    uint64_t addr;
-    uint64_t len;
-    ferry_rkey_t rkey;
-} amo_key_msg_t;
-
 static void on_note(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len, void *arg)
 {
     (void)ctx, (void)src, (void)tag, (void)data, (void)len;
@@ -60,24 +54,14 @@ static int amo_setup(bench_t *b)
     memset(b->amo_buf, 0, b->buf_len);
     if ((rc = ferry_am_register(b->ctx, BENCH_TAG_NOTE, on_note, b)) != FERRY_OK)
         return rc;
-    amo_key_msg_t m = {.addr = (uint64_t)(uintptr_t)b->amo_buf, .len = b->buf_len};
-    if ((rc = ferry_mem_rkey(b->amo_mem, &m.rkey)) != FERRY_OK) {
-        bench_error(b, "ferry_mem_rkey: %s", ferry_strerror(rc));
+    ferry_rkey_t key;
+    if ((rc = bench_exchange_rkey(b, b->amo_mem, b->amo_buf, b->buf_len, &b->amo_raddr, &key)) !=
+        FERRY_OK)
         return rc;
-    }
-    size_t len;
-    if ((rc = bench_ctrl_send(b, BENCH_CTRL_RKEY, &m, sizeof(m))) != FERRY_OK ||
-        (rc = bench_ctrl_recv(b, BENCH_CTRL_RKEY, &m, sizeof(m), &len)) != FERRY_OK)
-        return rc;
-    if (len != sizeof(m) || m.len < b->buf_len) {
-        bench_error(b, "malformed remote key message from rank %d", b->peer);
-        return FERRY_ERR_PROTO;
-    }
-    if ((rc = ferry_rkey_unpack(b->ctx, b->peer, &m.rkey, &b->amo_rh)) != FERRY_OK) {
+    if ((rc = ferry_rkey_unpack(b->ctx, b->peer, &key, &b->amo_rh)) != FERRY_OK) {
         bench_error(b, "ferry_rkey_unpack of rank %d's key: %s", b->peer, ferry_strerror(rc));
         return rc;
     }
-    b->amo_raddr = m.addr;
     b->amo_ready = true;
     return FERRY_OK;
 }

@@ -268,6 +268,32 @@ int bench_ctrl_recv(bench_t *b, uint32_t kind, void *body, size_t cap, size_t *l
     return FERRY_OK;
 }
 
+int bench_exchange_rkey(bench_t *b, const ferry_mem_t *mem, const void *addr, size_t len,
+                        uint64_t *peer_addr_out, ferry_rkey_t *peer_rkey_out)
+{
+    struct {
+        uint64_t addr;
+        uint64_t len;
+        ferry_rkey_t rkey;
+    } m = {.addr = (uint64_t)(uintptr_t)addr, .len = len};
+    int rc = ferry_mem_rkey(mem, &m.rkey);
+    if (rc != FERRY_OK) {
+        bench_error(b, "ferry_mem_rkey: %s", ferry_strerror(rc));
+        return rc;
+    }
+    size_t got;
+    if ((rc = bench_ctrl_send(b, BENCH_CTRL_RKEY, &m, sizeof(m))) != FERRY_OK ||
+        (rc = bench_ctrl_recv(b, BENCH_CTRL_RKEY, &m, sizeof(m), &got)) != FERRY_OK)
+        return rc;
+    if (got != sizeof(m) || m.len < len) {
+        bench_error(b, "malformed remote key message from rank %d", b->peer);
+        return FERRY_ERR_PROTO;
+    }
+    *peer_addr_out = m.addr;
+    *peer_rkey_out = m.rkey;
+    return FERRY_OK;
+}
+
 int bench_wait_units(bench_t *b, uint64_t units, const char *what)
 {
     bench_deadline_t d;

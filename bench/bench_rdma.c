@@ -14,12 +14,6 @@
 
 #include "bench.h"
 
-typedef struct rkey_msg {
-    uint64_t addr;
-    uint64_t len;
-    ferry_rkey_t rkey;
-} rkey_msg_t;
-
 static int rdma_setup(bench_t *b)
 {
     if (b->rdma_ready)
@@ -34,22 +28,9 @@ static int rdma_setup(bench_t *b)
         bench_error(b, "ferry_mem_register of %zu bytes: %s", b->buf_len, ferry_strerror(rc));
         return rc;
     }
-    rkey_msg_t m = {.addr = (uint64_t)(uintptr_t)b->buf, .len = b->buf_len};
-    if ((rc = ferry_mem_rkey(b->mem, &m.rkey)) != FERRY_OK) {
-        bench_error(b, "ferry_mem_rkey: %s", ferry_strerror(rc));
+    if ((rc = bench_exchange_rkey(b, b->mem, b->buf, b->buf_len, &b->peer_raddr,
+                                  &b->peer_rkey)) != FERRY_OK)
         return rc;
-    }
-    size_t len;
-    if ((rc = bench_ctrl_send(b, BENCH_CTRL_RKEY, &m, sizeof(m))) != FERRY_OK ||
-        (rc = bench_ctrl_recv(b, BENCH_CTRL_RKEY, &m, sizeof(m), &len)) != FERRY_OK)
-        return rc;
-    /* Both ranks size their buffers from the same command line. */
-    if (len != sizeof(m) || m.len < b->buf_len) {
-        bench_error(b, "malformed remote key message from rank %d", b->peer);
-        return FERRY_ERR_PROTO;
-    }
-    b->peer_raddr = m.addr;
-    b->peer_rkey = m.rkey;
     b->rdma_ready = true;
     return FERRY_OK;
 }
