@@ -377,21 +377,6 @@ static inline sm_chan_t *sm_chan_of(const sm_module_t *mod, int rank)
     return (sm_chan_t *)(mod->seg + mod->chan_off + (uint64_t)rank * mod->chan_stride);
 }
 
-/* Whether sm_poll_channel has anything to do on ep: a header of the
- * current lap at the read position, or a new lap to start. One load of a
- * word the sender writes, so that an idle poll costs no call. */
-static inline bool sm_channel_ready(const sm_module_t *mod, const ferry_btl_endpoint_t *ep)
-{
-    const uint64_t ring = mod->p.ring_size;
-    if (!ep->polled)
-        return false;
-    if (ep->rpos - ep->rlap_start >= ring)
-        return true;
-    const _Atomic uint64_t *h =
-        (const _Atomic uint64_t *)(const void *)(ep->in->ring + (ep->rpos & (ring - 1)));
-    return (uint16_t)(atomic_load_explicit(h, memory_order_acquire) >> 48) == ep->rlap;
-}
-
 /* sm_endpoint.c */
 int sm_ep_connect(sm_module_t *mod, ferry_btl_endpoint_t *ep);
 void sm_ep_fail(sm_module_t *mod, ferry_btl_endpoint_t *ep, const char *why);
@@ -466,6 +451,21 @@ static inline void sm_ring_commit(ferry_btl_endpoint_t *ep, uint64_t pos, uint32
     atomic_store_explicit(sm_ring_hdr_at(base, off), sm_hdr_pack(len, tag, type, sm_lap(pos, ring)),
                           memory_order_release);
 }
+/* Whether sm_poll_channel has anything to do on ep: a header of the
+ * current lap at the read position, or a new lap to start. One load of a
+ * word the sender writes, so that an idle poll costs no call. */
+static inline bool sm_channel_ready(const sm_module_t *mod, const ferry_btl_endpoint_t *ep)
+{
+    const uint64_t ring = mod->p.ring_size;
+    if (!ep->polled)
+        return false;
+    if (ep->rpos - ep->rlap_start >= ring)
+        return true;
+    uint64_t h = atomic_load_explicit(sm_ring_hdr_at(ep->in->ring, ep->rpos & (ring - 1)),
+                                      memory_order_acquire);
+    return (uint16_t)(h >> 48) == ep->rlap;
+}
+
 /* Reads the peer's tail of our channel, checks it (failing the endpoint when
  * corrupt) and completes the ring puts it passed, before any of their space
  * can be written again. Returns the puts completed, or -1 when it failed. */

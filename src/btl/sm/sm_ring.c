@@ -6,16 +6,6 @@
 
 #include "btl/sm/sm.h"
 
-static inline _Atomic uint64_t *hdr_at(unsigned char *ring, uint64_t off)
-{
-    return sm_ring_hdr_at(ring, off);
-}
-
-static inline bool slot_is_hdr(const uint64_t *bits, uint64_t slot)
-{
-    return sm_ring_slot_is_hdr(bits, slot);
-}
-
 /* Out of cached credits: reads the tail (completing the ring puts it
  * passed) and tries again. Kept out of line, and entered only by a tail
  * call, so that the common case pays nothing for what it does. */
@@ -46,12 +36,12 @@ bool sm_ring_reserve_slow(ferry_btl_endpoint_t *ep, size_t len, unsigned char **
         return reserve_slow(ep, len, slot_out, pos_out);
     if (skip > 0) {
         /* The message goes to the ring's start; see sm_ring_commit. */
-        if (!slot_is_hdr(ep->hdr_bits, 0)) {
-            atomic_store_explicit(hdr_at(ep->out->ring, 0), 0, memory_order_relaxed);
+        if (!sm_ring_slot_is_hdr(ep->hdr_bits, 0)) {
+            atomic_store_explicit(sm_ring_hdr_at(ep->out->ring, 0), 0, memory_order_relaxed);
             ep->hdr_bits[0] |= 1;
         }
         ep->hdr_bits[off / SM_ALIGN / 64] |= (uint64_t)1 << (off / SM_ALIGN % 64);
-        atomic_store_explicit(hdr_at(ep->out->ring, off),
+        atomic_store_explicit(sm_ring_hdr_at(ep->out->ring, off),
                               sm_hdr_pack((uint32_t)(skip - SM_HDR_SIZE), 0, SM_T_SKIP,
                                           sm_lap(ep->head, ring)),
                               memory_order_release);
@@ -101,7 +91,7 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
             ep->rlap_start = ep->rpos - off;
             ep->rlap = sm_lap(ep->rpos, ring);
         }
-        uint64_t h = atomic_load_explicit(hdr_at(base, off), memory_order_acquire);
+        uint64_t h = atomic_load_explicit(sm_ring_hdr_at(base, off), memory_order_acquire);
         if ((uint16_t)(h >> 48) != ep->rlap)
             break;
         uint32_t len = (uint32_t)h;
