@@ -44,6 +44,8 @@
 #ifndef BTL_OFI_H
 #define BTL_OFI_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -205,7 +207,30 @@ typedef struct ofi_params {
     long long exclusivity;
     size_t free_list_num, free_list_max, free_list_inc;
     size_t atomic_slots;
+    long long wedge_timeout_ms;
 } ofi_params_t;
+
+/* How a process ends that a dead peer wedged inside libfabric
+ * (ofi_wedge.c): EX_SOFTWARE. */
+#define OFI_WEDGE_EXIT 70
+
+typedef struct ofi_wedge_peer {
+    int rank;
+    pid_t pid;
+    int pidfd; /* the watchdog's own; -1: kill(pid, 0) */
+} ofi_wedge_peer_t;
+
+/* The watchdog of ofi_wedge.c. calls is written by the module's thread
+ * only and read by the watchdog's; the rest is under lock. */
+typedef struct ofi_wedge {
+    _Atomic uint64_t calls; /* odd: inside a libfabric call */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    ofi_wedge_peer_t *peers;
+    int n, cap;
+    bool running, stop;
+    pthread_t thread;
+} ofi_wedge_t;
 
 struct ofi_module {
     ferry_btl_module_t super;
@@ -271,6 +296,7 @@ struct ofi_module {
     rt_ratelimit_t rl_peer;
     unsigned long refused;      /* messages refused, for dump */
     bool closing;
+    ofi_wedge_t wedge;
 };
 
 static inline ofi_module_t *ofi_of(ferry_btl_module_t *btl)
@@ -378,6 +404,26 @@ void ofi_live_unwatch(ofi_module_t *mod, ferry_btl_endpoint_t *ep);
 /* From progress, at most every FERRY_OFI_PROBE_INTERVAL: dead processes,
  * deadlines, probes, holes in what peers sent. Returns events handled. */
 int ofi_live_check(ofi_module_t *mod, uint64_t now);
+
+/* ofi_wedge.c: around every libfabric call that may spin on a lock in
+ * shared memory. A plain load and store: one thread calls the module. */
+static inline void ofi_call_enter(ofi_module_t *mod)
+{
+    uint64_t c = atomic_load_explicit(&mod->wedge.calls, memory_order_relaxed);
+    atomic_store_explicit(&mod->wedge.calls, c + 1, memory_order_relaxed);
+}
+
+static inline void ofi_call_leave(ofi_module_t *mod)
+{
+    uint64_t c = atomic_load_explicit(&mod->wedge.calls, memory_order_relaxed);
+    atomic_store_explicit(&mod->wedge.calls, c + 1, memory_order_relaxed);
+}
+
+void ofi_wedge_init(ofi_module_t *mod);
+/* Watches a peer on this host for as long as the module lives, and starts
+ * the watchdog with the first. */
+void ofi_wedge_watch(ofi_module_t *mod, const ferry_btl_endpoint_t *ep);
+void ofi_wedge_fini(ofi_module_t *mod);
 
 /* ofi_atomic.c */
 extern const btl_amo_hooks_t ofi_amo_hooks;

@@ -177,6 +177,14 @@ static int ofi_read_params(ferry_ctx_t *ctx, ofi_params_t *p)
         (rc = rt_param_register_size(r, "ofi_free_list_inc", 64, 1, 1u << 20,
                                      "Descriptors added when an ofi pool runs dry",
                                      &p->free_list_inc)) != FERRY_OK ||
+        (rc = rt_param_register_int(r, "ofi_wedge_timeout", 5000, 0, 3600000,
+                                    "Milliseconds one libfabric call may last, once a peer "
+                                    "process on this host has died, before this process "
+                                    "exits with status 70: the dead process held a lock of "
+                                    "the provider's in shared memory, which no one releases "
+                                    "(libfabric's shm provider); 0: no watchdog, and such a "
+                                    "process hangs",
+                                    &p->wedge_timeout_ms)) != FERRY_OK ||
         (rc = btl_amo_register_params(ctx, &p->atomic_slots)) != FERRY_OK)
         return rc;
     uint64_t mode;

@@ -89,6 +89,7 @@ void ofi_live_watch(ofi_module_t *mod, ferry_btl_endpoint_t *ep)
         ep->pidfd = -1;
         ep->addr.proc.pid = -1; /* dead: the check says so */
     }
+    ofi_wedge_watch(mod, ep);
     rebuild_pfds(mod);
 }
 

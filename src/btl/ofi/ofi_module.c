@@ -232,7 +232,9 @@ static void close_fid(ofi_module_t *mod, struct fid *fid, const char *what)
 {
     if (fid == NULL)
         return;
+    ofi_call_enter(mod);
     int rc = fi_close(fid);
+    ofi_call_leave(mod);
     if (rc != 0)
         ofi_log_error(mod, what, rc);
 }
@@ -295,6 +297,7 @@ static int ofi_finalize(ferry_btl_module_t *btl)
         rt_log(&btl->ctx->log, RT_LOG_WARN,
                "ofi: %lu more complaints about refused messages were not printed", held);
     free(mod->regs);
+    ofi_wedge_fini(mod);
     if (mod->info != NULL)
         fi_freeinfo(mod->info);
     btl_base_reports_fini(&mod->super);
@@ -470,6 +473,7 @@ static int ofi_init(ferry_btl_module_t *btl, void *argp)
     ferry_ctx_t *ctx = btl->ctx;
     const char *prov = arg->info->fabric_attr->prov_name;
     mod->p = *p;
+    ofi_wedge_init(mod);
     mod->index = arg->index;
     mod->nranks = ctx->size;
     mod->window = (uint32_t)p->window;

@@ -102,15 +102,19 @@ static ssize_t post_msg(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const void 
         /* Inline: the provider copies it before returning, and no
          * completion comes back. */
         build_msg(mod->inject_buf, &h, header, header_len, payload, payload_len);
+        ofi_call_enter(mod);
         rc = fi_inject(mod->ep, mod->inject_buf, total, ep->fi_addr);
+        ofi_call_leave(mod);
     } else {
         if (mod->tx_nfree == 0)
             return POST_NO_ROOM;
         ofi_opctx_t *oc = &mod->tx_ctx[mod->tx_free[mod->tx_nfree - 1]];
         build_msg(oc->buf, &h, header, header_len, payload, payload_len);
         oc->ep = ep;
+        ofi_call_enter(mod);
         rc = fi_send(mod->ep, oc->buf, total, fi_mr_desc(mod->tx_reg->mr), ep->fi_addr,
                      &oc->fctx);
+        ofi_call_leave(mod);
         if (rc == 0)
             mod->tx_nfree--;
     }
@@ -227,9 +231,13 @@ static int rx_post(ofi_module_t *mod, ofi_opctx_t *oc)
             .addr = FI_ADDR_UNSPEC,
             .context = &oc->fctx,
         };
+        ofi_call_enter(mod);
         rc = fi_recvmsg(mod->ep, &msg, FI_MULTI_RECV);
+        ofi_call_leave(mod);
     } else {
+        ofi_call_enter(mod);
         rc = fi_recv(mod->ep, oc->buf, oc->buf_len, desc, FI_ADDR_UNSPEC, &oc->fctx);
+        ofi_call_leave(mod);
     }
     if (rc == 0) {
         oc->posted = true;
@@ -426,7 +434,9 @@ static void handle_error(ofi_module_t *mod)
     struct fi_cq_err_entry err;
     char text[256];
     memset(&err, 0, sizeof(err));
+    ofi_call_enter(mod);
     ssize_t rc = fi_cq_readerr(mod->cq, &err, 0);
+    ofi_call_leave(mod);
     if (rc < 0) {
         if (rc != -FI_EAGAIN)
             ofi_log_error(mod, "fi_cq_readerr", (int)rc);
@@ -539,7 +549,9 @@ int ofi_poll_cq(ofi_module_t *mod)
     if (mod->cq == NULL)
         return 0;
     for (int round = 0; round < 4; round++) {
+        ofi_call_enter(mod);
         ssize_t got = fi_cq_readfrom(mod->cq, ent, 16, src);
+        ofi_call_leave(mod);
         if (got == -FI_EAGAIN)
             break;
         if (got == -FI_EAVAIL) {

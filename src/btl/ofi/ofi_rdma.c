@@ -90,10 +90,12 @@ int ofi_rdma_post(ofi_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag)
         .context = &oc->fctx,
     };
     ssize_t rc;
+    ofi_call_enter(mod);
     if (put)
         rc = fi_writemsg(mod->ep, &msg, mod->put_flags);
     else
         rc = fi_readmsg(mod->ep, &msg, FI_COMPLETION);
+    ofi_call_leave(mod);
     if (rc == 0) {
         util_list_append(&mod->rma_posted, &oc->link);
         return FERRY_OK;
