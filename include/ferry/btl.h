@@ -495,6 +495,21 @@ typedef struct ferry_btl_ops {
     /* Reads src[0] (remote) into dst[0] (local). */
     int (*get)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
 
+    /* Optional (NULL: none). A put (put true: local to the remote range) or
+     * a get of size bytes between local and [raddr, raddr + size) of ep's
+     * memory under rkey (the target's key bytes), done inside the call and
+     * without a descriptor where the module can: self, its own memory; sm,
+     * a peer's mem_alloc heap, which it maps (a module with mem_alloc and
+     * this op does its peers' mem_alloc memory so; the contract's
+     * rdma_direct case holds it to that). Returns FERRY_BTL_DONE (complete at both ends),
+     * FERRY_ERR_NOT_SUPPORTED when it cannot do this one so (nothing done:
+     * use put/get), or an error with nothing to complete: FERRY_ERR_ACCESS
+     * (the key refuses the range or the right, or was released during the
+     * copy, which then does not count), FERRY_ERR_UNREACH, FERRY_ERR_INVALID
+     * (size above max_rdma_size). */
+    int (*rdma_direct)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, bool put, void *local,
+                       uint64_t raddr, const uint8_t *rkey, size_t size);
+
     /* Registers memory for RDMA with FERRY_ACCESS_* rights. ep may be NULL. */
     int (*register_mem)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *base,
                         size_t len, uint32_t access, ferry_btl_reg_t **reg_out);

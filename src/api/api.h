@@ -74,6 +74,12 @@ struct api_state {
     util_list_t mems;        /* live registrations (ferry_mem_t), released at finalize */
     size_t *outstanding;     /* ops in flight per peer */
     int *first_error;        /* per peer, since the last flush */
+    /* Per module: what names its entry in a remote key (api_rkey_name_hash
+     * of its name, api_rkey_module_instance), worked out once. */
+    struct api_rkey_id {
+        uint32_t name_hash;
+        uint8_t instance;
+    } *rkey_id;
 
     /* Requests and key handles (onesided.c). */
     api_recycler_t reqs;
@@ -150,9 +156,11 @@ int api_rdma_progress(ferry_ctx_t *ctx);
  * module m with the transport key key (already resolved and checked): the
  * common part of ferry_put/ferry_get and their handle forms. local as in
  * ferry_put; on completion req is completed when not NULL, else cb runs.
- * FERRY_OK (started or queued) or an error with nothing started. With
- * accepted_out, on FERRY_OK it says whether the transport took every piece
- * in the call (none is waiting in ferry's queue).
+ * FERRY_OK (started or queued), FERRY_BTL_DONE when cb is NULL and the
+ * transport completed it inside the call (rdma_direct: nothing recorded,
+ * req untouched: the caller completes it), or an error with nothing
+ * started. With accepted_out, on FERRY_OK it says whether the transport
+ * took every piece in the call (none is waiting in ferry's queue).
  */
 int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint8_t *key,
                        void *buf, size_t len, ferry_mem_t *local, uint64_t raddr,

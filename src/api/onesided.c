@@ -349,6 +349,8 @@ static int rdma_nb(ferry_ctx_t *ctx, bool is_put, ferry_rkey_h *rh, uint64_t rad
         return rc;
     rc = api_rdma_start_key(ctx, is_put, rh->dst, rh->module, rh->key, buf, len,
                             p != NULL ? p->local : NULL, raddr, NULL, NULL, req, NULL);
+    if (rc == FERRY_BTL_DONE)
+        return req_done_now(ctx, p, req);
     if (rc != FERRY_OK)
         return req_abandon(ctx, req, rc);
     return req_started(p, req);

@@ -320,8 +320,11 @@ int api_rkey_parse(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t *r
         return FERRY_ERR_INVALID;
     }
     const ferry_btl_module_t *btl = ctx->modules[m];
-    uint32_t want_hash = api_rkey_name_hash(btl->attr.name);
-    uint8_t want_inst = api_rkey_module_instance(ctx, m);
+    /* Worked out once per module, but for a bare context (no API state). */
+    uint32_t want_hash = ctx->api != NULL ? ctx->api->rkey_id[m].name_hash
+                                          : api_rkey_name_hash(btl->attr.name);
+    uint8_t want_inst = ctx->api != NULL ? ctx->api->rkey_id[m].instance
+                                         : api_rkey_module_instance(ctx, m);
     size_t off = sizeof(hdr);
     for (unsigned i = 0; i < hdr.n_entries; i++) {
         api_rkey_entry_t e;
@@ -431,6 +434,33 @@ int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint
                        ferry_comp_cb_t cb, void *arg, struct ferry_req *req,
                        bool *accepted_out)
 {
+    ferry_btl_module_t *btl = ctx->modules[m];
+    if (btl->ops->rdma_direct != NULL && len > 0 && len <= btl->attr.max_rdma_size) {
+        /* Done inside the call where the transport can (a peer's heap on
+         * sm): no descriptor, nothing queued, nothing left for flush. */
+        int rc = btl->ops->rdma_direct(btl, ctx->peers[dst].ep, is_put, buf, raddr, key, len);
+        if (rc == FERRY_BTL_DONE) {
+            if (accepted_out != NULL)
+                *accepted_out = true;
+            if (cb == NULL)
+                return FERRY_BTL_DONE;
+            /* The callback runs from progress, as always. */
+            api_rdma_op_t *op = util_pool_get(&ctx->api->ops);
+            if (op == NULL)
+                return FERRY_ERR_NO_MEMORY;
+            op->link.next = op->link.prev = NULL;
+            op->peer = dst;
+            op->status = FERRY_OK;
+            op->cb = cb;
+            op->arg = arg;
+            op->req = req;
+            ctx->api->outstanding[dst]++;
+            op_finish(ctx, op);
+            return FERRY_OK;
+        }
+        if (rc != FERRY_ERR_NOT_SUPPORTED)
+            return rc;
+    }
     api_rdma_op_t *op = util_pool_get(&ctx->api->ops);
     if (op == NULL)
         return FERRY_ERR_NO_RESOURCE;
@@ -488,8 +518,9 @@ static int rdma_start(ferry_ctx_t *ctx, bool is_put, int dst, void *buf, size_t 
                           is_put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ, key);
     if (rc != FERRY_OK)
         return rc;
-    return api_rdma_start_key(ctx, is_put, dst, m, key, buf, len, local, raddr, cb, arg, NULL,
-                              NULL);
+    rc = api_rdma_start_key(ctx, is_put, dst, m, key, buf, len, local, raddr, cb, arg, NULL,
+                            NULL);
+    return rc == FERRY_BTL_DONE ? FERRY_OK : rc;
 }
 
 int ferry_put(ferry_ctx_t *ctx, int dst, const void *buf, size_t len, ferry_mem_t *local,
@@ -575,8 +606,13 @@ int api_state_init(ferry_ctx_t *ctx)
     util_list_init(&api->mems);
     api->outstanding = calloc((size_t)ctx->size, sizeof(*api->outstanding));
     api->first_error = calloc((size_t)ctx->size, sizeof(*api->first_error));
-    if (api->outstanding == NULL || api->first_error == NULL)
+    api->rkey_id = calloc(ctx->n_modules > 0 ? (size_t)ctx->n_modules : 1, sizeof(*api->rkey_id));
+    if (api->outstanding == NULL || api->first_error == NULL || api->rkey_id == NULL)
         return FERRY_ERR_NO_MEMORY;
+    for (int m = 0; m < ctx->n_modules; m++) {
+        api->rkey_id[m].name_hash = api_rkey_name_hash(ctx->modules[m]->attr.name);
+        api->rkey_id[m].instance = api_rkey_module_instance(ctx, m);
+    }
     util_pool_params_t pp = {
         .name = "ferry rdma operations",
         .elem_size = sizeof(api_rdma_op_t),
@@ -625,6 +661,7 @@ void api_state_fini(ferry_ctx_t *ctx)
         util_pool_fini(&api->ops);
     free(api->outstanding);
     free(api->first_error);
+    free(api->rkey_id);
     free(api);
     ctx->api = NULL;
 }

@@ -245,6 +245,15 @@ static void rb_try(ct_suite_t *s, int peer, bool is_put, ferry_btl_reg_t *lreg, 
              "FERRY_ERR_ACCESS",
              is_put ? "put" : "get", a->what, (unsigned long long)a->addr, a->len, peer, status,
              ferry_strerror(status));
+    if (s->btl->ops->rdma_direct != NULL) {
+        /* The same through the direct path: refused, or left to put/get. */
+        rc = s->btl->ops->rdma_direct(s->btl, s->peer[peer].ep, is_put, local, a->addr, a->key,
+                                      a->len);
+        CT_CHECK(s, rc < 0,
+                 "direct %s %s (addr 0x%llx, %zu bytes) on rank %d returned %d, expected a "
+                 "refusal or FERRY_ERR_NOT_SUPPORTED",
+                 is_put ? "put" : "get", a->what, (unsigned long long)a->addr, a->len, peer, rc);
+    }
 }
 
 ct_result_t ct_case_rdma_bounds(ct_suite_t *s)
@@ -1148,5 +1157,228 @@ finish:
     free(local);
     free(ops);
     free(win);
+    return CT_RESULT_RUN;
+}
+
+/* ---- rdma_direct ------------------------------------------------------------------------ */
+
+/*
+ * rdma_direct, for a transport with the optional rdma_direct op. Each rank
+ * allocates H (mem_alloc, read-write: one 256-byte slot per writer rank,
+ * then a slot to read from, then a canary slot) and R (mem_alloc,
+ * read-only), and registers O (ordinary memory, read-write). Through every
+ * peer's keys:
+ * - puts of 1 to 256 bytes into this rank's slot of H and gets from its
+ *   read slot must complete inside the call (FERRY_BTL_DONE: a module that
+ *   allocates memory and has the op does its peers' allocations so), with
+ *   the data checked at both ends;
+ * - a range past H's end or before its start, a put into R, a NULL
+ *   buffer, a size above max_rdma_size must be refused (an error; never
+ *   DONE) and move nothing: the target checks its canary and R afterwards;
+ * - a key with one byte changed may be refused or not (a module may not see
+ *   every bit of its keys on memory its peers map: sm's heaps, open to the
+ *   user's processes anyway), but must open nothing the target has not
+ *   opened to this rank: the puts through such keys write this rank's slot
+ *   with what it holds already, and the target's checks above see any
+ *   other byte that moved;
+ * - O may be done directly or not (FERRY_ERR_NOT_SUPPORTED); done, its
+ *   bytes must be there.
+ * Keys released before use are tried by rdma_revoked and rdma_guess, whose
+ * refused attempts go through rdma_direct too (rb_try).
+ */
+#define RD_SLOT 256
+#define RD_PAGE 4096
+
+static uint64_t rd_seed(int writer, int target, int what)
+{
+    return ct_seed((uint64_t)writer, (uint64_t)target, 0xd1, (uint64_t)what);
+}
+
+/* One direct operation that must be refused (where a module may leave the
+ * memory to put/get, may_decline, FERRY_ERR_NOT_SUPPORTED will do). */
+static void rd_refused(ct_suite_t *s, int peer, bool may_decline, bool put, void *local,
+                       uint64_t addr, const uint8_t *key, size_t len, const char *what)
+{
+    int rc = s->btl->ops->rdma_direct(s->btl, s->peer[peer].ep, put, local, addr, key, len);
+    CT_CHECK(s, rc < 0 && (rc != FERRY_ERR_NOT_SUPPORTED || may_decline),
+             "direct %s %s on rank %d: returned %d (%s), expected a refusal", put ? "put" : "get",
+             what, peer, rc, ferry_strerror(rc));
+}
+
+ct_result_t ct_case_rdma_direct(ct_suite_t *s)
+{
+    static const size_t sizes[] = {1, 7, 8, 63, 64, 200, RD_SLOT};
+    ferry_btl_reg_t *hreg = NULL, *rreg = NULL, *oreg = NULL;
+    uint8_t *h = NULL, *r = NULL, *o = NULL, *local = NULL;
+    size_t hlen = RD_SLOT * ((size_t)s->size + 2);
+    size_t read_off = RD_SLOT * (size_t)s->size, canary_off = read_off + RD_SLOT;
+    int rc;
+
+    if (s->btl->ops->rdma_direct == NULL) {
+        printf("skip %s: transport %s has no rdma_direct op\n", s->case_name, s->attr->name);
+        fflush(stdout);
+        return CT_RESULT_SKIP;
+    }
+    /* Without mem_alloc, H and R are ordinary registered memory, which a
+     * module may leave to put/get. */
+    bool alloc = ct_has(s, FERRY_BTL_FLAG_MEM_ALLOC);
+    if (alloc) {
+        void *addr = NULL;
+        rc = s->btl->ops->mem_alloc(s->btl, hlen,
+                                    FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE, &addr,
+                                    &hreg);
+        if (CT_CHECK_RC(s, rc, FERRY_OK, "mem_alloc of H"))
+            h = addr;
+        rc = s->btl->ops->mem_alloc(s->btl, RD_PAGE, FERRY_ACCESS_REMOTE_READ, &addr, &rreg);
+        if (CT_CHECK_RC(s, rc, FERRY_OK, "mem_alloc of R"))
+            r = addr;
+    } else {
+        h = at_pages((hlen + RD_PAGE - 1) / RD_PAGE, 0);
+        r = at_pages(1, 0);
+        hreg = reg_mem(s, h, hlen, FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE);
+        rreg = reg_mem(s, r, RD_PAGE, FERRY_ACCESS_REMOTE_READ);
+    }
+    o = at_pages(1, rd_seed(s->rank, s->rank, 3));
+    oreg = reg_mem(s, o, RD_PAGE, FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE);
+    local = xmalloc(RD_SLOT);
+    if (h != NULL) {
+        memset(h, CANARY, hlen);
+        ct_fill(h + read_off, RD_SLOT, rd_seed(s->rank, s->rank, 1), 0);
+    }
+    if (r != NULL)
+        ct_fill(r, RD_PAGE, rd_seed(s->rank, s->rank, 2), 0);
+
+    ct_case_begin(s, ct_seq_rx, NULL);
+    if (h == NULL || r == NULL || hreg == NULL || rreg == NULL || oreg == NULL)
+        goto finish;
+    if (!ct_exchange_rkey(s, 0, hreg) || !ct_exchange_rkey(s, 1, rreg) ||
+        !ct_exchange_rkey(s, 2, oreg))
+        goto finish;
+    for (int i = 0; i < s->nreach; i++) {
+        int p = s->reach[i];
+        const ct_rkey_t *hk = &s->peer[p].rkey[0], *rk = &s->peer[p].rkey[1],
+                        *ok = &s->peer[p].rkey[2];
+        /* A peer's mem_alloc memory must be done here; the rest may not. */
+        bool self = p == s->rank || !alloc;
+        uint64_t myslot = hk->addr + (uint64_t)s->rank * RD_SLOT;
+        for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+            size_t n = sizes[k];
+            ct_fill(local, n, rd_seed(s->rank, p, 0), 0);
+            rc = s->btl->ops->rdma_direct(s->btl, s->peer[p].ep, true, local, myslot, hk->key, n);
+            if (!CT_CHECK(s, rc == FERRY_BTL_DONE || (self && rc == FERRY_ERR_NOT_SUPPORTED),
+                          "direct put of %zu bytes into rank %d's mem_alloc memory returned %d "
+                          "(%s), expected FERRY_BTL_DONE",
+                          n, p, rc, ferry_strerror(rc)))
+                break;
+            memset(local, 0, RD_SLOT);
+            rc = s->btl->ops->rdma_direct(s->btl, s->peer[p].ep, false, local,
+                                          hk->addr + read_off, hk->key, n);
+            if (!CT_CHECK(s, rc == FERRY_BTL_DONE || (self && rc == FERRY_ERR_NOT_SUPPORTED),
+                          "direct get of %zu bytes from rank %d's mem_alloc memory returned %d "
+                          "(%s), expected FERRY_BTL_DONE",
+                          n, p, rc, ferry_strerror(rc)))
+                break;
+            if (rc == FERRY_BTL_DONE) {
+                size_t bad = ct_verify(local, n, rd_seed(p, p, 1), 0);
+                CT_CHECK(s, bad == SIZE_MAX, "direct get of %zu bytes from rank %d: byte %zu "
+                         "differs", n, p, bad);
+            }
+        }
+        /* Read-only memory reads, and only reads. */
+        rc = s->btl->ops->rdma_direct(s->btl, s->peer[p].ep, false, local, rk->addr + 100,
+                                      rk->key, 64);
+        if (CT_CHECK(s, rc == FERRY_BTL_DONE || (self && rc == FERRY_ERR_NOT_SUPPORTED),
+                     "direct get from rank %d's read-only mem_alloc memory returned %d (%s)", p,
+                     rc, ferry_strerror(rc)) &&
+            rc == FERRY_BTL_DONE) {
+            size_t bad = ct_verify(local, 64, rd_seed(p, p, 2), 100);
+            CT_CHECK(s, bad == SIZE_MAX, "direct get from rank %d's R: byte %zu differs", p, bad);
+        }
+        ct_fill(local, RD_SLOT, rd_seed(s->rank, p, 9), 0);
+        rd_refused(s, p, self, true, local, rk->addr, rk->key, 8, "into read-only memory");
+        /* H's registration may be longer than asked (whole pages): its
+         * end is the one the target sent. Each refusal comes right after a
+         * good access through the same key, so that a module that keeps
+         * what it resolved last checks the range again, not only once. */
+        struct {
+            bool put;
+            bool null_buf;
+            uint64_t addr;
+            size_t len;
+            const char *what;
+        } bad[] = {
+            {true, false, hk->addr + hk->len - 4, 8, "across the end"},
+            {false, false, hk->addr + hk->len, 1, "just past the end"},
+            {false, false, hk->addr + hk->len - 1, 2, "one byte across the end"},
+            {true, false, hk->addr - 8, 16, "from before the start"},
+            {false, false, hk->addr - 1, 1, "the byte before the start"},
+            {true, false, hk->addr + canary_off, (size_t)1 << 62, "of an absurd size"},
+            {false, false, hk->addr + canary_off, SIZE_MAX, "of SIZE_MAX bytes"},
+            {true, true, myslot, 8, "from a NULL buffer"},
+            {true, false, hk->addr, s->attr->max_rdma_size + 1, "above max_rdma_size"},
+        };
+        for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+            if (bad[k].len == 0) /* max_rdma_size + 1 wrapped: no size is above it */
+                continue;
+            (void)s->btl->ops->rdma_direct(s->btl, s->peer[p].ep, false, local,
+                                           hk->addr + read_off, hk->key, 1);
+            rd_refused(s, p, self, bad[k].put, bad[k].null_buf ? NULL : local, bad[k].addr, hk->key,
+                       bad[k].len, bad[k].what);
+        }
+        uint8_t bent[FERRY_BTL_KEY_MAX];
+        ct_fill(local, RD_SLOT, rd_seed(s->rank, p, 0), 0);
+        for (size_t b = 0; b < s->attr->reg_handle_size && b < sizeof(bent); b++) {
+            for (int flip = 0; flip < 2; flip++) {
+                memcpy(bent, hk->key, sizeof(bent));
+                bent[b] ^= flip ? 0x80 : 0x01;
+                rc = s->btl->ops->rdma_direct(s->btl, s->peer[p].ep, true, local, myslot, bent,
+                                              RD_SLOT);
+                CT_CHECK(s, rc == FERRY_BTL_DONE || rc < 0,
+                         "direct put through rank %d's key with byte %zu changed returned %d",
+                         p, b, rc);
+            }
+        }
+        /* Ordinary memory: either way, but done means done. */
+        ct_fill(local, 64, rd_seed(s->rank, p, 4), 0);
+        rc = s->btl->ops->rdma_direct(s->btl, s->peer[p].ep, true, local,
+                                      ok->addr + (uint64_t)s->rank * 64, ok->key, 64);
+        CT_CHECK(s, rc == FERRY_BTL_DONE || rc == FERRY_ERR_NOT_SUPPORTED,
+                 "direct put into rank %d's ordinary memory returned %d (%s)", p, rc,
+                 ferry_strerror(rc));
+        if (rc == FERRY_BTL_DONE)
+            ct_note(s, "transport %s puts into ordinary memory directly", s->attr->name);
+    }
+finish:
+    ct_case_finish(s);
+    if (h != NULL && hreg != NULL) {
+        /* Every peer is done with this rank (its FIN came after its last
+         * operation). Every writer's last put into mem_alloc memory filled
+         * its whole slot; nothing else moved. */
+        for (int i = 0; i < s->nreach && alloc; i++) {
+            int w = s->reach[i];
+            if (w == s->rank)
+                continue;
+            size_t bad = ct_verify(h + (size_t)w * RD_SLOT, RD_SLOT, rd_seed(w, s->rank, 0), 0);
+            CT_CHECK(s, bad == SIZE_MAX, "target: rank %d's slot of H differs at byte %zu", w,
+                     bad);
+        }
+        check_canary(s, h, canary_off, hlen, "H after refused direct operations", s->rank);
+        at_check_intact(s, h + read_off, RD_SLOT, rd_seed(s->rank, s->rank, 1), "H's read slot");
+        if (r != NULL)
+            at_check_intact(s, r, RD_PAGE, rd_seed(s->rank, s->rank, 2), "R (read-only)");
+    }
+    if (alloc && hreg != NULL)
+        CT_CHECK_RC(s, s->btl->ops->mem_free(s->btl, hreg), FERRY_OK, "mem_free of H");
+    if (alloc && rreg != NULL)
+        CT_CHECK_RC(s, s->btl->ops->mem_free(s->btl, rreg), FERRY_OK, "mem_free of R");
+    if (!alloc) {
+        dereg_mem(s, hreg);
+        dereg_mem(s, rreg);
+        free(h);
+        free(r);
+    }
+    dereg_mem(s, oreg);
+    free(o);
+    free(local);
     return CT_RESULT_RUN;
 }

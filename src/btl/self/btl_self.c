@@ -322,6 +322,28 @@ static int rdma_execute(self_module_t *mod, btl_frag_t *frag)
     return FERRY_OK;
 }
 
+/* The direct path: the same checks and copy as rdma_execute, here and now. */
+static int self_rdma_direct(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, bool put,
+                            void *local, uint64_t raddr, const uint8_t *rkey, size_t size)
+{
+    self_module_t *mod = self_of(btl);
+    if (btl == NULL || ep == NULL || ep != mod->ep || rkey == NULL ||
+        (local == NULL && size > 0) || size > btl->attr.max_rdma_size)
+        return FERRY_ERR_INVALID;
+    if (size == 0)
+        return FERRY_ERR_NOT_SUPPORTED;
+    const ferry_btl_reg_t *reg = reg_lookup(mod, rkey);
+    if (reg == NULL || btl_base_check_access(reg, raddr, size,
+                                             put ? FERRY_ACCESS_REMOTE_WRITE
+                                                 : FERRY_ACCESS_REMOTE_READ) != FERRY_OK)
+        return FERRY_ERR_ACCESS;
+    if (put)
+        memmove((void *)(uintptr_t)raddr, local, size);
+    else
+        memmove(local, (const void *)(uintptr_t)raddr, size);
+    return FERRY_BTL_DONE;
+}
+
 /* Atomics: the CPU's own, on our memory, after the same checks a target
  * makes (key live, range inside, FERRY_ACCESS_REMOTE_ATOMIC); complete at
  * once. */
@@ -462,6 +484,7 @@ static const ferry_btl_ops_t self_ops = {
     .atomic_op = self_atomic_op,
     .atomic_fop = self_atomic_fop,
     .atomic_cswap = self_atomic_cswap,
+    .rdma_direct = self_rdma_direct,
     .flush = self_flush,
     .progress = self_progress,
     .dump = self_dump,

@@ -259,16 +259,18 @@ struct ferry_btl_endpoint {
     /* Atomics on the peer's ordinary memory, executed by it (and its
      * atomics we execute): the generic path's state. */
     btl_amo_ep_t amo;
-    /* The heap registration of the peer's that an atomic used last: its key,
-     * what the table said of it and where it lies in our mapping. Valid
-     * while the table entry keeps the key's generation (one load) and the
-     * mapping stays (heap_map and sm_ep_unmap_heaps clear it). */
+    /* The registration of the peer's that a direct put or get or an atomic
+     * resolved last (sm_rdma.c, heap_resolve): its key, what the table said
+     * of it and where it lies in our mapping, or that it is no heap (there
+     * NULL: the peer does the work). Valid while the table entry keeps the
+     * key's generation (one load) and the mapping stays (heap_map and
+     * sm_ep_unmap_heaps clear it). */
     struct {
         sm_key_t key;
         uint64_t base, len;
         uint32_t access;
         bool valid;
-        unsigned char *there; /* our address of base */
+        unsigned char *there; /* our address of base; NULL: not a heap */
     } hcache;
 };
 
@@ -542,6 +544,8 @@ int sm_atomic_fop(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local
                   ferry_btl_reg_t *lreg, const uint8_t *rkey, ferry_btl_atomic_op_t op,
                   uint64_t operand, uint32_t flags, ferry_btl_rdma_cb_t cb, void *cbctx,
                   void *cbdata);
+int sm_rdma_direct(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, bool put, void *local,
+                   uint64_t raddr, const uint8_t *rkey, size_t size);
 int sm_atomic_cswap(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
                     uint64_t raddr, ferry_btl_reg_t *lreg, const uint8_t *rkey, uint64_t compare,
                     uint64_t value, uint32_t flags, ferry_btl_rdma_cb_t cb, void *cbctx,

@@ -323,6 +323,7 @@ static const ferry_btl_ops_t sm_ops = {
     .atomic_op = sm_atomic_op,
     .atomic_fop = sm_atomic_fop,
     .atomic_cswap = sm_atomic_cswap,
+    .rdma_direct = sm_rdma_direct,
     .flush = sm_flush,
     .progress = sm_progress,
     .dump = sm_dump,

@@ -654,6 +654,62 @@ const btl_amo_hooks_t sm_amo_hooks = {
     .ep_state = amo_ep,
 };
 
+/*
+ * Where [raddr, raddr + size) under rkey lies in our mapping of the peer's
+ * heap, with need among the registration's rights: FERRY_OK and *there;
+ * FERRY_ERR_NOT_SUPPORTED when the memory is not a heap of the peer's (or
+ * cannot be mapped): the peer must do it; FERRY_ERR_ACCESS when the key
+ * refuses. The last heap registration resolved is cached per endpoint and
+ * revalidated by its table entry's generation, which changes with every
+ * rewrite, so a repeated key costs one compare and one load. The caller
+ * checks the generation again after the access (sm_heap_still_live).
+ */
+static int heap_resolve(sm_module_t *mod, ferry_btl_endpoint_t *ep, const uint8_t *rkey,
+                        uint64_t raddr, size_t size, uint32_t need, unsigned char **there)
+{
+    const sm_reg_entry_t *table = peer_table(ep);
+    sm_key_t key;
+    memcpy(&key, rkey, sizeof(key));
+    if (ep->hcache.valid && memcmp(&key, &ep->hcache.key, sizeof(key)) == 0 &&
+        atomic_load_explicit(&table[key.slot].gen, memory_order_acquire) == key.gen) {
+        /* Only the range and the right are new. */
+        if (ep->hcache.there == NULL)
+            return FERRY_ERR_NOT_SUPPORTED;
+        if ((ep->hcache.access & need) != need || raddr < ep->hcache.base ||
+            ep->hcache.len < size || raddr - ep->hcache.base > ep->hcache.len - size)
+            return FERRY_ERR_ACCESS;
+        *there = ep->hcache.there + (raddr - ep->hcache.base);
+        return FERRY_OK;
+    }
+    sm_reg_view_t view;
+    int rc = sm_check_peer_key(table, ep->peer_reg_slots, rkey, raddr, size, need, &view);
+    if (rc != FERRY_OK)
+        return rc;
+    unsigned char *heap = view.heap_id != 0 ? heap_map(mod, ep, view.heap_id, view.heap_len)
+                                            : NULL;
+    uint64_t rbase = (uint64_t)(uintptr_t)view.reg.base;
+    ep->hcache.key = key;
+    ep->hcache.base = rbase;
+    ep->hcache.len = view.reg.len;
+    ep->hcache.access = view.reg.access;
+    ep->hcache.there = heap != NULL ? heap + view.heap_off : NULL;
+    ep->hcache.valid = true;
+    if (heap == NULL)
+        return FERRY_ERR_NOT_SUPPORTED;
+    *there = ep->hcache.there + (raddr - rbase);
+    return FERRY_OK;
+}
+
+/* After an access through heap_resolve: a registration withdrawn meanwhile
+ * makes it not count (its memory may be another's by now). The key passed
+ * the table's check, so its slot is in range. */
+static bool heap_still_live(const ferry_btl_endpoint_t *ep, const uint8_t *rkey)
+{
+    sm_key_t key;
+    memcpy(&key, rkey, sizeof(key));
+    return atomic_load_explicit(&peer_table(ep)[key.slot].gen, memory_order_acquire) == key.gen;
+}
+
 /* An atomic: on our own memory or a peer's heap, the CPU's atomic here and
  * now (FERRY_BTL_DONE); on a peer's ordinary memory, executed by the peer
  * (cross-memory attach cannot do atomics). */
@@ -671,58 +727,61 @@ static int atomic_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, void *local,
         return FERRY_ERR_UNREACH;
     bool w32 = (flags & FERRY_BTL_ATOMIC_FLAG_32BIT) != 0;
     size_t size = w32 ? 4 : 8;
-    void *there;
     if (ep->rank == mod->super.ctx->rank) {
-        rc = sm_target_resolve(&mod->super, rkey, raddr, size, FERRY_ACCESS_REMOTE_ATOMIC, &there);
+        void *mine;
+        rc = sm_target_resolve(&mod->super, rkey, raddr, size, FERRY_ACCESS_REMOTE_ATOMIC, &mine);
         if (rc != FERRY_OK)
             return rc;
-        uint64_t old = ferry_btl_atomic_apply(there, w32, cswap, op, operand, compare);
+        uint64_t old = ferry_btl_atomic_apply(mine, w32, cswap, op, operand, compare);
         if (fetch)
             btl_atomic_store_result(local, w32, old);
         return FERRY_BTL_DONE;
     }
     if (ep->state != SM_EP_CONNECTED && (rc = sm_ep_connect(mod, ep)) != FERRY_OK)
         return rc;
-    const sm_reg_entry_t *table = peer_table(ep);
-    sm_key_t key;
-    memcpy(&key, rkey, sizeof(key));
-    if (ep->hcache.valid && memcmp(&key, &ep->hcache.key, sizeof(key)) == 0 &&
-        atomic_load_explicit(&table[key.slot].gen, memory_order_acquire) == key.gen) {
-        /* The entry is the one checked before (its generation changes
-         * with every rewrite): only the range and the right are new. */
-        if ((ep->hcache.access & FERRY_ACCESS_REMOTE_ATOMIC) == 0 || raddr < ep->hcache.base ||
-            raddr - ep->hcache.base > ep->hcache.len - size || ep->hcache.len < size)
-            return FERRY_ERR_ACCESS;
-        there = ep->hcache.there + (raddr - ep->hcache.base);
-    } else {
-        sm_reg_view_t view;
-        rc = sm_check_peer_key(table, ep->peer_reg_slots, rkey, raddr, size,
-                               FERRY_ACCESS_REMOTE_ATOMIC, &view);
-        if (rc != FERRY_OK)
-            return rc;
-        unsigned char *heap =
-            view.heap_id != 0 ? heap_map(mod, ep, view.heap_id, view.heap_len) : NULL;
-        if (heap == NULL)
-            return btl_amo_start(&mod->super, &mod->amo, ep, local, lreg, raddr, rkey, op,
-                                 operand, compare, flags, cswap, fetch, cb, cbctx, cbdata);
-        uint64_t rbase = (uint64_t)(uintptr_t)view.reg.base;
-        ep->hcache.key = key;
-        ep->hcache.base = rbase;
-        ep->hcache.len = view.reg.len;
-        ep->hcache.access = view.reg.access;
-        ep->hcache.there = heap + view.heap_off;
-        ep->hcache.valid = true;
-        there = ep->hcache.there + (raddr - rbase);
-    }
+    unsigned char *there;
+    rc = heap_resolve(mod, ep, rkey, raddr, size, FERRY_ACCESS_REMOTE_ATOMIC, &there);
+    if (rc == FERRY_ERR_NOT_SUPPORTED)
+        return btl_amo_start(&mod->super, &mod->amo, ep, local, lreg, raddr, rkey, op, operand,
+                             compare, flags, cswap, fetch, cb, cbctx, cbdata);
+    if (rc != FERRY_OK)
+        return rc;
     uint64_t old = ferry_btl_atomic_apply(there, w32, cswap, op, operand, compare);
-    /* As for a put into the heap: a registration withdrawn meanwhile makes
-     * the operation not count (its memory may be another's by now). The key
-     * passed the table's check above, so its slot is in range. */
-    if (atomic_load_explicit(&table[key.slot].gen, memory_order_acquire) != key.gen)
+    if (!heap_still_live(ep, rkey))
         return FERRY_ERR_ACCESS;
     if (fetch)
         btl_atomic_store_result(local, w32, old);
     return FERRY_BTL_DONE;
+}
+
+/* The direct path (ferry_btl_ops.rdma_direct): a peer's heap, or our own
+ * memory, copied here and now; anything else goes through put/get. */
+int sm_rdma_direct(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, bool put, void *local,
+                   uint64_t raddr, const uint8_t *rkey, size_t size)
+{
+    sm_module_t *mod = (sm_module_t *)btl;
+    if (mod == NULL || ep == NULL || ep->mod != mod || rkey == NULL ||
+        (local == NULL && size > 0) || size > mod->super.attr.max_rdma_size)
+        return FERRY_ERR_INVALID;
+    if (ep->deleted || ep->state == SM_EP_FAILED || ep->state == SM_EP_CLOSED)
+        return FERRY_ERR_UNREACH;
+    if (size == 0 || ep->rank == mod->super.ctx->rank)
+        return FERRY_ERR_NOT_SUPPORTED; /* put/get: no faster way to say so */
+    int rc;
+    if (ep->state != SM_EP_CONNECTED && (rc = sm_ep_connect(mod, ep)) != FERRY_OK)
+        return rc;
+    unsigned char *there;
+    rc = heap_resolve(mod, ep, rkey, raddr, size,
+                      put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ, &there);
+    if (rc != FERRY_OK)
+        return rc;
+    if (put)
+        memcpy(there, local, size);
+    else
+        memcpy(local, there, size);
+    /* Visible to whoever hears of the completion after this. */
+    atomic_thread_fence(memory_order_release);
+    return heap_still_live(ep, rkey) ? FERRY_BTL_DONE : FERRY_ERR_ACCESS;
 }
 
 int sm_atomic_op(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, uint64_t raddr,
