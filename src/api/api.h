@@ -7,6 +7,7 @@
 
 #include <ferry/ferry.h>
 
+#include "api/rkey.h"
 #include "btl/ctx.h"
 #include "rt/progress.h"
 #include "util/list.h"
@@ -80,6 +81,16 @@ struct api_state {
         uint32_t name_hash;
         uint8_t instance;
     } *rkey_id;
+    /* The raw remote key ferry_put/ferry_get resolved last (rdma.c): a key
+     * whose bytes up to the entry found (used of them) are these again, for
+     * the same module and rank, parses to the same header and key. */
+    struct api_rkey_memo {
+        size_t used; /* 0: empty */
+        int m, dst;
+        api_rkey_header_t hdr;
+        uint8_t key[FERRY_BTL_KEY_MAX];
+        uint8_t bytes[FERRY_RKEY_SIZE];
+    } rkey_memo;
 
     /* Requests and key handles (onesided.c). */
     api_recycler_t reqs;

@@ -290,24 +290,56 @@ int ferry_mem_rkey(const ferry_mem_t *mem, ferry_rkey_t *rkey_out)
     return FERRY_OK;
 }
 
+static int rkey_parse(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t *rkey,
+                      api_rkey_header_t *hdr_out, uint8_t *key_out, size_t *used_out);
+
 int api_rkey_resolve(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t *rkey,
                      uint64_t raddr, size_t len, uint32_t need, uint8_t *key_out)
 {
-    api_rkey_header_t hdr;
-    uint8_t key[FERRY_BTL_KEY_MAX];
-    int rc = api_rkey_parse(ctx, m, dst, rkey, &hdr, key);
-    if (rc != FERRY_OK)
-        return rc;
+    struct api_rkey_memo *mo = ctx->api != NULL ? &ctx->api->rkey_memo : NULL;
+    const api_rkey_header_t *hdr;
+    const uint8_t *key;
+    api_rkey_header_t parsed;
+    uint8_t parsed_key[FERRY_BTL_KEY_MAX];
+    if (mo != NULL && mo->used > 0 && mo->m == m && mo->dst == dst &&
+        memcmp(rkey->bytes, mo->bytes, mo->used) == 0) {
+        hdr = &mo->hdr;
+        key = mo->key;
+    } else {
+        size_t used;
+        int rc = rkey_parse(ctx, m, dst, rkey, &parsed, parsed_key, &used);
+        if (rc != FERRY_OK)
+            return rc;
+        if (mo != NULL) {
+            mo->used = used;
+            mo->m = m;
+            mo->dst = dst;
+            mo->hdr = parsed;
+            memcpy(mo->key, parsed_key, sizeof(mo->key));
+            memcpy(mo->bytes, rkey->bytes, used);
+        }
+        hdr = &parsed;
+        key = parsed_key;
+    }
     /* The target checks again; refusing here saves a round trip. */
-    if ((hdr.access & need) != need || raddr < hdr.base || raddr - hdr.base > hdr.len ||
-        len > hdr.len - (raddr - hdr.base))
+    if ((hdr->access & need) != need || raddr < hdr->base || raddr - hdr->base > hdr->len ||
+        len > hdr->len - (raddr - hdr->base))
         return FERRY_ERR_ACCESS;
-    memcpy(key_out, key, sizeof(key));
+    memcpy(key_out, key, FERRY_BTL_KEY_MAX);
     return FERRY_OK;
 }
 
 int api_rkey_parse(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t *rkey,
                    api_rkey_header_t *hdr_out, uint8_t *key_out)
+{
+    size_t used;
+    return rkey_parse(ctx, m, dst, rkey, hdr_out, key_out, &used);
+}
+
+/* api_rkey_parse, and how many of the key's bytes it read (the header and
+ * the entries up to the one found): the same bytes parse the same way. */
+static int rkey_parse(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t *rkey,
+                      api_rkey_header_t *hdr_out, uint8_t *key_out, size_t *used_out)
 {
     api_rkey_header_t hdr;
     memcpy(&hdr, rkey->bytes, sizeof(hdr));
@@ -339,6 +371,7 @@ int api_rkey_parse(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t *r
                 memcpy(key_out, rkey->bytes + off + sizeof(e), e.key_len);
             }
             *hdr_out = hdr;
+            *used_out = off + sizeof(e) + e.key_len;
             return FERRY_OK;
         }
         off += sizeof(e) + e.key_len;

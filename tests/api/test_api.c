@@ -338,6 +338,22 @@ static void test_rdma_self(ferry_ctx_t *ctx)
         CHECK(memcmp(back, src + off, n) == 0);
     }
 
+    /* ferry keeps the last raw key it parsed: a key used a moment ago, then
+     * changed in place, is parsed again, and the same bytes for another
+     * rank are another rank's key (refused: it is this rank's). */
+    ferry_rkey_t bent = rkey;
+    CHECK(ferry_put(ctx, me, src, 1, NULL, base, &bent, NULL, NULL) == FERRY_OK);
+    bent.bytes[0] ^= 0x01;
+    CHECK(ferry_put(ctx, me, src, 1, NULL, base, &bent, NULL, NULL) == FERRY_ERR_INVALID);
+    bent.bytes[0] ^= 0x01;
+    CHECK(ferry_put(ctx, me, src, 1, NULL, base, &bent, NULL, NULL) == FERRY_OK);
+    if (ferry_size(ctx) > 1) {
+        int other = (me + 1) % ferry_size(ctx);
+        CHECK(ferry_put(ctx, other, src, 1, NULL, base, &bent, NULL, NULL) ==
+              (ferry_am_max_size(ctx, other) < 0 ? FERRY_ERR_UNREACH : FERRY_ERR_INVALID));
+    }
+    CHECK(ferry_flush(ctx, -1) == FERRY_OK);
+
     /* Outside the registration or its rights: refused, memory unchanged. */
     memset(target, 0x5a, len);
     comp_t c = {0, 0};
