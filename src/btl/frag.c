@@ -62,6 +62,7 @@ int btl_frags_init(btl_frags_t *frags, ferry_btl_module_t *btl, const btl_frag_p
     const size_t payload[] = {params->eager_size, params->max_size, 0};
     memset(frags, 0, sizeof(*frags));
     frags->btl = btl;
+    frags->no_local_reg = params->no_local_reg;
     for (int k = 0; k < BTL_FRAG_KINDS; k++) {
         snprintf(frags->names[k], sizeof(frags->names[k]), "%s %s fragments", btl->attr.name,
                  kinds[k]);
@@ -204,7 +205,7 @@ static int frag_in_place(btl_frags_t *frags, btl_frag_t *frag, ferry_btl_reg_t *
     void *ptr = ferry_convertor_contig_ptr(conv);
     seg->addr = (uint64_t)(uintptr_t)ptr;
     seg->len = len;
-    if (reg == NULL && len > 0 && frags->rcache != NULL) {
+    if (reg == NULL && len > 0 && frags->rcache != NULL && !frags->no_local_reg) {
         mem_reg_t *creg;
         int rc = mem_rcache_get(frags->rcache, ptr, len, FERRY_ACCESS_LOCAL, &creg);
         if (rc != FERRY_OK && rc != FERRY_ERR_NOT_SUPPORTED)

@@ -54,6 +54,10 @@ typedef struct btl_frag_params {
     /* The parameter to raise when the transport runs out of registrations,
      * named in the cache's error (e.g. "FERRY_SM_REG_SLOTS"); may be NULL. */
     const char *reg_limit_hint;
+    /* The transport moves the local side of a put or get by its address
+     * (the CPU or the kernel copies it): descriptors over the caller's
+     * memory get no registration from the cache when the caller gave none. */
+    bool no_local_reg;
 } btl_frag_params_t;
 
 typedef struct btl_frags {
@@ -62,6 +66,7 @@ typedef struct btl_frags {
     bool ready[BTL_FRAG_KINDS];
     char names[BTL_FRAG_KINDS][48];
     struct mem_rcache *rcache; /* NULL when the module cannot register memory */
+    bool no_local_reg;         /* btl_frag_params_t's */
 } btl_frags_t;
 
 /* Creates the three pools, named after the transport, and the registration

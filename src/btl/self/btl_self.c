@@ -581,6 +581,7 @@ static int self_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *c
         .max = p.max,
         .inc = p.inc,
         .max_frags = p.max < 64 ? p.max : 64, /* max fragments are large */
+        .no_local_reg = true, /* puts and gets are copies by address */
     };
     const btl_base_open_args_t args = {
         .component = &btl_self_component,

@@ -554,6 +554,8 @@ static int sm_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *cou
         .inc = p.free_list_inc,
         .max_frags = p.free_list_max < 256 ? p.free_list_max : 256,
         .reg_limit_hint = "FERRY_SM_REG_SLOTS",
+        /* Cross-memory attach and the ring copy from and to addresses. */
+        .no_local_reg = true,
     };
     const btl_base_open_args_t args = {
         .component = &btl_sm_component,
