@@ -721,6 +721,29 @@ int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const v
         return FERRY_ERR_ACCESS;
     if (plen > btl->attr.max_send_size)
         return FERRY_ERR_INVALID;
+    /* Where the transport does the put inside the call (a peer's heap on
+     * sm), the notification follows it at once and, sent, leaves nothing
+     * to record: no allocation, no callback of the put's. */
+    bool put_done = false;
+    if (btl->ops->rdma_direct != NULL && len > 0 && len <= btl->attr.max_rdma_size &&
+        util_list_empty(&ctx->api->notify_q)) {
+        rc = btl->ops->rdma_direct(btl, ctx->peers[rh->dst].ep, true, (void *)buf, raddr, rh->key,
+                                   len);
+        if (rc == FERRY_BTL_DONE) {
+            static const uint8_t none;
+            rc = btl_ctx_send_small(ctx, rh->dst, (uint8_t)tag, plen > 0 ? payload : &none, plen);
+            if (rc == FERRY_OK) {
+                api_am_sent(ctx, rh->dst);
+                ferry_req_t *req = req_for(ctx, p, &rc);
+                return rc != FERRY_OK ? rc : req_done_now(ctx, p, req);
+            }
+            if (rc != FERRY_ERR_NO_RESOURCE)
+                return rc;
+            put_done = true; /* the notification waits in notify_q */
+        } else if (rc != FERRY_ERR_NOT_SUPPORTED) {
+            return rc;
+        }
+    }
     api_notify_t *n = calloc(1, sizeof(*n));
     if (n == NULL)
         return FERRY_ERR_NO_MEMORY;
@@ -737,6 +760,13 @@ int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const v
     n->parts = 2;
     if (plen > 0)
         memcpy(n->payload, payload, plen);
+    if (put_done) {
+        n->parts = 1;
+        n->ordered = true;
+        ctx->api->outstanding[rh->dst]++;
+        util_list_append(&ctx->api->notify_q, &n->link);
+        return req_started(p, req);
+    }
     /* The put's completion callback comes from progress, after this call:
      * n->ordered is settled before it can run. */
     bool accepted = false;
