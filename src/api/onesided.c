@@ -724,6 +724,11 @@ int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const v
     /* Where the transport does the put inside the call (a peer's heap on
      * sm), the notification follows it at once and, sent, leaves nothing
      * to record: no allocation, no callback of the put's. */
+    /* The request first: once the put is done, nothing may fail for want
+     * of memory. */
+    ferry_req_t *req = req_for(ctx, p, &rc);
+    if (rc != FERRY_OK)
+        return rc;
     bool put_done = false;
     if (btl->ops->rdma_direct != NULL && len > 0 && len <= btl->attr.max_rdma_size &&
         util_list_empty(&ctx->api->notify_q)) {
@@ -734,23 +739,25 @@ int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const v
             rc = btl_ctx_send_small(ctx, rh->dst, (uint8_t)tag, plen > 0 ? payload : &none, plen);
             if (rc == FERRY_OK) {
                 api_am_sent(ctx, rh->dst);
-                ferry_req_t *req = req_for(ctx, p, &rc);
-                return rc != FERRY_OK ? rc : req_done_now(ctx, p, req);
+                return req_done_now(ctx, p, req);
             }
             if (rc != FERRY_ERR_NO_RESOURCE)
-                return rc;
+                return req_abandon(ctx, req, rc);
             put_done = true; /* the notification waits in notify_q */
         } else if (rc != FERRY_ERR_NOT_SUPPORTED) {
-            return rc;
+            return req_abandon(ctx, req, rc);
         }
     }
     api_notify_t *n = calloc(1, sizeof(*n));
-    if (n == NULL)
-        return FERRY_ERR_NO_MEMORY;
-    ferry_req_t *req = req_for(ctx, p, &rc);
-    if (rc != FERRY_OK) {
-        free(n);
-        return rc;
+    if (n == NULL) {
+        if (put_done) {
+            /* Done, and its notification cannot be kept: said so. */
+            rt_log(&ctx->log, RT_LOG_ERROR,
+                   "ferry_put_notify: the put to rank %d is done but its notification could "
+                   "not be queued (out of memory)",
+                   rh->dst);
+        }
+        return req_abandon(ctx, req, FERRY_ERR_NO_MEMORY);
     }
     n->ctx = ctx;
     n->dst = rh->dst;

@@ -470,17 +470,19 @@ int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint
     ferry_btl_module_t *btl = ctx->modules[m];
     if (btl->ops->rdma_direct != NULL && len > 0 && len <= btl->attr.max_rdma_size) {
         /* Done inside the call where the transport can (a peer's heap on
-         * sm): no descriptor, nothing queued, nothing left for flush. */
+         * sm): no descriptor, nothing queued, nothing left for flush. A
+         * callback's record is taken first: once done, the operation must
+         * not fail for want of it. */
+        api_rdma_op_t *op = NULL;
+        if (cb != NULL && (op = util_pool_get(&ctx->api->ops)) == NULL)
+            return FERRY_ERR_NO_RESOURCE;
         int rc = btl->ops->rdma_direct(btl, ctx->peers[dst].ep, is_put, buf, raddr, key, len);
         if (rc == FERRY_BTL_DONE) {
             if (accepted_out != NULL)
                 *accepted_out = true;
-            if (cb == NULL)
+            if (op == NULL)
                 return FERRY_BTL_DONE;
             /* The callback runs from progress, as always. */
-            api_rdma_op_t *op = util_pool_get(&ctx->api->ops);
-            if (op == NULL)
-                return FERRY_ERR_NO_MEMORY;
             op->link.next = op->link.prev = NULL;
             op->peer = dst;
             op->status = FERRY_OK;
@@ -491,6 +493,8 @@ int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint
             op_finish(ctx, op);
             return FERRY_OK;
         }
+        if (op != NULL)
+            util_pool_put(&ctx->api->ops, op);
         if (rc != FERRY_ERR_NOT_SUPPORTED)
             return rc;
     }
