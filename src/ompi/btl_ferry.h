@@ -57,7 +57,21 @@ struct mca_btl_base_registration_handle_t {
     /* On the module's list of its live registrations (btl_ferry_rdma.c:
      * the process's own memory is found there by key). */
     struct mca_btl_base_registration_handle_t *prev, *next;
+    /* The registration cache (btl_ferry_rdma.c): what it was made for,
+     * how many register_mem calls hold it, and, once nobody does, its
+     * place among the module's idle ones (least recent first). */
+    ferry_btl_endpoint_t *ep;
+    uint32_t flags; /* Open MPI's MCA_BTL_REG_FLAG_* */
+    uint32_t refs;
+    bool cached; /* found again by register_mem, kept when idle */
+    bool stale;  /* its memory was released: never handed out again */
+    bool idle;   /* on the module's idle list */
+    struct mca_btl_base_registration_handle_t *hnext; /* in its hash bucket */
+    struct mca_btl_base_registration_handle_t *idle_prev, *idle_next;
 };
+
+/* Hash buckets of a module's cached registrations, by base address. */
+#define MCA_BTL_FERRY_REG_BUCKETS 256
 
 typedef struct mca_btl_ferry_module mca_btl_ferry_module_t;
 
@@ -84,7 +98,9 @@ typedef struct mca_btl_ferry_stats {
     uint64_t atomics;
     uint64_t own;         /* puts, gets, atomics on this process's own memory (no endpoint) */
     uint64_t regs;        /* register_mem calls */
+    uint64_t reg_hits;    /* of which served by the registration cache */
     uint64_t recv;        /* fragments handed to Open MPI */
+    uint64_t rdma_failed; /* puts, gets and atomics refused or completed with an error */
 } mca_btl_ferry_stats_t;
 
 struct mca_btl_ferry_module {
@@ -102,6 +118,11 @@ struct mca_btl_ferry_module {
     bool finalized; /* btl_finalize ran */
     mca_btl_ferry_stats_t stats;
     mca_btl_base_registration_handle_t *regs; /* live registrations, newest first */
+    /* The registration cache: cached registrations by base address, and
+     * those nobody holds (kept up to MCA_BTL_FERRY_REG_IDLE_MAX). */
+    mca_btl_base_registration_handle_t *buckets[MCA_BTL_FERRY_REG_BUCKETS];
+    mca_btl_base_registration_handle_t *idle_head, *idle_tail;
+    unsigned n_idle;
 };
 
 /* The component's state. */
@@ -117,6 +138,9 @@ typedef struct mca_btl_ferry_state {
     uint64_t *reach;
     bool progressing;                 /* inside ferry_progress: no recursion */
     bool closing;                     /* finalizing: no more callbacks to Open MPI */
+    /* Registrations are cached (btl_ferry_rdma.c): Open MPI's memory hooks
+     * report released memory and mpi_leave_pinned is not 0. */
+    bool reg_cache;
     unsigned idle_calls;              /* progress calls since inactive modules were polled */
     mca_btl_ferry_frag_t *done_head, *done_tail; /* callbacks due from progress */
     /* RDMA operations complete whose callbacks are due from progress
@@ -158,6 +182,10 @@ void mca_btl_ferry_update_active(void);
  * limits, and the op pool. */
 int mca_btl_ferry_rdma_init(mca_btl_ferry_module_t *mod);
 void mca_btl_ferry_rdma_fini(mca_btl_ferry_module_t *mod);
+/* Starts the registration cache where Open MPI's memory hooks allow it
+ * (component init), and stops it (before the modules go). */
+void mca_btl_ferry_reg_cache_start(void);
+void mca_btl_ferry_reg_cache_stop(void);
 /* Runs the callbacks of RDMA operations due from progress; returns how
  * many. */
 int mca_btl_ferry_rdma_run_done(void);

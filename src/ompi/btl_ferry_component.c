@@ -352,6 +352,7 @@ static mca_btl_base_module_t **component_init(int *num_btls, bool enable_progres
     }
     if (*num_btls == 0)
         goto err;
+    mca_btl_ferry_reg_cache_start();
     return out;
 
 err:

@@ -25,9 +25,15 @@
  */
 #include "btl_ferry.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "opal/mca/btl/base/base.h"
+#include "opal/mca/memory/base/base.h"
+#include "opal/memoryhooks/memory.h"
+#include "opal/memoryhooks/memory_internal.h"
+#include "opal/runtime/opal_params.h"
 #include "opal/util/output.h"
 
 #include <ferry/dt.h>
@@ -85,6 +91,8 @@ static void op_complete(mca_btl_ferry_rdma_op_t *op, int status)
 {
     mca_btl_ferry_rdma_op_t done = *op;
     op_put_back(op);
+    if (status != FERRY_OK)
+        done.mod->stats.rdma_failed++;
     if (done.cbfunc != NULL && !mca_btl_ferry.closing)
         done.cbfunc(&done.mod->super, done.ep, done.local, done.local_handle, done.cbcontext,
                     done.cbdata, mca_btl_ferry_status(status));
@@ -135,6 +143,12 @@ static ferry_btl_reg_t *lreg_of(mca_btl_base_registration_handle_t *h)
  * remote handle must be the key of one of the module's live registrations
  * and the range inside it, with the right the operation needs; anything
  * else is refused (OPAL_ERR_BAD_PARAM, OPAL_ERR_PERM), never touched. */
+
+/* Guards the modules' lists of live registrations and the cache's marks
+ * against Open MPI's memory hooks, which run in whatever thread releases
+ * memory. Held only around list and flag changes: no allocation, no call
+ * into ferry, so that a release inside cannot happen. */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void reg_list_add(mca_btl_ferry_module_t *mod, mca_btl_base_registration_handle_t *h)
 {
@@ -307,6 +321,8 @@ static int rdma_start(struct mca_btl_base_module_t *btl, struct mca_btl_base_end
     if (rc != FERRY_OK) {
         fbtl->ops->free(fbtl, des);
         op_put_back(op);
+        if (rc != FERRY_ERR_NO_RESOURCE)
+            mod->stats.rdma_failed++; /* refused: not to be tried again as it is */
         return mca_btl_ferry_status(rc);
     }
     if (is_put) {
@@ -444,6 +460,8 @@ static int amo_started(mca_btl_ferry_module_t *mod, mca_btl_ferry_rdma_op_t *op,
     op_put_back(op);
     if (rc == FERRY_ERR_NOT_SUPPORTED)
         return OPAL_ERR_NOT_AVAILABLE;
+    if (rc != FERRY_ERR_NO_RESOURCE)
+        mod->stats.rdma_failed++;
     return mca_btl_ferry_status(rc);
 }
 
@@ -575,11 +593,198 @@ static void set_atomics(mca_btl_ferry_module_t *mod, uint32_t flags)
 
 /* ---- registrations and flush (the same under both contracts) ---- */
 
+/* ---- the registration cache ----
+ *
+ * ob1 registers the buffer of every RDMA message and deregisters it when
+ * the message is done; a ferry registration with remote rights costs a
+ * table entry, a key and, on sm, the unmap monitor's watch of its pages
+ * (two system calls). As Open MPI's own BTLs do with their rcache, a
+ * registration nobody holds stays registered (up to
+ * MCA_BTL_FERRY_REG_IDLE_MAX per module, least recently used first out)
+ * and serves the next register_mem of the same start, endpoint and rights
+ * that it covers. Released memory must never be served from it: Open
+ * MPI's memory hooks (the patcher) report every munmap, mremap, madvise
+ * and shmdt before it happens, and the hook marks every registration that
+ * overlaps the range stale; a stale one is never found again and is
+ * deregistered as soon as nobody holds it. Without hooks that report
+ * releases, or with mpi_leave_pinned=0, nothing is cached. */
+
+#define MCA_BTL_FERRY_REG_IDLE_MAX 128u
+
+static size_t bucket_of(const void *base)
+{
+    uintptr_t a = (uintptr_t)base;
+    return (size_t)((a >> 6) ^ (a >> 14) ^ (a >> 22)) % MCA_BTL_FERRY_REG_BUCKETS;
+}
+
+static void bucket_add(mca_btl_ferry_module_t *mod, mca_btl_base_registration_handle_t *h)
+{
+    size_t b = bucket_of(h->reg->base);
+    h->hnext = mod->buckets[b];
+    mod->buckets[b] = h;
+}
+
+static void bucket_remove(mca_btl_ferry_module_t *mod, mca_btl_base_registration_handle_t *h)
+{
+    for (mca_btl_base_registration_handle_t **p = &mod->buckets[bucket_of(h->reg->base)];
+         *p != NULL; p = &(*p)->hnext)
+        if (*p == h) {
+            *p = h->hnext;
+            break;
+        }
+    h->hnext = NULL;
+}
+
+static void idle_add(mca_btl_ferry_module_t *mod, mca_btl_base_registration_handle_t *h)
+{
+    h->idle_next = NULL;
+    h->idle_prev = mod->idle_tail;
+    if (mod->idle_tail != NULL)
+        mod->idle_tail->idle_next = h;
+    else
+        mod->idle_head = h;
+    mod->idle_tail = h;
+    h->idle = true;
+    mod->n_idle++;
+}
+
+static void idle_remove(mca_btl_ferry_module_t *mod, mca_btl_base_registration_handle_t *h)
+{
+    if (h->idle_prev != NULL)
+        h->idle_prev->idle_next = h->idle_next;
+    else
+        mod->idle_head = h->idle_next;
+    if (h->idle_next != NULL)
+        h->idle_next->idle_prev = h->idle_prev;
+    else
+        mod->idle_tail = h->idle_prev;
+    h->idle_prev = h->idle_next = NULL;
+    h->idle = false;
+    mod->n_idle--;
+}
+
+/* Takes h off every list (reg_lock held); the caller then releases it. */
+static void handle_unlink(mca_btl_ferry_module_t *mod, mca_btl_base_registration_handle_t *h)
+{
+    reg_list_remove(mod, h);
+    if (h->cached)
+        bucket_remove(mod, h);
+    if (h->idle)
+        idle_remove(mod, h);
+}
+
+static int handle_release(mca_btl_ferry_module_t *mod, mca_btl_base_registration_handle_t *h)
+{
+    int rc = mod->fbtl->ops->deregister_mem(mod->fbtl, h->reg);
+    free(h);
+    return rc;
+}
+
+/* Deregisters idle registrations: the stale ones, the least recent beyond
+ * keep, or all of them (keep 0, flush true). */
+static void idle_trim(mca_btl_ferry_module_t *mod, unsigned keep, bool flush)
+{
+    for (;;) {
+        pthread_mutex_lock(&reg_lock);
+        mca_btl_base_registration_handle_t *h = mod->idle_head;
+        if (!flush && mod->n_idle <= keep)
+            while (h != NULL && !h->stale)
+                h = h->idle_next;
+        if (h != NULL)
+            handle_unlink(mod, h);
+        pthread_mutex_unlock(&reg_lock);
+        if (h == NULL)
+            return;
+        (void)handle_release(mod, h);
+    }
+}
+
+/* Open MPI's memory hook: [buf, buf + length) is about to be released. Any
+ * thread; marks only. */
+static void reg_released(void *buf, size_t length, void *cbdata, bool from_alloc)
+{
+    mca_btl_ferry_state_t *st = &mca_btl_ferry;
+    uintptr_t lo = (uintptr_t)buf, hi = lo + length;
+    pthread_mutex_lock(&reg_lock);
+    if (st->reg_cache)
+        for (int m = 0; m < st->n_modules; m++)
+            for (mca_btl_base_registration_handle_t *h = st->modules[m]->regs; h != NULL;
+                 h = h->next) {
+                uintptr_t b = (uintptr_t)h->reg->base;
+                if (h->cached && b < hi && lo < b + h->reg->len)
+                    h->stale = true;
+            }
+    pthread_mutex_unlock(&reg_lock);
+}
+
+/* The memory framework, opened by the cache (Open MPI opens it only for
+ * components that ask, which install its hooks by opening it). */
+static bool memory_opened;
+
+void mca_btl_ferry_reg_cache_start(void)
+{
+    mca_btl_ferry_state_t *st = &mca_btl_ferry;
+    const int need = OPAL_MEMORY_FREE_SUPPORT | OPAL_MEMORY_MUNMAP_SUPPORT;
+    st->reg_cache = false;
+    const char *why = NULL;
+    if (opal_leave_pinned == 0)
+        why = "mpi_leave_pinned is 0";
+    else if (mca_base_framework_open(&opal_memory_base_framework, 0) != OPAL_SUCCESS)
+        why = "Open MPI's memory framework does not open";
+    else if (memory_opened = true, (opal_mem_hooks_support_level() & need) != need)
+        why = "Open MPI's memory hooks do not report released memory";
+    else if (opal_mem_hooks_register_release(reg_released, NULL) != OPAL_SUCCESS)
+        why = "Open MPI's memory hooks take no callback";
+    if (why != NULL) {
+        opal_output_verbose(10, opal_btl_base_framework.framework_output,
+                            "btl ferry: registrations are not cached (%s)", why);
+        return;
+    }
+    pthread_mutex_lock(&reg_lock);
+    st->reg_cache = true;
+    pthread_mutex_unlock(&reg_lock);
+}
+
+void mca_btl_ferry_reg_cache_stop(void)
+{
+    mca_btl_ferry_state_t *st = &mca_btl_ferry;
+    if (st->reg_cache) {
+        pthread_mutex_lock(&reg_lock);
+        st->reg_cache = false;
+        pthread_mutex_unlock(&reg_lock);
+        (void)opal_mem_hooks_unregister_release(reg_released);
+        for (int m = 0; m < st->n_modules; m++)
+            idle_trim(st->modules[m], 0, true);
+    }
+    if (memory_opened)
+        (void)mca_base_framework_close(&opal_memory_base_framework);
+    memory_opened = false;
+}
+
+/* A cached registration of ep covering [base, base + size) with the rights
+ * of flags, held once more; NULL when there is none. */
+static mca_btl_base_registration_handle_t *cache_find(mca_btl_ferry_module_t *mod,
+                                                      ferry_btl_endpoint_t *ep, void *base,
+                                                      size_t size, uint32_t flags)
+{
+    pthread_mutex_lock(&reg_lock);
+    mca_btl_base_registration_handle_t *h = mod->buckets[bucket_of(base)];
+    for (; h != NULL; h = h->hnext)
+        if (h->reg->base == base && h->ep == ep && !h->stale && size <= h->reg->len &&
+            (h->flags & flags) == flags)
+            break;
+    if (h != NULL && h->refs++ == 0 && h->idle)
+        idle_remove(mod, h);
+    pthread_mutex_unlock(&reg_lock);
+    return h;
+}
+
 static struct mca_btl_base_registration_handle_t *
 rdma_register_mem(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *endpoint,
                    void *base, size_t size, uint32_t flags)
 {
     mca_btl_ferry_module_t *mod = mod_of(btl);
+    bool cache = mca_btl_ferry.reg_cache;
     uint32_t access = FERRY_ACCESS_LOCAL;
     if (flags & MCA_BTL_REG_FLAG_REMOTE_READ)
         access |= FERRY_ACCESS_REMOTE_READ;
@@ -588,19 +793,40 @@ rdma_register_mem(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoin
     if (flags & MCA_BTL_REG_FLAG_REMOTE_ATOMIC)
         access |= FERRY_ACCESS_REMOTE_ATOMIC;
     ferry_btl_endpoint_t *ep = endpoint == MCA_BTL_ENDPOINT_ANY ? NULL : fep_of(endpoint);
-    mca_btl_base_registration_handle_t *h = malloc(sizeof(*h));
+    mod->stats.regs++;
+    if (cache) {
+        mca_btl_base_registration_handle_t *h = cache_find(mod, ep, base, size, flags);
+        if (h != NULL) {
+            mod->stats.reg_hits++;
+            return h;
+        }
+        idle_trim(mod, MCA_BTL_FERRY_REG_IDLE_MAX, false); /* the stale ones go */
+    }
+    mca_btl_base_registration_handle_t *h = calloc(1, sizeof(*h));
     if (h == NULL)
         return NULL;
     ferry_btl_reg_t *reg = NULL;
     int rc = mod->fbtl->ops->register_mem(mod->fbtl, ep, base, size, access, &reg);
+    if (rc == FERRY_ERR_NO_RESOURCE && cache && mod->idle_head != NULL) {
+        /* Out of registrations: the idle ones make room. */
+        idle_trim(mod, 0, true);
+        rc = mod->fbtl->ops->register_mem(mod->fbtl, ep, base, size, access, &reg);
+    }
     if (rc != FERRY_OK) {
         free(h);
         return NULL;
     }
     memcpy(h->key, reg->key, sizeof(h->key));
     h->reg = reg;
+    h->ep = ep;
+    h->flags = flags;
+    h->refs = 1;
+    h->cached = cache;
+    pthread_mutex_lock(&reg_lock);
     reg_list_add(mod, h);
-    mod->stats.regs++;
+    if (cache)
+        bucket_add(mod, h);
+    pthread_mutex_unlock(&reg_lock);
     return h;
 }
 
@@ -608,12 +834,23 @@ static int rdma_deregister_mem(struct mca_btl_base_module_t *btl,
                                 struct mca_btl_base_registration_handle_t *h)
 {
     mca_btl_ferry_module_t *mod = mod_of(btl);
-    if (h == NULL)
+    if (h == NULL || h->refs == 0)
         return OPAL_ERR_BAD_PARAM;
-    reg_list_remove(mod, h);
-    int rc = mod->fbtl->ops->deregister_mem(mod->fbtl, h->reg);
-    free(h);
-    return mca_btl_ferry_status(rc);
+    pthread_mutex_lock(&reg_lock);
+    bool keep = --h->refs > 0;
+    if (!keep && h->cached && !h->stale && mca_btl_ferry.reg_cache) {
+        idle_add(mod, h);
+        keep = true;
+    }
+    if (!keep)
+        handle_unlink(mod, h);
+    pthread_mutex_unlock(&reg_lock);
+    if (keep) {
+        if (mod->n_idle > MCA_BTL_FERRY_REG_IDLE_MAX)
+            idle_trim(mod, MCA_BTL_FERRY_REG_IDLE_MAX, false);
+        return OPAL_SUCCESS;
+    }
+    return mca_btl_ferry_status(handle_release(mod, h));
 }
 
 /* Synchronous, as Open MPI's btl_flush is: every put, get and atomic

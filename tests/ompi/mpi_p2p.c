@@ -5,7 +5,8 @@
  * many-to-one with the order of each sender checked, non-contiguous
  * datatypes (vector, indexed, struct) of small and large counts, a storm of
  * small non-blocking messages between every pair, and a ring of
- * MPI_Sendrecv. Any rank count >= 2. Rank 0 prints a digest of everything
+ * MPI_Sendrecv, and sends from a buffer unmapped and mapped again at the
+ * same address in between. Any rank count >= 2. Rank 0 prints a digest of everything
  * received (digest.h), the same over any BTL.
  *
  *   mpi_p2p [-m MAX_BYTES]
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "digest.h"
@@ -106,6 +108,44 @@ static void pingpong(size_t max)
             fill(buf, s, 1, 2);
             MPI_Send(buf, (int)s, MPI_BYTE, peer, 11, MPI_COMM_WORLD);
         }
+    }
+    free(buf);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* Rank 0 sends twice from a fresh mapping (rewritten in between), unmaps
+ * it and maps new memory at the same address for the next round: every
+ * message arrives as it was sent. A BTL that keeps registrations for the
+ * next user must not hand out one whose memory went: its key no longer
+ * names the new pages (ferry's sm refuses it, the peer's get fails). */
+static void remap(void)
+{
+    size_t size = cap((size_t)1 << 20);
+    unsigned char *buf = rank == 1 ? xmalloc(size) : NULL;
+    void *at = NULL;
+    for (unsigned round = 0; round < 4 && rank < 2; round++) {
+        if (rank == 1) {
+            for (unsigned k = 0; k < 2; k++) {
+                MPI_Recv(buf, (int)size, MPI_BYTE, 0, 12, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                check("remap", buf, size, 0, 0x70 + 2 * round + k);
+            }
+            continue;
+        }
+        unsigned char *m = mmap(at, size, PROT_READ | PROT_WRITE,
+                                MAP_PRIVATE | MAP_ANONYMOUS | (at != NULL ? MAP_FIXED_NOREPLACE : 0),
+                                -1, 0);
+        if (m == MAP_FAILED && at != NULL) /* the address was taken meanwhile */
+            m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) {
+            fprintf(stderr, "rank 0: remap: mmap of %zu bytes failed\n", size);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        at = m;
+        for (unsigned k = 0; k < 2; k++) {
+            fill(m, size, 0, 0x70 + 2 * round + k);
+            MPI_Send(m, (int)size, MPI_BYTE, 1, 12, MPI_COMM_WORLD);
+        }
+        munmap(m, size);
     }
     free(buf);
     MPI_Barrier(MPI_COMM_WORLD);
@@ -474,6 +514,7 @@ int main(int argc, char **argv)
     datatypes();
     storm();
     ring(max);
+    remap();
     digest_print("p2p");
     if (rank == 0)
         printf("p2p: all checks passed (%d ranks, up to %zu bytes)\n", nranks, max);

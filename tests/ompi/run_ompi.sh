@@ -158,8 +158,11 @@ same_as_vader() {
 expect_counts() {
     # $1 protocol; MODULE set
     puts=$(sum put "$MODULE") gets=$(sum get "$MODULE") queued=$(sum send_queued "$MODULE")
-    recvd=$(sum received "$MODULE")
+    recvd=$(sum received "$MODULE") failed=$(sum failed "$MODULE")
     [ "$recvd" -gt 0 ] || fail "module $MODULE received nothing (counts: put $puts get $gets)"
+    # ob1 falls back to another protocol when a put or get fails, so the
+    # data alone would not tell.
+    [ "$failed" -eq 0 ] || fail "module $MODULE: $failed puts, gets or atomics failed"
     echo "module $MODULE: put $puts, get $gets, send queued $queued, received $recvd"
     case $1 in
     eager) [ "$puts" -eq 0 ] && [ "$gets" -eq 0 ] || fail "eager sizes used RDMA (put $puts, get $gets)" ;;
