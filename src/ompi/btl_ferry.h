@@ -117,6 +117,11 @@ struct mca_btl_ferry_module {
     bool active;    /* best ferry path to some peer: polled on every progress */
     bool finalized; /* btl_finalize ran */
     mca_btl_ferry_stats_t stats;
+    /* The descriptor a received fragment is handed to Open MPI in (only
+     * its segments change), and whether it is in use (a handler that
+     * receives again on this module gets one of its own). */
+    mca_btl_base_descriptor_t rdes;
+    bool rdes_busy;
     mca_btl_base_registration_handle_t *regs; /* live registrations, newest first */
     /* The registration cache: cached registrations by base address, and
      * those nobody holds (kept up to MCA_BTL_FERRY_REG_IDLE_MAX). */
@@ -142,6 +147,10 @@ typedef struct mca_btl_ferry_state {
      * report released memory and mpi_leave_pinned is not 0. */
     bool reg_cache;
     unsigned idle_calls;              /* progress calls since inactive modules were polled */
+    /* The ferry modules of the active Open MPI modules not finalized, in
+     * order: what every progress call polls (mca_btl_ferry_update_active). */
+    ferry_btl_module_t *polled[64];
+    int n_polled;
     mca_btl_ferry_frag_t *done_head, *done_tail; /* callbacks due from progress */
     /* RDMA operations complete whose callbacks are due from progress
      * (btl_ferry_rdma.c). */
@@ -174,7 +183,9 @@ int mca_btl_ferry_run_done(void);
 /* Queues a frag whose callback is due from the next progress. */
 void mca_btl_ferry_defer_done(mca_btl_ferry_frag_t *frag);
 
-/* Recomputes which modules are some peer's best ferry path (active). */
+/* Recomputes which modules are some peer's best ferry path (active), and
+ * the list of those progress polls every call; after a module finalizes
+ * too. */
 void mca_btl_ferry_update_active(void);
 
 /* The RDMA side of a module (btl_ferry_rdma.c): fills super's put, get,

@@ -432,8 +432,13 @@ void mca_btl_ferry_update_active(void)
         }
         best_of_some |= best;
     }
-    for (int m = 0; m < st->n_modules; m++)
-        st->modules[m]->active = (best_of_some & (1ull << m)) != 0;
+    st->n_polled = 0;
+    for (int m = 0; m < st->n_modules; m++) {
+        mca_btl_ferry_module_t *mod = st->modules[m];
+        mod->active = (best_of_some & (1ull << m)) != 0;
+        if (mod->active && !mod->finalized)
+            st->polled[st->n_polled++] = mod->fbtl;
+    }
 }
 
 static int component_progress(void)
@@ -442,17 +447,23 @@ static int component_progress(void)
     if (st->ctx == NULL || st->progressing)
         return 0;
     st->progressing = true;
-    bool all = ++st->idle_calls >= FERRY_IDLE_POLL_EVERY;
-    if (all)
-        st->idle_calls = 0;
     int events = 0;
-    for (int m = 0; m < st->n_modules; m++) {
-        mca_btl_ferry_module_t *mod = st->modules[m];
-        if (mod->finalized || !(mod->active || all))
-            continue;
-        int rc = mod->fbtl->ops->progress(mod->fbtl);
+    for (int i = 0; i < st->n_polled; i++) {
+        ferry_btl_module_t *fbtl = st->polled[i];
+        int rc = fbtl->ops->progress(fbtl);
         if (rc > 0)
             events += rc;
+    }
+    if (++st->idle_calls >= FERRY_IDLE_POLL_EVERY) {
+        st->idle_calls = 0;
+        for (int m = 0; m < st->n_modules; m++) {
+            mca_btl_ferry_module_t *mod = st->modules[m];
+            if (mod->finalized || mod->active)
+                continue;
+            int rc = mod->fbtl->ops->progress(mod->fbtl);
+            if (rc > 0)
+                events += rc;
+        }
     }
     if (st->done_head != NULL)
         events += mca_btl_ferry_run_done();

@@ -163,12 +163,20 @@ static void mod_recv(ferry_btl_module_t *fbtl, const ferry_btl_recv_desc_t *rd, 
             segs[i].seg_len = rd->segs[i].len;
         }
     }
-    mca_btl_base_descriptor_t des;
-    memset(&des, 0, sizeof(des));
-    des.des_segments = segs;
-    des.des_segment_count = n;
+    mca_btl_base_descriptor_t nested;
+    mca_btl_base_descriptor_t *des = &mod->rdes;
+    if (mod->rdes_busy) {
+        memset(&nested, 0, sizeof(nested));
+        des = &nested;
+    }
+    mod->rdes_busy = true;
+    des->des_segments = segs;
+    des->des_segment_count = n;
     mod->stats.recv++;
-    reg->cbfunc(&mod->super, rd->tag, &des, reg->cbdata);
+    reg->cbfunc(&mod->super, rd->tag, des, reg->cbdata);
+    des->des_segments = NULL;
+    des->des_segment_count = 0;
+    mod->rdes_busy = des != &mod->rdes;
     free(gathered);
 }
 
@@ -465,6 +473,7 @@ static int mod_finalize(struct mca_btl_base_module_t *btl)
     if (mod->finalized)
         return OPAL_SUCCESS;
     mod->finalized = true;
+    mca_btl_ferry_update_active(); /* no longer polled */
     print_stats(mod);
     for (int i = 0; i < st->n_modules; i++)
         if (!st->modules[i]->finalized)
