@@ -155,6 +155,10 @@ typedef struct mca_btl_ferry_state {
     /* RDMA operations complete whose callbacks are due from progress
      * (btl_ferry_rdma.c). */
     struct mca_btl_ferry_rdma_op *rdma_done_head, *rdma_done_tail;
+    /* Puts and gets the transport refused for now (out of credits or of
+     * its in-flight budget), started again from progress in order
+     * (btl_ferry_rdma.c). */
+    struct mca_btl_ferry_rdma_op *rdma_wait_head, *rdma_wait_tail;
     /* The Open MPI side of the BTL attributes (btl_ferry_flags, ...). */
     struct {
         int flags;
@@ -200,6 +204,9 @@ void mca_btl_ferry_reg_cache_stop(void);
 /* Runs the callbacks of RDMA operations due from progress; returns how
  * many. */
 int mca_btl_ferry_rdma_run_done(void);
+/* Starts the waiting puts and gets the transport takes now (returns how
+ * many started or failed); with closing, ends every one with an error. */
+int mca_btl_ferry_rdma_run_waiting(bool closing);
 /* The btl flags the adapter gives for a ferry module's capabilities. */
 uint32_t mca_btl_ferry_rdma_flags(const ferry_btl_attr_t *attr);
 

@@ -467,6 +467,8 @@ static int component_progress(void)
     }
     if (st->done_head != NULL)
         events += mca_btl_ferry_run_done();
+    if (st->rdma_wait_head != NULL)
+        events += mca_btl_ferry_rdma_run_waiting(false);
     if (st->rdma_done_head != NULL)
         events += mca_btl_ferry_rdma_run_done();
     st->progressing = false;

@@ -482,6 +482,7 @@ static int mod_finalize(struct mca_btl_base_module_t *btl)
     int rc = OPAL_SUCCESS;
     if (st->ctx != NULL) {
         mca_btl_ferry_run_done();
+        mca_btl_ferry_rdma_run_waiting(true);
         mca_btl_ferry_rdma_run_done();
         mca_btl_ferry_reg_cache_stop();
         rc = mca_btl_ferry_status(ferry_finalize(&st->ctx));

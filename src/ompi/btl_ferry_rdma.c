@@ -49,6 +49,10 @@ typedef struct mca_btl_ferry_rdma_op {
     mca_btl_base_rdma_completion_fn_t cbfunc;
     void *cbcontext;
     void *cbdata;
+    /* While it waits for the transport (on the component's wait list). */
+    struct mca_btl_ferry_rdma_op *next_wait;
+    ferry_btl_desc_t *des;
+    bool is_put;
 } mca_btl_ferry_rdma_op_t;
 
 static mca_btl_ferry_module_t *mod_of(struct mca_btl_base_module_t *btl)
@@ -271,6 +275,73 @@ static void fill_remote(const mca_btl_ferry_module_t *mod, ferry_btl_segment_t *
     memcpy(seg->key, h, mod->fbtl->attr.reg_handle_size);
 }
 
+/* Hands a prepared put or get to the transport; counted when it takes it. */
+static int op_issue(mca_btl_ferry_rdma_op_t *op)
+{
+    mca_btl_ferry_module_t *mod = op->mod;
+    ferry_btl_module_t *fbtl = mod->fbtl;
+    ferry_btl_endpoint_t *ep = fep_of(op->ep);
+    size_t size = op->is_put ? op->des->dst[0].len : op->des->src[0].len;
+    int rc = op->is_put ? fbtl->ops->put(fbtl, ep, op->des) : fbtl->ops->get(fbtl, ep, op->des);
+    if (rc != FERRY_OK)
+        return rc;
+    if (op->is_put) {
+        mod->stats.put++;
+        mod->stats.put_bytes += size;
+    } else {
+        mod->stats.get++;
+        mod->stats.get_bytes += size;
+    }
+    return FERRY_OK;
+}
+
+static void op_wait(mca_btl_ferry_rdma_op_t *op)
+{
+    mca_btl_ferry_state_t *st = &mca_btl_ferry;
+    op->next_wait = NULL;
+    if (st->rdma_wait_tail != NULL)
+        st->rdma_wait_tail->next_wait = op;
+    else
+        st->rdma_wait_head = op;
+    st->rdma_wait_tail = op;
+}
+
+int mca_btl_ferry_rdma_run_waiting(bool closing)
+{
+    mca_btl_ferry_state_t *st = &mca_btl_ferry;
+    int n = 0;
+    mca_btl_ferry_rdma_op_t **p = &st->rdma_wait_head, *prev = NULL;
+    while (*p != NULL) {
+        mca_btl_ferry_rdma_op_t *op = *p;
+        int rc = closing ? FERRY_ERR_UNREACH : op_issue(op);
+        if (rc == FERRY_ERR_NO_RESOURCE) {
+            /* Still refused: those behind it on other endpoints may go. */
+            prev = op;
+            p = &op->next_wait;
+            continue;
+        }
+        *p = op->next_wait;
+        if (st->rdma_wait_tail == op)
+            st->rdma_wait_tail = prev;
+        n++;
+        if (rc != FERRY_OK) {
+            op->mod->fbtl->ops->free(op->mod->fbtl, op->des);
+            op_complete(op, rc);
+        }
+    }
+    return n;
+}
+
+/* Whether a put or get of mod to ep (any endpoint: NULL) still waits. */
+static bool op_waiting(const mca_btl_ferry_module_t *mod, const struct mca_btl_base_endpoint_t *ep)
+{
+    for (const mca_btl_ferry_rdma_op_t *op = mca_btl_ferry.rdma_wait_head; op != NULL;
+         op = op->next_wait)
+        if (op->mod == mod && (ep == NULL || op->ep == ep))
+            return true;
+    return false;
+}
+
 /* put (is_put) or get of size bytes between local and remote. */
 static int rdma_start(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *endpoint,
                       bool is_put, void *local, uint64_t remote,
@@ -317,20 +388,22 @@ static int rdma_start(struct mca_btl_base_module_t *btl, struct mca_btl_base_end
     des->flags |= FERRY_BTL_DES_OWNERSHIP;
     des->cbfunc = rdma_done;
     des->cbdata = op;
-    rc = is_put ? fbtl->ops->put(fbtl, ep, des) : fbtl->ops->get(fbtl, ep, des);
+    op->des = des;
+    op->is_put = is_put;
+    /* Behind others waiting, it waits too: they started first. */
+    rc = mca_btl_ferry.rdma_wait_head != NULL ? FERRY_ERR_NO_RESOURCE : op_issue(op);
+    if (rc == FERRY_ERR_NO_RESOURCE) {
+        /* ob1 takes OPAL_ERR_OUT_OF_RESOURCE for a get as a cue to retry a
+         * few times only, then sends the message through its send pipeline
+         * instead; so the operation waits here for the transport. */
+        op_wait(op);
+        return OPAL_SUCCESS;
+    }
     if (rc != FERRY_OK) {
         fbtl->ops->free(fbtl, des);
         op_put_back(op);
-        if (rc != FERRY_ERR_NO_RESOURCE)
-            mod->stats.rdma_failed++; /* refused: not to be tried again as it is */
+        mod->stats.rdma_failed++; /* refused: not to be tried again as it is */
         return mca_btl_ferry_status(rc);
-    }
-    if (is_put) {
-        mod->stats.put++;
-        mod->stats.put_bytes += size;
-    } else {
-        mod->stats.get++;
-        mod->stats.get_bytes += size;
     }
     return OPAL_SUCCESS;
 }
@@ -858,6 +931,14 @@ static int rdma_deregister_mem(struct mca_btl_base_module_t *btl,
 static int rdma_flush(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep)
 {
     mca_btl_ferry_module_t *mod = mod_of(btl);
+    /* Those still waiting start first: the transport's flush covers only
+     * what it took. */
+    while (op_waiting(mod, ep)) {
+        int rc = mod->fbtl->ops->progress(mod->fbtl);
+        if (rc < 0)
+            return mca_btl_ferry_status(rc);
+        mca_btl_ferry_rdma_run_waiting(false);
+    }
     return mca_btl_ferry_status(mod->fbtl->ops->flush(mod->fbtl, ep != NULL ? fep_of(ep) : NULL));
 }
 
