@@ -68,6 +68,7 @@ fail() {
     echo "FAIL ($CASE $ARGS): $*"
     echo "--- stdout:"; tail -c 5000 "$OUT"
     echo "--- stderr:"; tail -c 8000 "$ERR"
+    [ -n "${provider_before+set}" ] && clean_provider_files "$provider_before"
     exit 1
 }
 
@@ -106,6 +107,36 @@ transport_env() {
 }
 
 # run ARGS...: runs a command with a time bound; STATUS, $OUT and $ERR.
+# libfabric's shm provider names its region files in /dev/shm after the
+# process ("PID:UID:N"); a rank that Open MPI kills or aborts cannot remove
+# its own, and a later process given the same pid then fails to open its
+# endpoint (EBUSY). The kill and error cases remove those the job's dead
+# processes left, and say so. $1: the listing taken before the job.
+shm_provider_files() {
+    ls /dev/shm 2>/dev/null | grep -E '^[0-9]+:[0-9]+:[0-9]+$' | sort
+}
+clean_provider_files() {
+    # The job's processes may still be going down when mpirun has returned.
+    tries=0
+    while [ "$tries" -lt 25 ]; do
+        alive=0
+        for f in $(shm_provider_files); do
+            printf '%s\n' "$1" | grep -qxF "$f" && continue
+            kill -0 "${f%%:*}" 2>/dev/null && alive=1
+        done
+        [ "$alive" -eq 0 ] && break
+        tries=$((tries + 1))
+        sleep 0.2
+    done
+    for f in $(shm_provider_files); do
+        printf '%s\n' "$1" | grep -qxF "$f" && continue
+        if ! kill -0 "${f%%:*}" 2>/dev/null; then
+            echo "removing /dev/shm/$f, left by the job's dead process ${f%%:*} (libfabric's shm provider)"
+            rm -f "/dev/shm/$f"
+        fi
+    done
+}
+
 run() {
     echo "+ $*"
     # Below ctest's 600 s, so that a hung job is reported with its output.
@@ -307,6 +338,7 @@ kill)
     # A label of this run alone, so that its files are told from those of
     # other jobs running at the same time.
     export FERRY_JOB_LABEL="${FERRY_JOB_LABEL:-ompi}k$$"
+    provider_before=$(shm_provider_files)
     start=$(date +%s)
     # shellcheck disable=SC2086
     run "$MPIRUN" -n "$np" $MPI_OPTS $XOPTS "$KILL"
@@ -329,6 +361,7 @@ kill)
         sleep 0.2
     done
     echo "no /dev/shm/ferry-$FERRY_JOB_LABEL.* left"
+    clean_provider_files "$provider_before"
     ;;
 error)
     transport_env "$1"
@@ -340,6 +373,7 @@ error)
     # ferry modules must notice the dead peer, tell ob1 through the error
     # callback it registered, and ob1 ends the job with the BTL's message.
     export KILL_WRAP_STAY=60
+    provider_before=$(shm_provider_files)
     start=$(date +%s)
     # shellcheck disable=SC2086
     run "$MPIRUN" -n "$np" $MPI_OPTS $XOPTS -x KILL_WRAP_STAY sh "$HERE/kill_wrap.sh" "$KILL"
@@ -361,6 +395,7 @@ error)
         sleep 0.2
     done
     echo "no /dev/shm/ferry-$FERRY_JOB_LABEL.* left"
+    clean_provider_files "$provider_before"
     ;;
 netns)
     np=$1
