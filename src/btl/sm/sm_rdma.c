@@ -662,7 +662,7 @@ const btl_amo_hooks_t sm_amo_hooks = {
  * refuses. The last heap registration resolved is cached per endpoint and
  * revalidated by its table entry's generation, which changes with every
  * rewrite, so a repeated key costs one compare and one load. The caller
- * checks the generation again after the access (sm_heap_still_live).
+ * checks the generation again after the access (sm_peer_key_live).
  */
 static int heap_resolve(sm_module_t *mod, ferry_btl_endpoint_t *ep, const uint8_t *rkey,
                         uint64_t raddr, size_t size, uint32_t need, unsigned char **there)
@@ -698,16 +698,6 @@ static int heap_resolve(sm_module_t *mod, ferry_btl_endpoint_t *ep, const uint8_
         return FERRY_ERR_NOT_SUPPORTED;
     *there = ep->hcache.there + (raddr - rbase);
     return FERRY_OK;
-}
-
-/* After an access through heap_resolve: a registration withdrawn meanwhile
- * makes it not count (its memory may be another's by now). The key passed
- * the table's check, so its slot is in range. */
-static bool heap_still_live(const ferry_btl_endpoint_t *ep, const uint8_t *rkey)
-{
-    sm_key_t key;
-    memcpy(&key, rkey, sizeof(key));
-    return atomic_load_explicit(&peer_table(ep)[key.slot].gen, memory_order_acquire) == key.gen;
 }
 
 /* An atomic: on our own memory or a peer's heap, the CPU's atomic here and
@@ -747,7 +737,9 @@ static int atomic_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, void *local,
     if (rc != FERRY_OK)
         return rc;
     uint64_t old = ferry_btl_atomic_apply(there, w32, cswap, op, operand, compare);
-    if (!heap_still_live(ep, rkey))
+    /* A registration withdrawn meanwhile makes it not count (its memory
+     * may be another's by now). */
+    if (!sm_peer_key_live(peer_table(ep), ep->peer_reg_slots, rkey))
         return FERRY_ERR_ACCESS;
     if (fetch)
         btl_atomic_store_result(local, w32, old);
@@ -781,7 +773,8 @@ int sm_rdma_direct(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, bool put, 
         memcpy(local, there, size);
     /* Visible to whoever hears of the completion after this. */
     atomic_thread_fence(memory_order_release);
-    return heap_still_live(ep, rkey) ? FERRY_BTL_DONE : FERRY_ERR_ACCESS;
+    return sm_peer_key_live(peer_table(ep), ep->peer_reg_slots, rkey) ? FERRY_BTL_DONE
+                                                                      : FERRY_ERR_ACCESS;
 }
 
 int sm_atomic_op(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, uint64_t raddr,
