@@ -31,6 +31,7 @@ typedef struct api_rdma_op {
     util_list_item_t link; /* in issue_queue while pieces remain to start, then done */
     bool is_put;
     int peer;
+    int m; /* the module it goes through (without mp) */
     char *buf;
     size_t len;
     size_t issued;      /* bytes handed to the transport so far */
@@ -42,6 +43,10 @@ typedef struct api_rdma_op {
     ferry_comp_cb_t cb;
     void *arg;
     struct ferry_req *req; /* the request completed instead of cb, or NULL */
+    bool issuing;          /* op_issue is at work on it: completions only count */
+    /* To a peer with several rails (src/bml): what striping and failover
+     * need (rdma.c), else NULL. */
+    struct api_rdma_multi *mp;
 } api_rdma_op_t;
 
 /* Objects handed to the application (requests, key handles) whose memory
@@ -107,6 +112,7 @@ struct api_state {
     uint64_t *flush_sent;
     uint64_t *flush_acked;
     uint64_t *flush_sent_ns; /* when the last marker to each peer left */
+    uint64_t *flush_retry_ns; /* when it was last sent again (after a failover) */
     uint64_t flush_timeout_ns; /* FERRY_FLUSH_TIMEOUT; 0: wait for ever */
     uint64_t *ack_owed;
     bool n_owed_hint; /* some ack_owed entry may be set */
@@ -170,11 +176,14 @@ int api_rdma_progress(ferry_ctx_t *ctx);
  * FERRY_OK (started or queued), FERRY_BTL_DONE when cb is NULL and the
  * transport completed it inside the call (rdma_direct: nothing recorded,
  * req untouched: the caller completes it), or an error with nothing
- * started. With accepted_out, on FERRY_OK it says whether the transport
+ * started. raw is the remote key key came from, when the caller has it:
+ * to a peer with several rails, the operation is then striped across them
+ * (large ones) and moves to another when its rail is lost. With accepted_out, on FERRY_OK it says whether the transport
  * took every piece in the call (none is waiting in ferry's queue).
  */
 int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint8_t *key,
-                       void *buf, size_t len, ferry_mem_t *local, uint64_t raddr,
+                       const ferry_rkey_t *raw, void *buf, size_t len, ferry_mem_t *local,
+                       uint64_t raddr,
                        ferry_comp_cb_t cb, void *arg, struct ferry_req *req,
                        bool *accepted_out);
 

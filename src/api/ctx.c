@@ -9,6 +9,7 @@
 
 #include "api/am_large.h"
 #include "api/api.h"
+#include "bml/bml.h"
 #include "btl/base.h"
 
 /* ferry's log lines, to the host's log. */
@@ -102,7 +103,8 @@ int api_ctx_create_hosted(const ferry_init_params_t *params, unsigned flags,
                         (flags & API_CTX_ALL_MODULES) != 0 ? BTL_CTX_ALL_MODULES : 0);
     if (rc != FERRY_OK)
         goto err_fini;
-    if ((rc = api_am_large_register_params(ctx)) != FERRY_OK ||
+    if ((rc = bml_register_params(ctx)) != FERRY_OK ||
+        (rc = api_am_large_register_params(ctx)) != FERRY_OK ||
         (rc = api_onesided_register_params(ctx, NULL, NULL)) != FERRY_OK)
         goto err_fini;
     if ((flags & API_CTX_OPEN) == 0) {
@@ -164,7 +166,8 @@ int ferry_init(const ferry_init_params_t *params, ferry_ctx_t **ctx_out)
     if (rc != FERRY_OK)
         return rc;
     if ((rc = api_state_init(ctx)) != FERRY_OK ||
-        (rc = btl_ctx_add_procs(ctx, api_am_dispatch)) != FERRY_OK) {
+        (rc = btl_ctx_add_procs(ctx, api_am_dispatch)) != FERRY_OK ||
+        (rc = bml_init(ctx)) != FERRY_OK) {
         api_ctx_destroy(ctx);
         return rc;
     }
@@ -194,6 +197,7 @@ int api_ctx_destroy(ferry_ctx_t *ctx)
         api_am_large_fini(ctx);
     api_state_fini(ctx);
     int rc = btl_ctx_close(ctx);
+    bml_fini(ctx);
     if (src != FERRY_OK)
         rc = src;
     rt_modex_fini(ctx->modex);

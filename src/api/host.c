@@ -10,6 +10,7 @@
 #include <ferry/host.h>
 
 #include "api/api.h"
+#include "bml/bml.h"
 #include "mem/rcache.h"
 #include "rt/modex.h"
 #include "util/bitmap.h"
@@ -52,7 +53,8 @@ int ferry_host_init(const ferry_host_t *host, const ferry_init_params_t *params,
     if (rc != FERRY_OK)
         return rc;
     if ((rc = api_state_init(ctx)) != FERRY_OK ||
-        (rc = btl_ctx_add_procs(ctx, api_am_dispatch)) != FERRY_OK) {
+        (rc = btl_ctx_add_procs(ctx, api_am_dispatch)) != FERRY_OK ||
+        (rc = bml_init(ctx)) != FERRY_OK) {
         api_ctx_destroy(ctx);
         return rc;
     }

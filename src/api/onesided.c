@@ -14,6 +14,7 @@
 
 #include "api/api.h"
 #include "api/rkey.h"
+#include "bml/bml.h"
 
 #define API_REQ_MAGIC 0x51455246u  /* "FREQ" */
 #define API_RKEY_H_MAGIC 0x484b5246u /* "FRKH" */
@@ -248,6 +249,10 @@ struct ferry_rkey_handle {
     uint64_t base;
     uint64_t len;
     uint8_t key[FERRY_BTL_KEY_MAX];
+    /* The key as unpacked: another rail's key is found in it when the
+     * peer's traffic moves over (src/bml), and multi-rail operations take
+     * it along. */
+    ferry_rkey_t raw;
 };
 
 int ferry_rkey_unpack(ferry_ctx_t *ctx, int dst, const ferry_rkey_t *rkey, ferry_rkey_h **rh_out)
@@ -274,6 +279,7 @@ int ferry_rkey_unpack(ferry_ctx_t *ctx, int dst, const ferry_rkey_t *rkey, ferry
     rh->base = hdr.base;
     rh->len = hdr.len;
     memcpy(rh->key, key, sizeof(rh->key));
+    rh->raw = *rkey;
     *rh_out = rh;
     return FERRY_OK;
 }
@@ -313,7 +319,7 @@ static inline bool rh_covers(const ferry_rkey_h *rh, uint64_t raddr, size_t len,
 }
 
 /* The checks every handle operation starts with; on success the peer. */
-static btl_peer_t *op_peer(ferry_ctx_t *ctx, const ferry_rkey_h *rh, const ferry_op_params_t *p,
+static btl_peer_t *op_peer(ferry_ctx_t *ctx, ferry_rkey_h *rh, const ferry_op_params_t *p,
                            const void *buf, size_t len, int *rc_out)
 {
     if (!api_ctx_live(ctx) || ctx->api == NULL || !rh_valid(ctx, rh) ||
@@ -324,9 +330,22 @@ static btl_peer_t *op_peer(ferry_ctx_t *ctx, const ferry_rkey_h *rh, const ferry
         return NULL;
     }
     btl_peer_t *peer = &ctx->peers[rh->dst];
-    if (peer->failed || peer->module_idx != rh->module) {
+    if (peer->failed || peer->module_idx < 0) {
         *rc_out = FERRY_ERR_UNREACH;
         return NULL;
+    }
+    if (peer->module_idx != rh->module) {
+        /* The peer's traffic moved to another rail: its key, from the
+         * same remote key (checked again as at unpack). */
+        api_rkey_header_t hdr;
+        uint8_t key[FERRY_BTL_KEY_MAX];
+        if (api_rkey_parse(ctx, peer->module_idx, rh->dst, &rh->raw, &hdr, key) != FERRY_OK ||
+            hdr.access != rh->access || hdr.base != rh->base || hdr.len != rh->len) {
+            *rc_out = FERRY_ERR_UNREACH;
+            return NULL;
+        }
+        rh->module = peer->module_idx;
+        memcpy(rh->key, key, sizeof(rh->key));
     }
     return peer;
 }
@@ -347,7 +366,7 @@ static int rdma_nb(ferry_ctx_t *ctx, bool is_put, ferry_rkey_h *rh, uint64_t rad
     ferry_req_t *req = req_for(ctx, p, &rc);
     if (rc != FERRY_OK)
         return rc;
-    rc = api_rdma_start_key(ctx, is_put, rh->dst, rh->module, rh->key, buf, len,
+    rc = api_rdma_start_key(ctx, is_put, rh->dst, rh->module, rh->key, &rh->raw, buf, len,
                             p != NULL ? p->local : NULL, raddr, NULL, NULL, req, NULL);
     if (rc == FERRY_BTL_DONE)
         return req_done_now(ctx, p, req);
@@ -777,8 +796,8 @@ int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const v
     /* The put's completion callback comes from progress, after this call:
      * n->ordered is settled before it can run. */
     bool accepted = false;
-    rc = api_rdma_start_key(ctx, true, rh->dst, rh->module, rh->key, (void *)buf, len,
-                            p != NULL ? p->local : NULL, raddr, notify_put_done, n, NULL,
+    rc = api_rdma_start_key(ctx, true, rh->dst, rh->module, rh->key, &rh->raw, (void *)buf,
+                            len, p != NULL ? p->local : NULL, raddr, notify_put_done, n, NULL,
                             &accepted);
     if (rc != FERRY_OK) {
         free(n);
@@ -786,7 +805,9 @@ int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const v
     }
     /* The notification is in flight until it has been sent. */
     ctx->api->outstanding[rh->dst]++;
-    if (accepted && (btl->attr.flags & FERRY_BTL_FLAG_PUT_ORDERED)) {
+    /* Across several rails the put may be striped, or move to another
+     * rail, behind a notification on this one: it waits for the put. */
+    if (accepted && (btl->attr.flags & FERRY_BTL_FLAG_PUT_ORDERED) && !bml_multi(ctx, rh->dst)) {
         n->ordered = true;
         if (!util_list_empty(&ctx->api->notify_q) || notify_send(ctx, n) == FERRY_ERR_NO_RESOURCE)
             util_list_append(&ctx->api->notify_q, &n->link);
@@ -854,6 +875,8 @@ static void flush_mark(ferry_ctx_t *ctx, int lo, int hi, uint64_t *marks)
 /* Sends the markers of marks not yet sent (a sent one is made negative by
  * setting its top bit); FERRY_ERR_NO_RESOURCE while some must wait. */
 #define MARK_SENT (1ull << 63)
+#define MARK_RETRY (1ull << 62) /* being sent again: its first time stands */
+#define MARK_SEQ(m) ((m) & ~(MARK_SENT | MARK_RETRY))
 static int flush_send_marks(ferry_ctx_t *ctx, int lo, int hi, uint64_t *marks)
 {
     int rc = FERRY_OK;
@@ -865,10 +888,13 @@ static int flush_send_marks(ferry_ctx_t *ctx, int lo, int hi, uint64_t *marks)
             marks[r - lo] = 0;
             continue;
         }
-        int src = flush_send(ctx, r, FLUSH_MARK, m);
+        int src = flush_send(ctx, r, FLUSH_MARK, MARK_SEQ(m));
         if (src == FERRY_OK) {
-            marks[r - lo] = m | MARK_SENT;
-            ctx->api->flush_sent_ns[r] = rt_now_coarse_ns();
+            marks[r - lo] = MARK_SEQ(m) | MARK_SENT;
+            /* A marker sent again keeps its first time: FERRY_FLUSH_TIMEOUT
+             * still counts from there. */
+            if ((m & MARK_RETRY) == 0)
+                ctx->api->flush_sent_ns[r] = rt_now_coarse_ns();
         }
         else if (src == FERRY_ERR_NO_RESOURCE)
             rc = src;
@@ -896,14 +922,34 @@ static bool flush_overdue(ferry_ctx_t *ctx, int r)
     return true;
 }
 
+/* To a peer whose traffic moved to another rail, a marker or its answer
+ * may have gone down with the rail it took: one unanswered for this long
+ * is sent again (answers are idempotent). */
+#define API_FLUSH_RETRY_NS (100u * 1000u * 1000u)
+
+static bool flush_retry_due(ferry_ctx_t *ctx, int r)
+{
+    struct api_state *api = ctx->api;
+    if (bml_peer_failovers(ctx, r) == 0)
+        return false;
+    uint64_t now = rt_now_coarse_ns();
+    uint64_t last = api->flush_retry_ns[r] > api->flush_sent_ns[r] ? api->flush_retry_ns[r]
+                                                                   : api->flush_sent_ns[r];
+    if (now - last < API_FLUSH_RETRY_NS)
+        return false;
+    api->flush_retry_ns[r] = now;
+    return true;
+}
+
 /* Every marker answered (or its peer failed)? FERRY_ERR_UNREACH when one
- * failed, FERRY_ERR_TIMEOUT when one is overdue (its peer is then failed). */
-static bool flush_marks_done(ferry_ctx_t *ctx, int lo, int hi, const uint64_t *marks, int *rc)
+ * failed, FERRY_ERR_TIMEOUT when one is overdue (its peer is then failed).
+ * A marker due to be sent again loses MARK_SENT for MARK_RETRY. */
+static bool flush_marks_done(ferry_ctx_t *ctx, int lo, int hi, uint64_t *marks, int *rc)
 {
     bool done = true;
     for (int r = lo; r < hi; r++) {
         uint64_t m = marks[r - lo];
-        if (m == 0 || ctx->api->flush_acked[r] >= (m & ~MARK_SENT))
+        if (m == 0 || ctx->api->flush_acked[r] >= MARK_SEQ(m))
             continue;
         if (ctx->peers[r].failed) {
             if (*rc == FERRY_OK)
@@ -914,6 +960,8 @@ static bool flush_marks_done(ferry_ctx_t *ctx, int lo, int hi, const uint64_t *m
             *rc = FERRY_ERR_TIMEOUT;
             continue;
         }
+        if ((m & MARK_SENT) != 0 && flush_retry_due(ctx, r))
+            marks[r - lo] = MARK_SEQ(m) | MARK_RETRY;
         done = false;
     }
     return done;
@@ -1087,9 +1135,11 @@ int api_onesided_init(ferry_ctx_t *ctx)
     api->flush_sent = calloc(n, sizeof(*api->flush_sent));
     api->flush_acked = calloc(n, sizeof(*api->flush_acked));
     api->flush_sent_ns = calloc(n, sizeof(*api->flush_sent_ns));
+    api->flush_retry_ns = calloc(n, sizeof(*api->flush_retry_ns));
     api->ack_owed = calloc(n, sizeof(*api->ack_owed));
     if (api->slots == NULL || api->am_dirty == NULL || api->flush_sent == NULL ||
-        api->flush_acked == NULL || api->ack_owed == NULL)
+        api->flush_acked == NULL || api->ack_owed == NULL || api->flush_sent_ns == NULL ||
+        api->flush_retry_ns == NULL)
         return FERRY_ERR_NO_MEMORY;
     for (int r = 0; r < ctx->size; r++) {
         api->slots[r].ctx = ctx;
@@ -1140,6 +1190,7 @@ void api_onesided_fini(ferry_ctx_t *ctx)
     free(api->flush_sent);
     free(api->flush_acked);
     free(api->flush_sent_ns);
+    free(api->flush_retry_ns);
     free(api->ack_owed);
     api->slots = NULL;
 }

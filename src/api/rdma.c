@@ -13,6 +13,7 @@
 
 #include "api/api.h"
 #include "api/rkey.h"
+#include "bml/bml.h"
 
 struct ferry_mem {
     util_list_item_t link; /* in the context's list of live registrations */
@@ -383,9 +384,70 @@ static int rkey_parse(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t
 
 /* ---- operations ---- */
 
+/* A put or get to a peer with several rails: its remote key as given, to
+ * find each rail's key; its bytes per rail, to stripe by bandwidth; and
+ * the ranges whose pieces ended with the loss of their rail, to issue
+ * again on another. */
+#define API_RANGES_MAX 32
+#define API_RETRIES_MAX (4 * BML_MAX_PATHS)
+
+typedef struct api_rdma_multi {
+    ferry_rkey_t rkey;
+    ferry_mem_t *local;
+    uint32_t need; /* the remote right the operation needs */
+    int n_keys;
+    struct {
+        int m;
+        int status; /* FERRY_OK: key resolved; an error: refused for this operation */
+        uint64_t sent;
+        uint8_t key[FERRY_BTL_KEY_MAX];
+    } keys[BML_MAX_PATHS];
+    size_t n_redo;
+    struct {
+        size_t off, len;
+    } redo[API_RANGES_MAX];
+    unsigned retries;
+} api_rdma_multi_t;
+
 static void op_finish(ferry_ctx_t *ctx, api_rdma_op_t *op)
 {
     util_list_append(&ctx->api->done, &op->link);
+}
+
+/* Once nothing of op is in flight and op_issue is not at work on it: done,
+ * or back to the queue when ranges wait to go again. */
+static void op_settle(ferry_ctx_t *ctx, api_rdma_op_t *op)
+{
+    if (op->outstanding > 0 || op->issuing || op->link.next != NULL)
+        return;
+    if (op->status == FERRY_OK && op->mp != NULL && op->mp->n_redo > 0)
+        util_list_append(&ctx->api->issue_queue, &op->link);
+    else if (op->issued == op->len || op->status != FERRY_OK)
+        op_finish(ctx, op);
+}
+
+/* A piece of a multi-rail operation ended with its rail lost: its range is
+ * kept to go again on another rail. false when it cannot (no rail left,
+ * no room, too many tries): the operation fails. */
+static bool piece_retry(ferry_ctx_t *ctx, api_rdma_op_t *op, ferry_btl_module_t *btl,
+                        ferry_btl_desc_t *des)
+{
+    api_rdma_multi_t *mp = op->mp;
+    const ferry_btl_segment_t *remote = op->is_put ? des->dst : des->src;
+    if (ctx->peers[op->peer].failed || mp->retries >= API_RETRIES_MAX ||
+        mp->n_redo == API_RANGES_MAX || remote == NULL || remote->addr < op->raddr ||
+        remote->addr - op->raddr > op->len || remote->len > op->len - (remote->addr - op->raddr))
+        return false;
+    int m = btl_ctx_module_index(ctx, btl);
+    if (m < 0 || !bml_path_lost(ctx, op->peer, m, FERRY_ERR_UNREACH,
+                                op->is_put ? "a put on it failed" : "a get on it failed"))
+        return false;
+    mp->retries++;
+    ctx->bml->reissued += remote->len;
+    mp->redo[mp->n_redo].off = (size_t)(remote->addr - op->raddr);
+    mp->redo[mp->n_redo].len = remote->len;
+    mp->n_redo++;
+    return true;
 }
 
 static void piece_done(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des,
@@ -393,12 +455,166 @@ static void piece_done(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_
 {
     api_rdma_op_t *op = des->cbdata;
     ferry_ctx_t *ctx = btl->ctx;
+    (void)ep;
+    if (status == FERRY_ERR_UNREACH && op->mp != NULL && op->status == FERRY_OK &&
+        piece_retry(ctx, op, btl, des))
+        status = FERRY_OK;
     if (status != FERRY_OK && op->status == FERRY_OK)
         op->status = status;
     op->outstanding--;
-    if (op->outstanding == 0 && (op->issued == op->len || op->status != FERRY_OK) &&
-        op->link.next == NULL)
-        op_finish(ctx, op);
+    op_settle(ctx, op);
+}
+
+/* The largest piece module btl takes in one put or get. */
+static size_t piece_max_of(const ferry_btl_module_t *btl)
+{
+    size_t piece_max = btl->attr.max_rdma_size;
+    if (btl->attr.rdma_pipeline_frag_size > 0 && btl->attr.rdma_pipeline_frag_size < piece_max)
+        piece_max = btl->attr.rdma_pipeline_frag_size;
+    return piece_max;
+}
+
+/* Hands [op->buf + off, + size) to module btl's endpoint ep with key.
+ * *size_out: what the transport took. */
+static int piece_start(ferry_ctx_t *ctx, api_rdma_op_t *op, ferry_btl_module_t *btl,
+                       ferry_btl_endpoint_t *ep, ferry_btl_reg_t *lreg, const uint8_t *key,
+                       size_t off, size_t *size_io)
+{
+    (void)ctx;
+    size_t size = *size_io;
+    ferry_convertor_t conv;
+    ferry_convertor_init_contig(&conv, op->buf + off, size);
+    ferry_btl_desc_t *des;
+    int rc = op->is_put ? btl->ops->prepare_src(btl, ep, lreg, &conv, 0, &size,
+                                                FERRY_BTL_PREP_RDMA, &des)
+                        : btl->ops->prepare_dst(btl, ep, lreg, &conv, 0, &size,
+                                                FERRY_BTL_PREP_RDMA, &des);
+    if (rc != FERRY_OK)
+        return rc;
+    ferry_btl_segment_t *remote = op->is_put ? des->dst : des->src;
+    remote->addr = op->raddr + off;
+    remote->len = size;
+    memcpy(remote->key, key, sizeof(remote->key));
+    if (op->is_put)
+        des->dst_cnt = 1;
+    else
+        des->src_cnt = 1;
+    des->flags |= FERRY_BTL_DES_OWNERSHIP;
+    des->cbfunc = piece_done;
+    des->cbdata = op;
+    op->outstanding++;
+    rc = op->is_put ? btl->ops->put(btl, ep, des) : btl->ops->get(btl, ep, des);
+    if (rc != FERRY_OK) {
+        op->outstanding--;
+        btl->ops->free(btl, des);
+        return rc;
+    }
+    *size_io = size;
+    return FERRY_OK;
+}
+
+/* The key slot of module m in mp, resolved on first use. */
+static int multi_key(ferry_ctx_t *ctx, api_rdma_op_t *op, int m)
+{
+    api_rdma_multi_t *mp = op->mp;
+    for (int i = 0; i < mp->n_keys; i++)
+        if (mp->keys[i].m == m)
+            return i;
+    if (mp->n_keys == BML_MAX_PATHS)
+        return -1;
+    int i = mp->n_keys++;
+    mp->keys[i].m = m;
+    mp->keys[i].sent = 0;
+    mp->keys[i].status = api_rkey_resolve(ctx, m, op->peer, &mp->rkey, op->raddr, op->len,
+                                          mp->need, mp->keys[i].key);
+    return i;
+}
+
+/* Chooses the rail for the next piece among ms[0..n): the first (the
+ * primary) unless striping, else the one that has carried the fewest bytes
+ * for its bandwidth. Rails whose key this operation cannot use are passed
+ * over; -1 when none is left (*refused_out: why). */
+static int multi_pick(ferry_ctx_t *ctx, api_rdma_op_t *op, const int *ms, int n, bool stripe,
+                      int *refused_out)
+{
+    int best = -1;
+    double best_load = 0;
+    for (int i = 0; i < n; i++) {
+        int k = multi_key(ctx, op, ms[i]);
+        if (k < 0)
+            continue;
+        if (op->mp->keys[k].status != FERRY_OK) {
+            *refused_out = op->mp->keys[k].status;
+            continue;
+        }
+        if (!stripe)
+            return k;
+        uint32_t bw = ctx->modules[ms[i]]->attr.bandwidth;
+        double load = (double)op->mp->keys[k].sent / (double)(bw > 0 ? bw : 1);
+        if (best < 0 || load < best_load) {
+            best = k;
+            best_load = load;
+        }
+    }
+    return best;
+}
+
+/* op_issue for an operation with op->mp: ranges to go again first, then
+ * the rest, each piece on a live rail. */
+static int op_issue_multi(ferry_ctx_t *ctx, api_rdma_op_t *op)
+{
+    api_rdma_multi_t *mp = op->mp;
+    btl_peer_t *peer = &ctx->peers[op->peer];
+    uint32_t flag = op->is_put ? FERRY_BTL_FLAG_PUT : FERRY_BTL_FLAG_GET;
+    for (;;) {
+        if (peer->failed)
+            return FERRY_ERR_UNREACH;
+        size_t off, avail;
+        bool redo = mp->n_redo > 0;
+        if (redo) {
+            off = mp->redo[mp->n_redo - 1].off;
+            avail = mp->redo[mp->n_redo - 1].len;
+        } else if (op->issued < op->len) {
+            off = op->issued;
+            avail = op->len - op->issued;
+        } else {
+            return FERRY_OK;
+        }
+        int ms[BML_MAX_PATHS];
+        int n = bml_rails(ctx, op->peer, flag, ms, BML_MAX_PATHS);
+        bool stripe = n > 1 && op->len >= ctx->bml->stripe_min;
+        int refused = FERRY_ERR_UNREACH;
+        int k = multi_pick(ctx, op, ms, n, stripe, &refused);
+        if (k < 0)
+            return refused;
+        int m = mp->keys[k].m;
+        ferry_btl_module_t *btl = ctx->modules[m];
+        size_t size = avail;
+        size_t max = piece_max_of(btl);
+        if (stripe && ctx->bml->stripe_frag < max)
+            max = ctx->bml->stripe_frag;
+        if (size > max)
+            size = max;
+        int rc = piece_start(ctx, op, btl, peer->eps[m], api_mem_reg(mp->local, m),
+                             mp->keys[k].key, off, &size);
+        if (rc == FERRY_ERR_UNREACH && mp->retries < API_RETRIES_MAX &&
+            bml_path_lost(ctx, op->peer, m, rc, "it refused a put or get")) {
+            mp->retries++;
+            continue;
+        }
+        if (rc != FERRY_OK)
+            return rc;
+        mp->keys[k].sent += size;
+        ctx->bml->rail_bytes[m] += size;
+        if (redo) {
+            mp->redo[mp->n_redo - 1].off += size;
+            mp->redo[mp->n_redo - 1].len -= size;
+            if (mp->redo[mp->n_redo - 1].len == 0)
+                mp->n_redo--;
+        } else {
+            op->issued += size;
+        }
+    }
 }
 
 /* Starts as many pieces of op as the transport takes. Returns FERRY_OK when
@@ -407,46 +623,31 @@ static void piece_done(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_
 static int op_issue(ferry_ctx_t *ctx, api_rdma_op_t *op)
 {
     btl_peer_t *peer = &ctx->peers[op->peer];
-    ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
-    size_t piece_max = btl->attr.max_rdma_size;
-    if (btl->attr.rdma_pipeline_frag_size > 0 && btl->attr.rdma_pipeline_frag_size < piece_max)
-        piece_max = btl->attr.rdma_pipeline_frag_size;
-
+    int rc = FERRY_OK;
+    op->issuing = true;
+    if (op->mp != NULL) {
+        rc = op_issue_multi(ctx, op);
+        op->issuing = false;
+        return rc;
+    }
+    ferry_btl_module_t *btl = ctx->modules[op->m];
+    ferry_btl_endpoint_t *ep = peer->eps[op->m];
+    size_t piece_max = piece_max_of(btl);
     while (op->issued < op->len) {
-        if (peer->failed)
-            return FERRY_ERR_UNREACH;
+        if (peer->failed || ep == NULL) {
+            rc = FERRY_ERR_UNREACH;
+            break;
+        }
         size_t size = op->len - op->issued;
         if (size > piece_max)
             size = piece_max;
-        ferry_convertor_t conv;
-        ferry_convertor_init_contig(&conv, op->buf + op->issued, size);
-        ferry_btl_desc_t *des;
-        int rc = op->is_put ? btl->ops->prepare_src(btl, peer->ep, op->lreg, &conv, 0, &size,
-                                                    FERRY_BTL_PREP_RDMA, &des)
-                            : btl->ops->prepare_dst(btl, peer->ep, op->lreg, &conv, 0, &size,
-                                                    FERRY_BTL_PREP_RDMA, &des);
+        rc = piece_start(ctx, op, btl, ep, op->lreg, op->rkey, op->issued, &size);
         if (rc != FERRY_OK)
-            return rc;
-        ferry_btl_segment_t *remote = op->is_put ? des->dst : des->src;
-        remote->addr = op->raddr + op->issued;
-        remote->len = size;
-        memcpy(remote->key, op->rkey, sizeof(remote->key));
-        if (op->is_put)
-            des->dst_cnt = 1;
-        else
-            des->src_cnt = 1;
-        des->flags |= FERRY_BTL_DES_OWNERSHIP;
-        des->cbfunc = piece_done;
-        des->cbdata = op;
-        rc = op->is_put ? btl->ops->put(btl, peer->ep, des) : btl->ops->get(btl, peer->ep, des);
-        if (rc != FERRY_OK) {
-            btl->ops->free(btl, des);
-            return rc;
-        }
-        op->outstanding++;
+            break;
         op->issued += size;
     }
-    return FERRY_OK;
+    op->issuing = false;
+    return rc;
 }
 
 bool api_mem_covers(const ferry_ctx_t *ctx, const ferry_mem_t *local, const void *buf,
@@ -463,7 +664,8 @@ ferry_btl_reg_t *api_mem_reg(const ferry_mem_t *local, int m)
 }
 
 int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint8_t *key,
-                       void *buf, size_t len, ferry_mem_t *local, uint64_t raddr,
+                       const ferry_rkey_t *raw, void *buf, size_t len, ferry_mem_t *local,
+                       uint64_t raddr,
                        ferry_comp_cb_t cb, void *arg, struct ferry_req *req,
                        bool *accepted_out)
 {
@@ -484,6 +686,7 @@ int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint
                 return FERRY_BTL_DONE;
             /* The callback runs from progress, as always. */
             op->link.next = op->link.prev = NULL;
+            op->mp = NULL;
             op->peer = dst;
             op->status = FERRY_OK;
             op->cb = cb;
@@ -505,6 +708,7 @@ int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint
     memcpy(op->rkey, key, sizeof(op->rkey));
     op->is_put = is_put;
     op->peer = dst;
+    op->m = m;
     op->buf = buf;
     op->len = len;
     op->raddr = raddr;
@@ -512,12 +716,33 @@ int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint
     op->cb = cb;
     op->arg = arg;
     op->req = req;
+    if (raw != NULL && len > 0 && bml_multi(ctx, dst)) {
+        /* Several rails: what moving over or striping needs. */
+        api_rdma_multi_t *mp = malloc(sizeof(*mp));
+        if (mp == NULL) {
+            util_pool_put(&ctx->api->ops, op);
+            return FERRY_ERR_NO_MEMORY;
+        }
+        mp->rkey = *raw;
+        mp->local = local;
+        mp->need = is_put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ;
+        mp->n_keys = 1;
+        mp->keys[0].m = m;
+        mp->keys[0].status = FERRY_OK;
+        mp->keys[0].sent = 0;
+        memcpy(mp->keys[0].key, key, sizeof(mp->keys[0].key));
+        mp->n_redo = 0;
+        mp->retries = 0;
+        op->mp = mp;
+    }
     ctx->api->outstanding[dst]++;
 
     int rc = op_issue(ctx, op);
-    if (rc != FERRY_OK && rc != FERRY_ERR_NO_RESOURCE && op->issued == 0) {
+    if (rc != FERRY_OK && rc != FERRY_ERR_NO_RESOURCE && op->issued == 0 &&
+        op->outstanding == 0) {
         /* Nothing started: the caller hears of it now, not from a callback. */
         ctx->api->outstanding[dst]--;
+        free(op->mp);
         util_pool_put(&ctx->api->ops, op);
         return rc;
     }
@@ -528,8 +753,7 @@ int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint
     } else {
         if (rc != FERRY_OK)
             op->status = rc;
-        if (op->outstanding == 0)
-            op_finish(ctx, op);
+        op_settle(ctx, op);
     }
     return FERRY_OK;
 }
@@ -555,8 +779,8 @@ static int rdma_start(ferry_ctx_t *ctx, bool is_put, int dst, void *buf, size_t 
                           is_put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ, key);
     if (rc != FERRY_OK)
         return rc;
-    rc = api_rdma_start_key(ctx, is_put, dst, m, key, buf, len, local, raddr, cb, arg, NULL,
-                            NULL);
+    rc = api_rdma_start_key(ctx, is_put, dst, m, key, rkey, buf, len, local, raddr, cb, arg,
+                            NULL, NULL);
     return rc == FERRY_BTL_DONE ? FERRY_OK : rc;
 }
 
@@ -587,8 +811,7 @@ int api_rdma_progress(ferry_ctx_t *ctx)
         util_list_remove(&api->issue_queue, it);
         if (rc != FERRY_OK && op->status == FERRY_OK)
             op->status = rc;
-        if (op->outstanding == 0)
-            op_finish(ctx, op);
+        op_settle(ctx, op);
         events++;
     }
 
@@ -601,6 +824,7 @@ int api_rdma_progress(ferry_ctx_t *ctx)
         void *arg = op->arg;
         int status = op->status;
         struct ferry_req *req = op->req;
+        free(op->mp);
         util_pool_put(&api->ops, op);
         if (req != NULL)
             api_req_complete(ctx, req, status);

@@ -349,15 +349,20 @@ static void on_transport_error(ferry_btl_module_t *btl, int status, int peer, co
         }
         return;
     }
-    /* Another transport may still reach it, but ferry keeps one path per
-     * peer: the peer is gone for this job. */
     btl_peer_t *p = &ctx->peers[peer];
-    p->path_down = true;
     if (p->departed && !p->failed) {
+        p->path_down = true;
         rt_log(&ctx->log, RT_LOG_DEBUG, "%s: rank %d, which finalized, closed: %s",
                btl->attr.name, peer, msg);
         return;
     }
+    /* Another path of the same class may take the peer's traffic over
+     * (src/bml); without one the peer is gone for this job. */
+    int m = btl_ctx_module_index(ctx, btl);
+    if (!p->failed && !ctx->closing && m >= 0 && ctx->path_lost != NULL &&
+        ctx->path_lost(ctx, peer, m, status, msg))
+        return;
+    p->path_down = true;
     peer_failed(ctx, peer, status, ctx->rank, true, btl->attr.name, msg);
 }
 
@@ -400,6 +405,10 @@ static void on_ctrl(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, vo
             return;
         }
         ctx->peers[src].departed = true;
+        return;
+    case BTL_CTX_CTRL_PROBE:
+        if (m.rank != -1 || m.origin != -1)
+            ctrl_refuse(ctx, src, "malformed probe");
         return;
     case BTL_CTX_CTRL_FAILED:
         if (m.rank < 0 || m.rank >= ctx->size || m.origin < 0 || m.origin >= ctx->size ||
@@ -598,6 +607,37 @@ int btl_ctx_close(ferry_ctx_t *ctx)
     ctx->slots = NULL;
     ctx->n_slots = 0;
     return rc;
+}
+
+int btl_ctx_module_index(const ferry_ctx_t *ctx, const ferry_btl_module_t *btl)
+{
+    for (int m = 0; m < ctx->n_modules; m++)
+        if (ctx->modules[m] == btl)
+            return m;
+    return -1;
+}
+
+int btl_ctx_poll_module(ferry_ctx_t *ctx, int m)
+{
+    if (ctx->polled == NULL || m < 0 || m >= ctx->n_modules)
+        return FERRY_ERR_INVALID;
+    for (int i = 0; i < ctx->n_polled; i++)
+        if (ctx->polled[i] == ctx->modules[m])
+            return FERRY_OK;
+    /* polled has room for every module. */
+    ctx->polled[ctx->n_polled++] = ctx->modules[m];
+    rt_log(&ctx->log, RT_LOG_DEBUG, "%s (module %d) polled from now on",
+           ctx->modules[m]->attr.name, m);
+    return FERRY_OK;
+}
+
+int btl_ctx_probe(ferry_ctx_t *ctx, int r)
+{
+    if (r < 0 || r >= ctx->size || r == ctx->rank)
+        return FERRY_ERR_INVALID;
+    btl_ctrl_msg_t m = {
+        .magic = BTL_CTX_CTRL_MAGIC, .kind = BTL_CTX_CTRL_PROBE, .rank = -1, .origin = -1};
+    return ctrl_queue(ctx, r, &m);
 }
 
 ferry_btl_module_t *btl_ctx_find_module(ferry_ctx_t *ctx, const char *name)

@@ -22,6 +22,7 @@
 #include "rt/params.h"
 
 struct api_state;
+struct bml;
 
 /*
  * ferry's own control messages between the contexts of a job, on the
@@ -32,7 +33,9 @@ struct api_state;
 #define BTL_CTX_TAG_CTRL (FERRY_BTL_TAG_BTL_MIN - 1)
 #define BTL_CTX_CTRL_MAGIC 0x4c525443u /* "CTRL" */
 
-enum { BTL_CTX_CTRL_FAILED = 1, BTL_CTX_CTRL_DEPART = 2 };
+/* PROBE: nothing to do; it makes a path that just took over a peer's
+ * traffic carry something at once, so that a dead peer is seen there. */
+enum { BTL_CTX_CTRL_FAILED = 1, BTL_CTX_CTRL_DEPART = 2, BTL_CTX_CTRL_PROBE = 3 };
 
 /* A control message as it travels (ranks of one job share an architecture,
  * so host order). Every field is checked on arrival; the sender is who the
@@ -117,6 +120,11 @@ struct ferry_ctx {
     btl_peer_t *peers; /* [size] */
 
     struct api_state *api;
+    /* The paths to each peer (src/bml), and its word when a transport
+     * reports a peer's endpoint broken: true when another path took over
+     * (the peer is not failed), false when none is left. */
+    struct bml *bml;
+    bool (*path_lost)(ferry_ctx_t *ctx, int rank, int m, int status, const char *msg);
     ferry_error_cb_t error_cb;
     void *error_arg;
 
@@ -184,6 +192,16 @@ void btl_ctx_del_procs(ferry_ctx_t *ctx);
  * Returns the first error a finalize returned. Safe on a context built
  * only in part. */
 int btl_ctx_close(ferry_ctx_t *ctx);
+
+/* The index of btl in ctx->modules, or -1. */
+int btl_ctx_module_index(const ferry_ctx_t *ctx, const ferry_btl_module_t *btl);
+
+/* Progress polls module m from now on (a path that took over, or one of the
+ * paths traffic is striped across). */
+int btl_ctx_poll_module(ferry_ctx_t *ctx, int m);
+
+/* Queues a probe (BTL_CTX_CTRL_PROBE) to rank r on its current path. */
+int btl_ctx_probe(ferry_ctx_t *ctx, int r);
 
 /* The open module of that transport name, or NULL. */
 ferry_btl_module_t *btl_ctx_find_module(ferry_ctx_t *ctx, const char *name);
