@@ -138,6 +138,14 @@ static void mode_garbage(ferry_ctx_t *ctx, state_t *st)
         uint8_t big[sizeof(good) + 8];
         memset(big, 0, sizeof(big));
         memcpy(big, &good, sizeof(good));
+        /* A probe (sent after a failover) must name no rank; a good one
+         * does nothing. */
+        btl_ctrl_msg_t probe = {.magic = BTL_CTX_CTRL_MAGIC, .kind = BTL_CTX_CTRL_PROBE,
+                                .rank = -1, .origin = -1};
+        send_ctrl(ctx, &probe, sizeof(probe));
+        probe.rank = 0;
+        probe.origin = 1;
+        send_ctrl(ctx, &probe, sizeof(probe));
         send_ctrl(ctx, &good, 3);         /* short */
         send_ctrl(ctx, big, sizeof(big)); /* long */
         btl_ctrl_msg_t bad[9];
