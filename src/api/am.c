@@ -8,6 +8,7 @@
 
 #include "api/am_large.h"
 #include "api/api.h"
+#include "bml/bml.h"
 
 void api_barrier_recv(ferry_ctx_t *ctx, const void *data, size_t len);
 
@@ -66,10 +67,20 @@ int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t l
     if (api_cbq_waiting(ctx, dst))
         return ctx->in_callback > 0 ? api_cbq_push(ctx, dst, tag, data, NULL, len)
                                     : FERRY_ERR_NO_RESOURCE;
+    /* To a peer with several rails a copy is kept for the replay (bml.h);
+     * nothing may overtake a replay under way. */
+    int m = peer->module_idx;
+    if ((rc = bml_am_gate(ctx, dst)) != FERRY_OK)
+        return rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0
+                   ? api_cbq_push(ctx, dst, tag, data, NULL, len)
+                   : rc;
     /* An inline send copies straight from the caller's buffer to the
      * transport; a descriptor would add a copy. */
     if (btl->attr.flags & FERRY_BTL_FLAG_SENDI) {
+        if ((rc = bml_am_keep(ctx, dst, (uint8_t)tag, NULL, 0, data, len)) != FERRY_OK)
+            return rc;
         rc = btl->ops->sendi(btl, peer->ep, NULL, 0, data, len, (uint8_t)tag);
+        rc = bml_am_sent(ctx, dst, m, rc);
         if (rc == FERRY_OK)
             api_am_sent(ctx, dst);
         else if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0)
@@ -92,14 +103,32 @@ int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t l
     }
     des->flags |= FERRY_BTL_DES_OWNERSHIP;
     des->cbfunc = NULL;
+    if ((rc = bml_am_keep_des(ctx, dst, (uint8_t)tag, des)) != FERRY_OK) {
+        btl->ops->free(btl, des);
+        return rc;
+    }
     rc = btl->ops->send(btl, peer->ep, des, (uint8_t)tag);
     if (rc != FERRY_OK)
         btl->ops->free(btl, des);
-    else
+    rc = bml_am_sent(ctx, dst, m, rc);
+    if (rc == FERRY_OK)
         api_am_sent(ctx, dst);
     if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0)
         rc = api_cbq_push(ctx, dst, tag, data, NULL, len);
     return rc;
+}
+
+int api_send_small(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size_t len)
+{
+    if (ctx->peers == NULL || dst < 0 || dst >= ctx->size || ctx->peers[dst].module_idx < 0)
+        return FERRY_ERR_UNREACH;
+    int m = ctx->peers[dst].module_idx;
+    int rc = bml_am_gate(ctx, dst);
+    if (rc == FERRY_OK)
+        rc = bml_am_keep(ctx, dst, tag, data, len, NULL, 0);
+    if (rc != FERRY_OK)
+        return rc;
+    return bml_am_sent(ctx, dst, m, btl_ctx_send_small(ctx, dst, tag, data, len));
 }
 
 void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, void *cbdata)
@@ -108,6 +137,11 @@ void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, v
     const void *data = NULL;
     size_t len = 0;
     char *joined = NULL;
+
+    /* Counted for the replay, or dropped: it came on a rail its sender
+     * lost, and the sender sends it again (bml.h). */
+    if (!bml_am_rx(ctx, btl, rd->peer))
+        return;
 
     if (rd->seg_cnt == 1) {
         data = ferry_btl_seg_ptr(&rd->segs[0]);

@@ -23,6 +23,7 @@
 
 #include "api/am_large.h"
 #include "api/api.h"
+#include "bml/bml.h"
 
 /* FERRY_AM_RNDV values. */
 enum { RNDV_AUTO = 0, RNDV_GET = FERRY_AM_RNDV_GET, RNDV_PUT = FERRY_AM_RNDV_PUT };
@@ -239,15 +240,23 @@ static int send_once(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, si
     btl_peer_t *peer = &ctx->peers[dst];
     if (peer->module_idx < 0 || peer->failed)
         return FERRY_ERR_UNREACH;
-    ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
+    int m = peer->module_idx;
+    ferry_btl_module_t *btl = ctx->modules[m];
     if (hlen + plen > btl->attr.max_send_size)
         return FERRY_ERR_INVALID;
-    if (btl->attr.flags & FERRY_BTL_FLAG_SENDI)
-        return btl->ops->sendi(btl, peer->ep, hdr, hlen, payload, plen, tag);
-    ferry_btl_desc_t *des;
-    int rc = btl->ops->alloc(btl, peer->ep, hlen + plen, FERRY_BTL_DES_OWNERSHIP, &des);
+    /* Kept for the replay to a peer with several rails (bml.h). */
+    int rc = bml_am_gate(ctx, dst);
+    if (rc == FERRY_OK)
+        rc = bml_am_keep(ctx, dst, tag, hdr, hlen, payload, plen);
     if (rc != FERRY_OK)
         return rc;
+    if (btl->attr.flags & FERRY_BTL_FLAG_SENDI)
+        return bml_am_sent(ctx, dst, m,
+                           btl->ops->sendi(btl, peer->ep, hdr, hlen, payload, plen, tag));
+    ferry_btl_desc_t *des;
+    rc = btl->ops->alloc(btl, peer->ep, hlen + plen, FERRY_BTL_DES_OWNERSHIP, &des);
+    if (rc != FERRY_OK)
+        return bml_am_sent(ctx, dst, m, rc);
     char *p = ferry_btl_seg_ptr(&des->src[0]);
     if (hlen > 0)
         memcpy(p, hdr, hlen);
@@ -257,7 +266,7 @@ static int send_once(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, si
     rc = btl->ops->send(btl, peer->ep, des, tag);
     if (rc != FERRY_OK)
         btl->ops->free(btl, des);
-    return rc;
+    return bml_am_sent(ctx, dst, m, rc);
 }
 
 /* A control message (FIN, CTS, PUT_DONE): sent now, or queued and sent by
@@ -581,7 +590,10 @@ int api_am_send_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen
         } else {
             size_t start = conv->pos, size = len;
             ferry_btl_desc_t *des;
-            rc = btl->ops->prepare_src(btl, peer->ep, NULL, conv, hlen, &size, 0, &des);
+            int m = peer->module_idx;
+            rc = bml_am_gate(ctx, dst);
+            if (rc == FERRY_OK)
+                rc = btl->ops->prepare_src(btl, peer->ep, NULL, conv, hlen, &size, 0, &des);
             if (rc == FERRY_OK && size != len) {
                 btl->ops->free(btl, des);
                 rc = FERRY_ERR;
@@ -589,9 +601,15 @@ int api_am_send_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen
                 memcpy(ferry_btl_seg_ptr(&des->src[0]), hdr, hlen);
                 des->flags |= FERRY_BTL_DES_OWNERSHIP;
                 des->cbfunc = NULL;
-                rc = btl->ops->send(btl, peer->ep, des, API_TAG_MSG);
-                if (rc != FERRY_OK)
+                rc = bml_am_keep_des(ctx, dst, API_TAG_MSG, des);
+                if (rc == FERRY_OK) {
+                    rc = btl->ops->send(btl, peer->ep, des, API_TAG_MSG);
+                    if (rc != FERRY_OK)
+                        btl->ops->free(btl, des);
+                    rc = bml_am_sent(ctx, dst, m, rc);
+                } else {
                     btl->ops->free(btl, des);
+                }
             }
             if (rc != FERRY_OK)
                 ferry_convertor_set_position(conv, start);

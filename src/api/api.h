@@ -261,6 +261,11 @@ static inline bool api_ctx_live(const ferry_ctx_t *ctx)
  * the transports' 8-bit tags. */
 bool api_tag_valid(int tag);
 
+/* btl_ctx_send_small for the API's own messages (barrier, flush markers,
+ * notifications, callback queues): kept for the replay to a peer with
+ * several rails (src/bml). */
+int api_send_small(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size_t len);
+
 /* Validates dst and returns its peer, or NULL with *status_out set. */
 btl_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out);
 

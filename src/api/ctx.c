@@ -253,6 +253,8 @@ int ferry_progress(ferry_ctx_t *ctx)
     int events = btl_ctx_progress(ctx);
     if (events < 0)
         return events;
+    if (ctx->bml != NULL && ctx->bml->work)
+        events += bml_progress(ctx);
     if (ctx->api != NULL)
         events += api_rdma_progress(ctx);
     if (ctx->api != NULL && ctx->api->large != NULL)
@@ -358,7 +360,7 @@ int ferry_barrier(ferry_ctx_t *ctx)
         int to = (ctx->rank + dist) % ctx->size;
         int from = (ctx->rank - dist + ctx->size) % ctx->size;
         barrier_msg_t msg = {.epoch = epoch, .round = round};
-        while ((rc = btl_ctx_send_small(ctx, to, API_TAG_BARRIER, &msg, sizeof(msg))) ==
+        while ((rc = api_send_small(ctx, to, API_TAG_BARRIER, &msg, sizeof(msg))) ==
                FERRY_ERR_NO_RESOURCE) {
             if ((rc = wait_step(ctx, &idle)) != FERRY_OK)
                 return rc;

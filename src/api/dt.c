@@ -17,6 +17,7 @@
 
 #include "api/am_large.h"
 #include "api/api.h"
+#include "bml/bml.h"
 
 /* Below this average block size, or this total, packing beats one
  * operation per block. */
@@ -43,7 +44,10 @@ int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *co
     size_t start = conv->pos;
     size_t size = len;
     ferry_btl_desc_t *des;
-    rc = btl->ops->prepare_src(btl, peer->ep, NULL, conv, 0, &size, 0, &des);
+    int m = peer->module_idx;
+    rc = bml_am_gate(ctx, dst);
+    if (rc == FERRY_OK)
+        rc = btl->ops->prepare_src(btl, peer->ep, NULL, conv, 0, &size, 0, &des);
     if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0)
         return api_cbq_push(ctx, dst, tag, NULL, conv, len);
     if (rc != FERRY_OK)
@@ -56,9 +60,16 @@ int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *co
     }
     des->flags |= FERRY_BTL_DES_OWNERSHIP;
     des->cbfunc = NULL;
-    rc = btl->ops->send(btl, peer->ep, des, (uint8_t)tag);
-    if (rc != FERRY_OK) {
+    rc = bml_am_keep_des(ctx, dst, (uint8_t)tag, des);
+    if (rc == FERRY_OK) {
+        rc = btl->ops->send(btl, peer->ep, des, (uint8_t)tag);
+        if (rc != FERRY_OK)
+            btl->ops->free(btl, des);
+        rc = bml_am_sent(ctx, dst, m, rc);
+    } else {
         btl->ops->free(btl, des);
+    }
+    if (rc != FERRY_OK) {
         ferry_convertor_set_position(conv, start);
     } else {
         api_am_sent(ctx, dst);

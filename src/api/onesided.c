@@ -462,7 +462,7 @@ static int cbq_drain(ferry_ctx_t *ctx)
             api_cbq_msg_t *m = UTIL_CONTAINER_OF(it, api_cbq_msg_t, link);
             int rc = ctx->peers[r].failed
                          ? FERRY_ERR_UNREACH
-                         : btl_ctx_send_small(ctx, r, m->tag, m->data, m->len);
+                         : api_send_small(ctx, r, m->tag, m->data, m->len);
             if (rc == FERRY_ERR_NO_RESOURCE)
                 break;
             if (rc != FERRY_OK) {
@@ -696,7 +696,7 @@ static int notify_send(ferry_ctx_t *ctx, api_notify_t *n)
         notify_finish(ctx, n, FERRY_ERR_UNREACH);
         return FERRY_OK;
     }
-    int rc = btl_ctx_send_small(ctx, n->dst, n->tag, n->payload, n->plen);
+    int rc = api_send_small(ctx, n->dst, n->tag, n->payload, n->plen);
     if (rc == FERRY_ERR_NO_RESOURCE)
         return rc;
     if (rc == FERRY_OK)
@@ -755,7 +755,7 @@ int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const v
                                    len);
         if (rc == FERRY_BTL_DONE) {
             static const uint8_t none;
-            rc = btl_ctx_send_small(ctx, rh->dst, (uint8_t)tag, plen > 0 ? payload : &none, plen);
+            rc = api_send_small(ctx, rh->dst, (uint8_t)tag, plen > 0 ? payload : &none, plen);
             if (rc == FERRY_OK) {
                 api_am_sent(ctx, rh->dst);
                 return req_done_now(ctx, p, req);
@@ -820,7 +820,7 @@ int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const v
 static int flush_send(ferry_ctx_t *ctx, int dst, uint32_t kind, uint64_t seq)
 {
     api_flush_msg_t msg = {.magic = API_FLUSH_MAGIC, .kind = kind, .seq = seq};
-    return btl_ctx_send_small(ctx, dst, API_TAG_FLUSH, &msg, sizeof(msg));
+    return api_send_small(ctx, dst, API_TAG_FLUSH, &msg, sizeof(msg));
 }
 
 void api_flush_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len)

@@ -2,10 +2,12 @@
  * The paths to each peer: rails, the primary among them, failover
  * (bml.h says what each means).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bml/bml.h"
+#include "rt/progress.h"
 
 int bml_register_params(ferry_ctx_t *ctx)
 {
@@ -20,11 +22,21 @@ int bml_register_params(ferry_ctx_t *ctx)
         &bml->stripe_min);
     if (rc != FERRY_OK)
         return rc;
-    return rt_param_register_size(
+    rc = rt_param_register_size(
         &ctx->params, "bml_stripe_frag", (size_t)256 << 10, 4096, (size_t)1 << 30,
         "The largest piece of a striped put or get that goes to one rail at a time (a "
         "transport's own piece limit is kept when smaller)",
         &bml->stripe_frag);
+    if (rc != FERRY_OK)
+        return rc;
+    long long ms = 0;
+    rc = rt_param_register_int(
+        &ctx->params, "bml_replay_timeout", 30000, 1, 24LL * 3600 * 1000,
+        "Milliseconds a rank waits for a peer's count after telling it of a lost rail "
+        "(the replay of active messages); then the peer is taken as failed",
+        &ms);
+    bml->replay_timeout_ns = (uint64_t)ms * 1000000u;
+    return rc;
 }
 
 /* a before b: higher exclusivity, then lower latency, then table order. */
@@ -61,6 +73,222 @@ static void count_rails(const ferry_ctx_t *ctx, bml_peer_t *bp)
             bp->n_live++;
 }
 
+static bml_path_t *find_path(bml_peer_t *bp, int m);
+
+static void drop_kept(bml_peer_t *bp)
+{
+    if (bp->kept != NULL)
+        for (uint64_t i = bp->tx_base; i < bp->tx_seq; i++)
+            free(bp->kept[i % BML_KEEP_MAX]);
+    free(bp->kept);
+    bp->kept = NULL;
+    bp->keeping = false;
+    bp->tx_base = bp->tx_seq = 0;
+    bp->kept_bytes = 0;
+}
+
+/* Forgets the kept messages before number upto (the peer handled them). */
+static void trim_kept(bml_peer_t *bp, uint64_t upto)
+{
+    while (bp->tx_base < upto) {
+        bml_kept_t *k = bp->kept[bp->tx_base % BML_KEEP_MAX];
+        bp->kept[bp->tx_base % BML_KEEP_MAX] = NULL;
+        bp->kept_bytes -= k->len;
+        free(k);
+        bp->tx_base++;
+    }
+}
+
+/* Sends a then b on tag to dst over its current rail, as one message, with
+ * nothing kept: the BML's own messages and the replay. */
+static int send_raw(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *a, size_t alen,
+                    const void *b, size_t blen)
+{
+    btl_peer_t *peer = &ctx->peers[dst];
+    if (peer->module_idx < 0 || peer->failed)
+        return FERRY_ERR_UNREACH;
+    ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
+    size_t len = alen + blen;
+    if (len > btl->attr.max_send_size)
+        return FERRY_ERR_INVALID;
+    if ((btl->attr.flags & FERRY_BTL_FLAG_SENDI) && len <= btl->attr.eager_limit) {
+        int rc = btl->ops->sendi(btl, peer->ep, a, alen, b, blen, tag);
+        if (rc != FERRY_ERR_NOT_SUPPORTED)
+            return rc;
+    }
+    ferry_btl_desc_t *des;
+    int rc = btl->ops->alloc(btl, peer->ep, len, FERRY_BTL_DES_OWNERSHIP, &des);
+    if (rc != FERRY_OK)
+        return rc;
+    char *p = ferry_btl_seg_ptr(&des->src[0]);
+    if (alen > 0)
+        memcpy(p, a, alen);
+    if (blen > 0)
+        memcpy(p + alen, b, blen);
+    des->cbfunc = NULL;
+    rc = btl->ops->send(btl, peer->ep, des, tag);
+    if (rc != FERRY_OK)
+        btl->ops->free(btl, des);
+    return rc;
+}
+
+static int send_msg(ferry_ctx_t *ctx, int dst, const bml_msg_t *m)
+{
+    return send_raw(ctx, dst, BML_TAG, m, sizeof(*m), NULL, 0);
+}
+
+const char *bml_msg_parse(const void *data, size_t len, bml_msg_t *out)
+{
+    if (len != sizeof(*out))
+        return "wrong length";
+    memcpy(out, data, sizeof(*out));
+    if (out->magic != BML_MSG_MAGIC)
+        return "not a BML message";
+    if (out->zero2 != 0)
+        return "a reserved field set";
+    switch (out->kind) {
+    case BML_MSG_ASK:
+    case BML_MSG_COUNT:
+        if (out->instance != 0 || out->last != 0 || out->epoch != 0 || out->name[0] != '\0')
+            return "fields set that its kind does not have";
+        return NULL;
+    case BML_MSG_RECOUNT:
+        if (out->instance != 0 || out->last != 0 || out->name[0] != '\0')
+            return "fields set that its kind does not have";
+        return NULL;
+    case BML_MSG_LOST: {
+        if (out->last > 1 || out->count != 0)
+            return "a malformed loss";
+        size_t n = strnlen(out->name, sizeof(out->name));
+        if (n == 0 || n == sizeof(out->name))
+            return "a loss naming no transport";
+        for (size_t i = n; i < sizeof(out->name); i++)
+            if (out->name[i] != '\0')
+                return "a loss with bytes after its name";
+        return NULL;
+    }
+    default:
+        return "an unknown kind";
+    }
+}
+
+/* The module of this process that a peer's (name, instance) names, or -1. */
+static int module_named(const ferry_ctx_t *ctx, const char *name, uint8_t instance)
+{
+    uint8_t seen = 0;
+    for (int m = 0; m < ctx->n_modules; m++) {
+        if (strcmp(ctx->modules[m]->attr.name, name) != 0)
+            continue;
+        if (seen == instance)
+            return m;
+        seen++;
+    }
+    return -1;
+}
+
+/* How this process names module m to a peer: its transport's name and its
+ * place among that transport's modules. */
+static uint8_t module_instance(const ferry_ctx_t *ctx, int m)
+{
+    uint8_t n = 0;
+    for (int i = 0; i < m; i++)
+        if (strcmp(ctx->modules[i]->attr.name, ctx->modules[m]->attr.name) == 0)
+            n++;
+    return n;
+}
+
+static void refuse(ferry_ctx_t *ctx, int src, const char *why)
+{
+    rt_log_limited(&ctx->log, &ctx->bml->bad_rl, RT_LOG_WARN,
+                   "BML message from rank %d dropped: %s", src, why);
+}
+
+static void violation(ferry_ctx_t *ctx, int src, const char *why)
+{
+    char text[160];
+    snprintf(text, sizeof(text), "rank %d broke the replay protocol: %s", src, why);
+    btl_ctx_fail_peer(ctx, src, FERRY_ERR_PROTO, "bml", text);
+}
+
+/* A BML message from rd->peer (the transport's word for who sent it). */
+static void on_bml_msg(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, void *cbdata)
+{
+    ferry_ctx_t *ctx = cbdata;
+    (void)btl;
+    unsigned char buf[sizeof(bml_msg_t) + 1];
+    size_t len = 0;
+    for (unsigned i = 0; i < rd->seg_cnt && len < sizeof(buf); i++) {
+        size_t take = rd->segs[i].len < sizeof(buf) - len ? rd->segs[i].len : sizeof(buf) - len;
+        memcpy(buf + len, ferry_btl_seg_ptr(&rd->segs[i]), take);
+        len += take;
+    }
+    bml_recv(ctx, rd->peer, buf, len);
+}
+
+void bml_recv(ferry_ctx_t *ctx, int src, const void *buf, size_t len)
+{
+    if (src < 0 || src >= ctx->size || ctx->bml == NULL || ctx->bml->peers == NULL ||
+        src == ctx->rank)
+        return;
+    bml_msg_t m;
+    const char *why = bml_msg_parse(buf, len, &m);
+    if (why != NULL) {
+        refuse(ctx, src, why);
+        return;
+    }
+    bml_peer_t *bp = &ctx->bml->peers[src];
+    switch (m.kind) {
+    case BML_MSG_ASK:
+        bp->owe_count = true;
+        break;
+    case BML_MSG_COUNT:
+        if (!bp->keeping)
+            return;
+        if (m.count > bp->tx_seq) {
+            violation(ctx, src, "it counts more messages than were sent to it");
+            return;
+        }
+        if (m.count > bp->tx_base)
+            trim_kept(bp, m.count);
+        /* A replay under way need not send what the peer now says it has. */
+        if (bp->replay_next < bp->tx_base)
+            bp->replay_next = bp->tx_base;
+        return;
+    case BML_MSG_RECOUNT:
+        if (!bp->keeping || bp->tx_state != BML_TX_WAIT || m.epoch != bp->epoch)
+            return; /* of a round already over */
+        if (m.count > bp->tx_seq || m.count < bp->tx_base) {
+            violation(ctx, src, "its count after a loss is outside what was kept for it");
+            return;
+        }
+        trim_kept(bp, m.count);
+        bp->replay_next = m.count;
+        bp->tx_state = BML_TX_REPLAY;
+        break;
+    case BML_MSG_LOST: {
+        int lm = module_named(ctx, m.name, m.instance);
+        if (lm < 0 || lm >= 64) {
+            refuse(ctx, src, "a loss of a rail this process does not have");
+        } else {
+            /* Nothing more is taken from it: what is on it comes again. */
+            bp->rx_drop |= 1ull << lm;
+            bml_path_t *p = find_path(bp, lm);
+            if (p != NULL && !p->down) {
+                char text[96];
+                snprintf(text, sizeof(text), "rank %d lost its end", src);
+                bml_path_lost(ctx, src, lm, FERRY_ERR_UNREACH, text);
+            }
+        }
+        if (m.last) {
+            bp->owe_replay = true;
+            bp->owe_epoch = m.epoch;
+        }
+        break;
+    }
+    }
+    ctx->bml->work = true;
+}
+
 static bool on_path_lost(ferry_ctx_t *ctx, int rank, int m, int status, const char *msg)
 {
     return bml_path_lost(ctx, rank, m, status, msg);
@@ -81,6 +309,13 @@ int bml_init(ferry_ctx_t *ctx)
         for (int m = 0; m < ctx->n_modules; m++) {
             if (peer->eps[m] == NULL)
                 continue;
+            if (m >= 64 && bp->n > 0) {
+                rt_log(&ctx->log, RT_LOG_WARN,
+                       "rank %d: module %d (%s) is beyond the 64 the BML tells apart; unused as "
+                       "a path",
+                       r, m, ctx->modules[m]->attr.name);
+                continue;
+            }
             if (bp->n == BML_MAX_PATHS) {
                 rt_log(&ctx->log, RT_LOG_WARN,
                        "rank %d: more than %d paths; %s (module %d) and later ones unused", r,
@@ -103,10 +338,18 @@ int bml_init(ferry_ctx_t *ctx)
         if (bp->n_live > 1)
             for (int i = 0; i < bp->n_live; i++)
                 btl_ctx_poll_module(ctx, bp->path[i].m);
-        if (bp->n_live > 1)
+        if (bp->n_live > 1) {
             rt_log(&ctx->log, RT_LOG_DEBUG, "rank %d: %d rails, primary %s (module %d)", r,
                    bp->n_live, ctx->modules[bp->path[0].m]->attr.name, bp->path[0].m);
+            bp->kept = calloc(BML_KEEP_MAX, sizeof(*bp->kept));
+            if (bp->kept == NULL)
+                return FERRY_ERR_NO_MEMORY;
+            bp->keeping = true;
+        }
     }
+    rt_ratelimit_init(&bml->bad_rl, RT_RATELIMIT_BURST, RT_RATELIMIT_INTERVAL_MS);
+    for (int m = 0; m < ctx->n_modules; m++)
+        ctx->modules[m]->ops->register_am(ctx->modules[m], BML_TAG, on_bml_msg, ctx);
     ctx->path_lost = on_path_lost;
     return FERRY_OK;
 }
@@ -116,6 +359,8 @@ void bml_fini(ferry_ctx_t *ctx)
     if (ctx->bml == NULL)
         return;
     ctx->path_lost = NULL;
+    for (int r = 0; ctx->bml->peers != NULL && r < ctx->size; r++)
+        drop_kept(&ctx->bml->peers[r]);
     free(ctx->bml->peers);
     free(ctx->bml->rail_bytes);
     free(ctx->bml);
@@ -159,6 +404,14 @@ bool bml_path_lost(ferry_ctx_t *ctx, int r, int m, int status, const char *msg)
     if (peer->module_idx == m) {
         peer->module_idx = next->m;
         peer->ep = next->ep;
+        /* The active messages went on it: what the peer did not get goes
+         * again on the new rail, once the peer has said how many it got. */
+        if (bp->keeping) {
+            bp->epoch++;
+            bp->tx_state = BML_TX_ASK;
+            bp->lost_told = 0;
+            bml->work = true;
+        }
     }
     btl_ctx_poll_module(ctx, next->m);
     rt_log(&ctx->log, RT_LOG_WARN,
@@ -227,4 +480,240 @@ uint64_t bml_rail_bytes(const ferry_ctx_t *ctx, int m)
     if (ctx->bml == NULL || ctx->bml->rail_bytes == NULL || m < 0 || m >= ctx->n_modules)
         return 0;
     return ctx->bml->rail_bytes[m];
+}
+
+/* ---- the replay ---- */
+
+int bml_am_gate_slow(ferry_ctx_t *ctx, int dst)
+{
+    bml_peer_t *bp = &ctx->bml->peers[dst];
+    if (ctx->peers[dst].failed)
+        return FERRY_OK; /* the send itself says so */
+    if (bp->tx_state != BML_TX_STEADY) {
+        ctx->bml->work = true;
+        return FERRY_ERR_NO_RESOURCE;
+    }
+    if (bp->tx_seq - bp->tx_base >= BML_KEEP_MAX || bp->kept_bytes >= BML_KEEP_BYTES) {
+        bp->ask_count = true;
+        ctx->bml->work = true;
+        return FERRY_ERR_NO_RESOURCE;
+    }
+    return FERRY_OK;
+}
+
+static bml_kept_t *kept_new(ferry_ctx_t *ctx, int dst, uint8_t tag, size_t len)
+{
+    bml_peer_t *bp = &ctx->bml->peers[dst];
+    bml_kept_t *k = malloc(sizeof(*k) + (len > 0 ? len : 1));
+    if (k == NULL)
+        return NULL;
+    k->tag = tag;
+    k->len = len;
+    bp->kept[bp->tx_seq % BML_KEEP_MAX] = k;
+    bp->tx_seq++;
+    bp->kept_bytes += len;
+    if (bp->tx_seq - bp->asked_at >= BML_ASK_EVERY) {
+        bp->ask_count = true;
+        ctx->bml->work = true;
+    }
+    return k;
+}
+
+int bml_am_keep_slow(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *a, size_t alen,
+                     const void *b, size_t blen)
+{
+    if (ctx->peers[dst].failed)
+        return FERRY_OK;
+    bml_kept_t *k = kept_new(ctx, dst, tag, alen + blen);
+    if (k == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    if (alen > 0)
+        memcpy(k->data, a, alen);
+    if (blen > 0)
+        memcpy(k->data + alen, b, blen);
+    return FERRY_OK;
+}
+
+int bml_am_keep_des_slow(ferry_ctx_t *ctx, int dst, uint8_t tag, const ferry_btl_desc_t *des)
+{
+    if (ctx->peers[dst].failed)
+        return FERRY_OK;
+    size_t len = 0;
+    for (unsigned i = 0; i < des->src_cnt; i++)
+        len += des->src[i].len;
+    bml_kept_t *k = kept_new(ctx, dst, tag, len);
+    if (k == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    size_t off = 0;
+    for (unsigned i = 0; i < des->src_cnt; i++) {
+        memcpy(k->data + off, ferry_btl_seg_ptr(&des->src[i]), des->src[i].len);
+        off += des->src[i].len;
+    }
+    return FERRY_OK;
+}
+
+int bml_am_sent_slow(ferry_ctx_t *ctx, int dst, int m, int rc)
+{
+    bml_peer_t *bp = &ctx->bml->peers[dst];
+    if (rc == FERRY_OK || ctx->peers[dst].failed || bp->tx_seq == bp->tx_base)
+        return rc;
+    if (rc == FERRY_ERR_UNREACH &&
+        bml_path_lost(ctx, dst, m, rc, "a send on it failed"))
+        return FERRY_OK; /* kept: the replay sends it */
+    bp->tx_seq--;
+    bml_kept_t *k = bp->kept[bp->tx_seq % BML_KEEP_MAX];
+    bp->kept[bp->tx_seq % BML_KEEP_MAX] = NULL;
+    bp->kept_bytes -= k->len;
+    free(k);
+    return rc;
+}
+
+bool bml_am_rx_slow(ferry_ctx_t *ctx, const ferry_btl_module_t *btl, bml_peer_t *bp)
+{
+    int m = btl_ctx_module_index(ctx, btl);
+    if (m >= 0 && m < 64 && (bp->rx_drop & (1ull << m)) != 0)
+        return false;
+    bp->rx_count++;
+    return true;
+}
+
+/* The sender's side of a round: tells every rail lost (the last one asks
+ * for the count), waits, then sends again what the peer did not get.
+ * Returns events; sets *more when it must be called again. */
+static int replay_step(ferry_ctx_t *ctx, int r, bml_peer_t *bp, bool *more)
+{
+    int events = 0;
+    if (bp->tx_state == BML_TX_ASK) {
+        int n_down = 0;
+        for (int i = 0; i < bp->n; i++)
+            n_down += bp->path[i].down;
+        int told = 0;
+        for (int i = 0; i < bp->n; i++) {
+            if (!bp->path[i].down)
+                continue;
+            if (told++ < bp->lost_told)
+                continue;
+            int m = bp->path[i].m;
+            bml_msg_t msg = {.magic = BML_MSG_MAGIC,
+                             .kind = BML_MSG_LOST,
+                             .instance = module_instance(ctx, m),
+                             .last = told == n_down,
+                             .epoch = bp->epoch};
+            snprintf(msg.name, sizeof(msg.name), "%s", ctx->modules[m]->attr.name);
+            int rc = send_msg(ctx, r, &msg);
+            if (rc == FERRY_ERR_NO_RESOURCE) {
+                *more = true;
+                return events;
+            }
+            if (rc != FERRY_OK)
+                return events; /* the rail's own failure starts another round */
+            bp->lost_told++;
+            events++;
+        }
+        bp->tx_state = BML_TX_WAIT;
+        bp->wait_since_ns = rt_now_coarse_ns();
+    }
+    if (bp->tx_state == BML_TX_WAIT) {
+        if (rt_now_coarse_ns() - bp->wait_since_ns > ctx->bml->replay_timeout_ns) {
+            char text[160];
+            snprintf(text, sizeof(text),
+                     "rank %d did not answer the replay's count within "
+                     "FERRY_BML_REPLAY_TIMEOUT (%llu ms)",
+                     r, (unsigned long long)(ctx->bml->replay_timeout_ns / 1000000u));
+            btl_ctx_fail_peer(ctx, r, FERRY_ERR_TIMEOUT, "bml", text);
+            return events;
+        }
+        *more = true;
+        return events;
+    }
+    if (bp->tx_state == BML_TX_REPLAY) {
+        const ferry_btl_module_t *btl = ctx->modules[ctx->peers[r].module_idx];
+        while (bp->replay_next < bp->tx_seq) {
+            bml_kept_t *k = bp->kept[bp->replay_next % BML_KEEP_MAX];
+            if (k->len > btl->attr.max_send_size) {
+                char text[160];
+                snprintf(text, sizeof(text),
+                         "a %zu-byte message to rank %d cannot go again on %s, whose largest "
+                         "is %zu bytes",
+                         k->len, r, btl->attr.name, btl->attr.max_send_size);
+                btl_ctx_fail_peer(ctx, r, FERRY_ERR_UNREACH, "bml", text);
+                return events;
+            }
+            int rc = send_raw(ctx, r, k->tag, k->data, k->len, NULL, 0);
+            if (rc == FERRY_ERR_NO_RESOURCE) {
+                *more = true;
+                return events;
+            }
+            if (rc != FERRY_OK) {
+                /* That rail broke too: its loss starts another round. */
+                if (rc == FERRY_ERR_UNREACH)
+                    bml_path_lost(ctx, r, ctx->peers[r].module_idx, rc, "a replay on it failed");
+                *more = true;
+                return events;
+            }
+            bp->replay_next++;
+            ctx->bml->replayed++;
+            events++;
+        }
+        bp->tx_state = BML_TX_STEADY;
+        rt_log(&ctx->log, RT_LOG_INFO, "rank %d: replay done on %s (module %d)", r,
+               btl->attr.name, ctx->peers[r].module_idx);
+    }
+    return events;
+}
+
+int bml_progress(ferry_ctx_t *ctx)
+{
+    struct bml *bml = ctx->bml;
+    if (bml == NULL || !bml->work || bml->peers == NULL)
+        return 0;
+    bml->work = false;
+    bool more = false;
+    int events = 0;
+    for (int r = 0; r < ctx->size; r++) {
+        bml_peer_t *bp = &bml->peers[r];
+        if (ctx->peers[r].failed) {
+            if (bp->keeping)
+                drop_kept(bp);
+            bp->owe_count = bp->owe_replay = false;
+            continue;
+        }
+        if (bp->owe_count) {
+            bml_msg_t m = {.magic = BML_MSG_MAGIC, .kind = BML_MSG_COUNT, .count = bp->rx_count};
+            int rc = send_msg(ctx, r, &m);
+            if (rc == FERRY_OK || rc != FERRY_ERR_NO_RESOURCE)
+                bp->owe_count = false;
+            else
+                more = true;
+        }
+        if (bp->owe_replay) {
+            bml_msg_t m = {.magic = BML_MSG_MAGIC,
+                           .kind = BML_MSG_RECOUNT,
+                           .epoch = bp->owe_epoch,
+                           .count = bp->rx_count};
+            int rc = send_msg(ctx, r, &m);
+            if (rc == FERRY_OK || rc != FERRY_ERR_NO_RESOURCE)
+                bp->owe_replay = false;
+            else
+                more = true;
+        }
+        if (!bp->keeping)
+            continue;
+        if (bp->tx_state != BML_TX_STEADY)
+            events += replay_step(ctx, r, bp, &more);
+        if (bp->tx_state == BML_TX_STEADY && bp->ask_count) {
+            bml_msg_t m = {.magic = BML_MSG_MAGIC, .kind = BML_MSG_ASK, .count = bp->tx_seq};
+            int rc = send_msg(ctx, r, &m);
+            if (rc == FERRY_ERR_NO_RESOURCE) {
+                more = true;
+            } else {
+                bp->ask_count = false;
+                bp->asked_at = bp->tx_seq;
+                events++;
+            }
+        }
+    }
+    if (more)
+        bml->work = true;
+    return events;
 }

@@ -35,6 +35,9 @@
 #define TAG_PONG 5
 #define TAG_DONE 6
 #define TAG_CUT 7
+#define TAG_SEQ 8
+#define TAG_COUNT 9
+#define SEQ_BYTES 200 /* a numbered message: its number, then filler */
 
 #define REGION ((size_t)64 << 20)
 #define STRIPE_LEN ((size_t)8 << 20)
@@ -47,6 +50,10 @@ static bool g_have_key;
 static int g_sums_ok, g_sums_bad, g_pongs, g_done, g_errors, g_cut = -1;
 static char *g_region;
 static bool g_cut_other, g_expect_reissue;
+/* Numbered messages each way: the next number expected, and any that came
+ * out of order, twice, or with bad filler. */
+static uint32_t g_seq_next, g_seq_sent;
+static int g_seq_bad;
 
 typedef struct key_msg {
     ferry_rkey_t key;
@@ -135,6 +142,51 @@ static void on_cut(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t 
     (void)ctx, (void)src, (void)tag, (void)arg;
     CHECK(len == sizeof(int));
     memcpy(&g_cut, data, sizeof(int));
+}
+
+static void on_seq(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len, void *arg)
+{
+    (void)ctx, (void)src, (void)tag, (void)arg;
+    uint32_t n;
+    if (len != SEQ_BYTES) {
+        g_seq_bad++;
+        return;
+    }
+    memcpy(&n, data, sizeof(n));
+    const unsigned char *p = data;
+    for (size_t i = sizeof(n); i < len; i++)
+        if (p[i] != (unsigned char)(n + i))
+            g_seq_bad++;
+    if (n != g_seq_next) {
+        fprintf(stderr, "rank %d: message %u came when %u was due\n", ferry_rank(ctx), n,
+                g_seq_next);
+        g_seq_bad++;
+    }
+    g_seq_next = n + 1;
+}
+
+/* Sends the next numbered message, if the transport takes it now. */
+static void seq_send(ferry_ctx_t *ctx, int dst)
+{
+    unsigned char m[SEQ_BYTES];
+    memcpy(m, &g_seq_sent, sizeof(g_seq_sent));
+    for (size_t i = sizeof(g_seq_sent); i < sizeof(m); i++)
+        m[i] = (unsigned char)(g_seq_sent + i);
+    int rc = ferry_am_send(ctx, dst, TAG_SEQ, m, sizeof(m));
+    if (rc == FERRY_OK)
+        g_seq_sent++;
+    else
+        CHECK(rc == FERRY_ERR_NO_RESOURCE);
+}
+
+static bool g_count_got;
+static void on_count(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
+                     void *arg)
+{
+    (void)ctx, (void)src, (void)tag;
+    CHECK(len == sizeof(uint32_t));
+    memcpy(arg, data, sizeof(uint32_t));
+    g_count_got = true;
 }
 
 static void on_error(ferry_ctx_t *ctx, int peer, int status, const char *msg, void *arg)
@@ -251,6 +303,8 @@ static int initiator(ferry_ctx_t *ctx, ferry_mem_t *mem, int dst)
                             &g_peer_key, on_comp, &s) == FERRY_OK);
         }
         started++;
+        for (int j = 0; j < 40; j++)
+            seq_send(ctx, dst);
         if (i == STREAM / 4) {
             CHECK(bml_test_cut(ctx, dst, victim));
             printf("rank %d: rail %d (%s) cut with %d operations started, %d done\n",
@@ -260,7 +314,10 @@ static int initiator(ferry_ctx_t *ctx, ferry_mem_t *mem, int dst)
         }
         if (i == STREAM / 2 - 1) {
             /* The gets read what every put wrote. */
-            wait_for(ctx, &s.done, started);
+            while (s.done < started) {
+                seq_send(ctx, dst);
+                CHECK(ferry_progress(ctx) >= 0);
+            }
             CHECK(ferry_flush(ctx, dst) == FERRY_OK);
         }
     }
@@ -341,6 +398,11 @@ int main(int argc, char **argv)
     CHECK(ferry_am_register(ctx, TAG_PONG, on_pong, NULL) == FERRY_OK);
     CHECK(ferry_am_register(ctx, TAG_DONE, on_done, NULL) == FERRY_OK);
     CHECK(ferry_am_register(ctx, TAG_CUT, on_cut, NULL) == FERRY_OK);
+    CHECK(ferry_am_register(ctx, TAG_SEQ, on_seq, NULL) == FERRY_OK);
+    /* Registered before any barrier: the peer's count may come while this
+     * rank is still inside one. */
+    static uint32_t peer_sent;
+    CHECK(ferry_am_register(ctx, TAG_COUNT, on_count, &peer_sent) == FERRY_OK);
     g_region = malloc(REGION);
     CHECK(g_region != NULL);
     memset(g_region, 0, REGION);
@@ -360,6 +422,8 @@ int main(int argc, char **argv)
     } else {
         while (g_done < 1) {
             CHECK(ferry_progress(ctx) >= 0);
+            if (g_seq_sent < 20000)
+                seq_send(ctx, peer);
             if (g_cut >= 0) {
                 CHECK(g_cut < ctx->n_modules);
                 /* Gone already when its transport saw the other end go. */
@@ -370,10 +434,24 @@ int main(int argc, char **argv)
             }
         }
     }
+    /* Every numbered message each way arrived once and in order: a flush
+     * covers them, then the counts are compared over the barrier's
+     * quiet. */
+    CHECK(ferry_flush(ctx, peer) == FERRY_OK);
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    uint32_t sent = g_seq_sent;
+    send_now(ctx, peer, TAG_COUNT, &sent, sizeof(sent));
+    while (!g_count_got)
+        CHECK(ferry_progress(ctx) >= 0);
+    printf("rank %d: sent %u numbered messages, got %u of the %u sent to it, %d bad\n", rank,
+           sent, g_seq_next, peer_sent, g_seq_bad);
+    CHECK(g_seq_bad == 0);
+    CHECK(g_seq_next == peer_sent);
     CHECK(ferry_barrier(ctx) == FERRY_OK);
     CHECK(g_errors == 0);
-    printf("ok  rank %d: no peer failed (%llu failover(s) here)\n", rank,
-           (unsigned long long)ctx->bml->failovers);
+    printf("ok  rank %d: no peer failed (%llu failover(s) here, %llu message(s) sent again)\n",
+           rank, (unsigned long long)ctx->bml->failovers,
+           (unsigned long long)ctx->bml->replayed);
     CHECK(ferry_mem_deregister(ctx, mem) == FERRY_OK);
     CHECK(ferry_finalize(&ctx) == FERRY_OK);
     free(g_region);

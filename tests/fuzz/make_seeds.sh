@@ -181,3 +181,33 @@ sm_addr sm_foreign /some-database '\000\000\020\000\000\000\000\000' '\071\060\0
 sm_addr sm_subdir /ferry-x/../y '\000\000\020\000\000\000\000\000' '\071\060\000\000' '\002\000\000\000'
 sm_addr sm_tiny /ferry-job-1 '\010\000\000\000\000\000\000\000' '\071\060\000\000' '\002\000\000\000'
 sm_addr sm_no_pid /ferry-job-1 '\000\000\020\000\000\000\000\000' '\000\000\000\000' '\002\000\000\000'
+
+# ---- bml: byte 0 the messages kept to each peer; then records of
+# <sender><flags><a bml_msg_t of 40 bytes>\036 (fuzz_bml.c). bml_msg KIND
+# INSTANCE LAST EPOCH COUNT NAME prints one message (little-endian fields).
+oct() { # the byte of value $1
+    # shellcheck disable=SC2059
+    printf "\\$(printf '%03o' "$1")"
+}
+bml_msg() {
+    printf 'BMLP'; oct "$1"; printf '\000'; oct "$2"; oct "$3"
+    oct "$4"; printf '\000\000\000\000\000\000\000'
+    oct "$5"; printf '\000\000\000\000\000\000\000'
+    printf '%s' "$6"
+    head -c $((16 - ${#6})) /dev/zero
+}
+bml_seed() { # NAME then the bytes on stdin
+    mkdir -p "$here/bml/seed"
+    cat >"$here/bml/seed/$1"
+}
+{ printf '\010'; printf '\000\002'; bml_msg 1 0 0 0 0 ''; printf '\036'
+  printf '\000\002'; bml_msg 2 0 0 0 5 ''; printf '\036'; } | bml_seed ask_count
+{ printf '\010'; printf '\002\006'; bml_msg 3 0 1 1 0 tcp; printf '\036'
+  printf '\002\002'; bml_msg 4 0 0 1 3 ''; printf '\036'
+  printf '\002\002'; bml_msg 2 0 0 0 7 ''; printf '\036'; } | bml_seed lost_recount
+{ printf '\004'; printf '\003\002'; bml_msg 3 1 1 1 0 tcp; printf '\036'
+  printf '\003\002'; bml_msg 3 0 1 2 0 low; printf '\036'; } | bml_seed peer_lost
+{ printf '\004'; printf '\000\000'; bml_msg 2 0 0 0 200 ''; printf '\036'; } | bml_seed count_lies
+{ printf '\004'; printf '\000\000'; bml_msg 3 0 1 1 0 nope; printf '\036'
+  printf '\000\000'; bml_msg 9 0 0 0 0 ''; printf '\036'
+  printf '\000\000BMLP\036'; } | bml_seed malformed
