@@ -10,15 +10,12 @@
  * Module k publishes its addresses under its own key ("btl.tcp" for module
  * 0, "btl.tcp.<k>" for the others) and reaches a peer only through the
  * peer's module k: in per-interface mode only when the two addresses share a
- * subnet, or are both loopback on one host (tcp_module_reaches). Module k
- * is also the k-th tcp entry of a remote key, so a key always reaches the
- * registration table of the module that answers it.
+ * subnet, or are both loopback on one host (tcp_endpoint.c, addr_score).
+ * Module k is also the k-th tcp entry of a remote key, so a key always
+ * reaches the registration table of the module that answers it.
  *
  * A peer is connected on first use, with a non-blocking connect whose
- * deadline (FERRY_TCP_CONNECT_TIMEOUT) progress checks. Connected sockets
- * have keepalive and TCP_USER_TIMEOUT (FERRY_TCP_USER_TIMEOUT): data the
- * peer does not acknowledge for that long (a cut link) fails the socket, and
- * with it the endpoint. The two sides then prove to
+ * deadline (FERRY_TCP_CONNECT_TIMEOUT) progress checks. The two sides then prove to
  * each other that they hold the job's key, which never travels
  * (tcp_hello.c): each sends a fresh nonce, the listener proves itself first
  * with a MAC over both nonces, both ranks, the job and the address dialed,
@@ -53,6 +50,10 @@
  * owed more answers than an initiator may have in flight
  * (FERRY_TCP_RDMA_MAX_INFLIGHT, FERRY_TCP_SENDQ_MAX) is not read from until
  * it has taken them.
+ *
+ * Sockets have keepalive and TCP_USER_TIMEOUT (FERRY_TCP_USER_TIMEOUT):
+ * data the peer leaves unacknowledged that long (a cut link) fails the
+ * socket, and with it the endpoint.
  *
  * Deadlines: a frame whose bytes stop arriving half-way
  * (FERRY_TCP_FRAME_TIMEOUT) and a put or get the target does not answer
