@@ -1,10 +1,21 @@
 /*
  * The tcp transport: active messages and emulated put/get over TCP streams.
  *
- * Each process listens on every selected interface (FERRY_TCP_IF_INCLUDE /
- * FERRY_TCP_IF_EXCLUDE) and publishes the addresses under "btl.tcp". A peer
- * is connected on first use, with a non-blocking connect whose deadline
- * (FERRY_TCP_CONNECT_TIMEOUT) progress checks. The two sides then prove to
+ * Each process opens one or more modules. With FERRY_TCP_MODULES=one (the
+ * default) a module listens on every selected interface
+ * (FERRY_TCP_IF_INCLUDE / FERRY_TCP_IF_EXCLUDE); with per-interface, one
+ * module listens on each selected address. FERRY_TCP_LINKS modules are
+ * opened for each of these, each with its own listeners, sockets,
+ * registrations and attributes, so that a layer above can stripe over them.
+ * Module k publishes its addresses under its own key ("btl.tcp" for module
+ * 0, "btl.tcp.<k>" for the others) and reaches a peer only through the
+ * peer's module k: in per-interface mode only when the two addresses share a
+ * subnet, or are both loopback on one host (tcp_endpoint.c, addr_score).
+ * Module k is also the k-th tcp entry of a remote key, so a key always
+ * reaches the registration table of the module that answers it.
+ *
+ * A peer is connected on first use, with a non-blocking connect whose
+ * deadline (FERRY_TCP_CONNECT_TIMEOUT) progress checks. The two sides then prove to
  * each other that they hold the job's key, which never travels
  * (tcp_hello.c): each sends a fresh nonce, the listener proves itself first
  * with a MAC over both nonces, both ranks, the job and the address dialed,
@@ -39,6 +50,10 @@
  * owed more answers than an initiator may have in flight
  * (FERRY_TCP_RDMA_MAX_INFLIGHT, FERRY_TCP_SENDQ_MAX) is not read from until
  * it has taken them.
+ *
+ * Sockets have keepalive and TCP_USER_TIMEOUT (FERRY_TCP_USER_TIMEOUT):
+ * data the peer leaves unacknowledged that long (a cut link) fails the
+ * socket, and with it the endpoint.
  *
  * Deadlines: a frame whose bytes stop arriving half-way
  * (FERRY_TCP_FRAME_TIMEOUT) and a put or get the target does not answer
@@ -343,7 +358,17 @@ typedef struct tcp_params {
     size_t reg_slots;
     size_t free_list_num, free_list_max, free_list_inc;
     size_t atomic_slots;
+    const char *modules;       /* FERRY_TCP_MODULES: "one" or "per-interface" */
+    bool per_interface;        /* modules == "per-interface" */
+    long long links;           /* FERRY_TCP_LINKS: modules per address (or per process) */
+    long long user_timeout_ms; /* TCP_USER_TIMEOUT; 0: the kernel's */
 } tcp_params_t;
+
+/* One selected local address (tcp_module.c chooses them at open). */
+typedef struct tcp_local_addr {
+    tcp_addr_entry_t addr;
+    char ifname[32];
+} tcp_local_addr_t;
 
 typedef struct tcp_listener {
     tcp_pollable_t poll;
@@ -354,6 +379,13 @@ typedef struct tcp_listener {
 struct tcp_module {
     ferry_btl_module_t super;
     tcp_params_t p;
+    /* This module among the process's tcp modules: its modex key (key) and
+     * its instance in remote keys. It reaches a peer through the peer's
+     * module of the same index only. */
+    int index;
+    int link;          /* which of FERRY_TCP_LINKS on its addresses */
+    bool eager_reach;  /* add_procs reads each peer's address to tell reach */
+    char key[24];      /* "btl.tcp" or "btl.tcp.<index>" */
     int epfd;
     tcp_listener_t listeners[TCP_MAX_ADDRS];
     int nlisteners;
@@ -418,6 +450,11 @@ bool tcp_hello_proves(const uint8_t key[TCP_KEY_LEN], const char *job_id, int32_
 /* Sets FERRY_TCP_SNDBUF and FERRY_TCP_RCVBUF on a socket (when not 0). */
 void tcp_set_bufs(tcp_module_t *mod, int fd);
 ferry_btl_endpoint_t *tcp_ep_get(tcp_module_t *mod, int rank);
+/* Reads the peer's address for this module (mod->key) into ep's candidates,
+ * best first, keeping only those this module may use: FERRY_ERR_UNREACH
+ * when none is left or the peer published none, FERRY_ERR_PROTO when its
+ * address is malformed. */
+int tcp_ep_load_candidates(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
 void tcp_ep_free(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
 int tcp_ep_connect(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
 int tcp_ep_connect_progress(tcp_module_t *mod, ferry_btl_endpoint_t *ep);

@@ -224,11 +224,14 @@ static void set_sockopts(tcp_module_t *mod, int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-#ifdef TCP_USER_TIMEOUT
-    /* Data that stays unacknowledged as long fails the connection too. */
-    unsigned int ut = (unsigned int)(idle + intvl * cnt) * 1000u;
-    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut));
-#endif
+    /* Data the peer leaves unacknowledged this long (a cut link, a host
+     * gone) fails the socket; the kernel would retransmit for many minutes.
+     * With keepalive on, it also bounds how long the probes may go
+     * unanswered. 0 keeps the kernel's behaviour. */
+    if (mod->p.user_timeout_ms > 0) {
+        unsigned int ut = (unsigned int)mod->p.user_timeout_ms;
+        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut));
+    }
 }
 
 static bool is_loopback(const tcp_addr_entry_t *e)
@@ -250,9 +253,19 @@ static bool same_subnet(const tcp_addr_entry_t *a, const tcp_addr_entry_t *b, un
     return (a->addr[full] & mask) == (b->addr[full] & mask);
 }
 
-/* How good a peer's address is from here; < 0: never use it. */
+/* How good a peer's address is from here; < 0: never use it. A module of
+ * one address (FERRY_TCP_MODULES=per-interface) uses only the peer's
+ * addresses on its subnet, or loopback to loopback on one host. */
 static int addr_score(tcp_module_t *mod, const tcp_addr_entry_t *e, bool same_host)
 {
+    if (mod->p.per_interface) {
+        const tcp_addr_entry_t *l = &mod->local[0];
+        if (mod->nlocal < 1 || l->family != e->family || is_loopback(l) != is_loopback(e))
+            return -1;
+        if (is_loopback(e))
+            return same_host ? 400 : -1;
+        return same_subnet(l, e, l->prefix < e->prefix ? l->prefix : e->prefix) ? 300 : -1;
+    }
     if (is_loopback(e))
         return same_host ? 400 : -1;
     int score = 100;
@@ -281,20 +294,20 @@ int tcp_addr_decode(const void *val, size_t len, tcp_addr_blob_t *blob)
     return FERRY_OK;
 }
 
-/* Reads the peer's addresses and orders them, best first. */
-static int load_candidates(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
+int tcp_ep_load_candidates(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     void *val = NULL;
     size_t len = 0;
-    int rc = rt_modex_get(mod->super.ctx->modex, ep->rank, "btl.tcp", &val, &len);
+    ep->ncand = 0;
+    int rc = rt_modex_get(mod->super.ctx->modex, ep->rank, mod->key, &val, &len);
     if (rc != FERRY_OK)
         return FERRY_ERR_UNREACH;
     tcp_addr_blob_t blob;
     rc = tcp_addr_decode(val, len, &blob);
     free(val);
     if (rc != FERRY_OK) {
-        rt_log(logger(mod), RT_LOG_ERROR, "tcp: rank %d published a malformed address",
-               ep->rank);
+        rt_log(logger(mod), RT_LOG_ERROR, "tcp: rank %d published a malformed address (%s)",
+               ep->rank, mod->key);
         return rc;
     }
     bool same_host = mod->same_host != NULL && mod->same_host[ep->rank];
@@ -431,7 +444,7 @@ int tcp_ep_connect(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
                                                                          : FERRY_OK;
     int rc = tcp_load_jobkey(mod);
     if (rc == FERRY_OK)
-        rc = load_candidates(mod, ep);
+        rc = tcp_ep_load_candidates(mod, ep);
     if (rc != FERRY_OK) {
         tcp_ep_fail(mod, ep, FERRY_ERR_UNREACH, "rank %d has no usable tcp address",
                     ep->rank);

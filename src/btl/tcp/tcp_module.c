@@ -41,6 +41,12 @@ static int tcp_add_procs(ferry_btl_module_t *btl, size_t n, const ferry_btl_proc
         if (ep == NULL)
             return FERRY_ERR_NO_MEMORY;
         mod->same_host[r] = procs[i].same_host;
+        /* With several modules, the peer's module of the same index must
+         * have published an address this one can use (tcp_ep_load_candidates):
+         * else this module does not reach it. */
+        if (mod->eager_reach && ep->state == TCP_EP_NEW &&
+            tcp_ep_load_candidates(mod, ep) != FERRY_OK)
+            continue;
         ep->deleted = false;
         eps_out[i] = ep;
         if (reachable != NULL)
@@ -547,9 +553,31 @@ static int tcp_read_params(ferry_ctx_t *ctx, tcp_params_t *p)
         (rc = rt_param_register_size(r, "tcp_free_list_inc", 64, 1, 1u << 20,
                                      "Descriptors added when a tcp pool runs dry",
                                      &p->free_list_inc)) != FERRY_OK ||
+        (rc = rt_param_register_string(r, "tcp_modules", "one",
+                                       "How tcp divides into modules: one (one module "
+                                       "listens on every selected interface) or per-interface "
+                                       "(a module for each selected address, which reaches "
+                                       "peers on its subnet only)",
+                                       &p->modules)) != FERRY_OK ||
+        (rc = rt_param_register_int(r, "tcp_links", 1, 1, 8,
+                                    "tcp modules per selected interface (or per process with "
+                                    "FERRY_TCP_MODULES=one), each with its own socket to a "
+                                    "peer, for striping (same on all ranks)",
+                                    &p->links)) != FERRY_OK ||
+        (rc = rt_param_register_int(r, "tcp_user_timeout", 10000, 0, 3600000,
+                                    "Milliseconds a tcp peer may leave our data "
+                                    "unacknowledged (a cut link) before the connection fails "
+                                    "(TCP_USER_TIMEOUT; 0: the kernel's default)",
+                                    &p->user_timeout_ms)) != FERRY_OK ||
         (rc = btl_amo_register_params(ctx, &p->atomic_slots)) != FERRY_OK)
         return rc;
     const char *bad = NULL;
+    p->per_interface = strcmp(p->modules, "per-interface") == 0;
+    if (!p->per_interface && strcmp(p->modules, "one") != 0) {
+        rt_log(&ctx->log, RT_LOG_ERROR,
+               "FERRY_TCP_MODULES='%s': expected one or per-interface", p->modules);
+        return FERRY_ERR_INVALID;
+    }
     if (p->eager_limit > p->max_send_size)
         bad = "FERRY_TCP_EAGER_LIMIT must not exceed FERRY_TCP_MAX_SEND_SIZE";
     else if (p->free_list_num > p->free_list_max)
@@ -734,21 +762,24 @@ static int open_listener(tcp_module_t *mod, const tcp_addr_entry_t *a, const cha
     return FERRY_OK;
 }
 
-/* Opens a listener on every selected address. */
-static int open_listeners(tcp_module_t *mod)
+/* The selected addresses, in the order of the first FERRY_TCP_IF_INCLUDE
+ * item each matches (then in the kernel's order), so that every host can be
+ * given the same order of subnets and its modules the same indices. */
+static int select_addrs(ferry_ctx_t *ctx, const tcp_params_t *p, tcp_local_addr_t *sel,
+                        int *n_out)
 {
-    ferry_ctx_t *ctx = mod->super.ctx;
     if_item_t inc[TCP_IF_ITEMS], exc[TCP_IF_ITEMS];
     int ninc = 0, nexc = 0;
     int rc;
-    if ((rc = parse_if_list(ctx, "FERRY_TCP_IF_INCLUDE", mod->p.if_include, inc, &ninc)) !=
+    if ((rc = parse_if_list(ctx, "FERRY_TCP_IF_INCLUDE", p->if_include, inc, &ninc)) !=
             FERRY_OK ||
-        (rc = parse_if_list(ctx, "FERRY_TCP_IF_EXCLUDE", mod->p.if_exclude, exc, &nexc)) !=
-            FERRY_OK)
+        (rc = parse_if_list(ctx, "FERRY_TCP_IF_EXCLUDE", p->if_exclude, exc, &nexc)) != FERRY_OK)
         return rc;
     struct ifaddrs *ifs;
     if (getifaddrs(&ifs) != 0)
         return rt_log_errno(&ctx->log, "tcp: getifaddrs", errno);
+    int n = 0;
+    int order[TCP_MAX_ADDRS];
     for (struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
         if (i->ifa_addr == NULL || !(i->ifa_flags & IFF_UP) ||
             (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
@@ -770,28 +801,60 @@ static int open_listeners(tcp_module_t *mod)
                 a.prefix = (uint8_t)mask_len(
                     (const uint8_t *)&((struct sockaddr_in6 *)i->ifa_netmask)->sin6_addr, 16);
         }
-        if (ninc > 0 && !if_match(inc, ninc, i->ifa_name, &a))
-            continue;
+        int at = 0;
+        if (ninc > 0) {
+            while (at < ninc && !if_match(&inc[at], 1, i->ifa_name, &a))
+                at++;
+            if (at == ninc)
+                continue;
+        }
         if (nexc > 0 && if_match(exc, nexc, i->ifa_name, &a))
             continue;
-        if (mod->nlisteners == TCP_MAX_ADDRS) {
+        if (n == TCP_MAX_ADDRS) {
             rt_log(&ctx->log, RT_LOG_WARN,
                    "tcp: more than %d addresses selected; %s and later ones unused "
                    "(narrow FERRY_TCP_IF_INCLUDE)",
                    TCP_MAX_ADDRS, i->ifa_name);
             break;
         }
-        if (open_listener(mod, &a, i->ifa_name) == FERRY_OK)
-            mod->local[mod->nlocal++] = mod->listeners[mod->nlisteners - 1].addr;
+        /* Insertion by include item keeps the kernel's order among equals. */
+        int j = n++;
+        while (j > 0 && order[j - 1] > at) {
+            order[j] = order[j - 1];
+            sel[j] = sel[j - 1];
+            j--;
+        }
+        order[j] = at;
+        memset(&sel[j], 0, sizeof(sel[j]));
+        sel[j].addr = a;
+        snprintf(sel[j].ifname, sizeof(sel[j].ifname), "%s", i->ifa_name);
     }
     freeifaddrs(ifs);
-    if (mod->nlisteners == 0) {
+    *n_out = n;
+    if (n == 0) {
         rt_log(&ctx->log, ninc > 0 ? RT_LOG_WARN : RT_LOG_INFO,
                "tcp: no usable interface%s%s%s", ninc > 0 ? " matches FERRY_TCP_IF_INCLUDE='" : "",
-               ninc > 0 ? mod->p.if_include : "", ninc > 0 ? "'" : "");
+               ninc > 0 ? p->if_include : "", ninc > 0 ? "'" : "");
         return FERRY_ERR_UNREACH;
     }
     return FERRY_OK;
+}
+
+/* What one module of an open is: its addresses, its index and link. */
+typedef struct tcp_plan {
+    const tcp_params_t *p;
+    const tcp_local_addr_t *addrs;
+    int naddrs;
+    int index, link;
+} tcp_plan_t;
+
+/* Opens a listener on each of the module's addresses. */
+static int open_listeners(tcp_module_t *mod, const tcp_plan_t *plan)
+{
+    for (int i = 0; i < plan->naddrs; i++)
+        if (open_listener(mod, &plan->addrs[i].addr, plan->addrs[i].ifname) == FERRY_OK)
+            mod->local[mod->nlocal++] = mod->listeners[mod->nlisteners - 1].addr;
+    return mod->nlisteners > 0 ? FERRY_OK : FERRY_ERR_UNREACH;
 }
 
 static int publish(tcp_module_t *mod)
@@ -804,12 +867,9 @@ static int publish(tcp_module_t *mod)
     blob.count = (uint16_t)mod->nlisteners;
     for (int i = 0; i < mod->nlisteners; i++)
         blob.entry[i] = mod->listeners[i].addr;
-    int rc = rt_modex_put(ctx->modex, "btl.tcp", &blob,
-                          offsetof(tcp_addr_blob_t, entry) +
-                              (size_t)blob.count * sizeof(tcp_addr_entry_t));
-    if (rc != FERRY_OK)
-        return rc;
-    return tcp_jobkey_publish(mod);
+    return rt_modex_put(ctx->modex, mod->key, &blob,
+                        offsetof(tcp_addr_blob_t, entry) +
+                            (size_t)blob.count * sizeof(tcp_addr_entry_t));
 }
 
 extern const ferry_btl_component_t btl_tcp_component;
@@ -828,8 +888,18 @@ static size_t max_frags(const tcp_params_t *p)
 static int tcp_init(ferry_btl_module_t *btl, void *arg)
 {
     tcp_module_t *mod = tcp_of(btl);
-    const tcp_params_t *p = arg;
+    const tcp_plan_t *plan = arg;
+    const tcp_params_t *p = plan->p;
     mod->p = *p;
+    mod->index = plan->index;
+    mod->link = plan->link;
+    /* The default (one module) keeps reading a peer's address only when it
+     * connects; with several, add_procs tells which reach the peer. */
+    mod->eager_reach = p->per_interface || p->links > 1;
+    if (plan->index == 0)
+        snprintf(mod->key, sizeof(mod->key), "btl.tcp");
+    else
+        snprintf(mod->key, sizeof(mod->key), "btl.tcp.%d", plan->index);
     mod->epfd = -1;
     mod->nranks = btl->ctx->size;
     util_list_init(&mod->conns);
@@ -855,9 +925,96 @@ static int tcp_init(ferry_btl_module_t *btl, void *arg)
 
 static int tcp_start(ferry_btl_module_t *btl, void *arg)
 {
-    tcp_module_t *mod = tcp_of(btl);
-    int rc = open_listeners(mod);
-    return rc == FERRY_OK ? publish(mod) : rc;
+    return open_listeners(tcp_of(btl), arg);
+}
+
+/* The speed Linux reports for the interface (/sys/class/net/X/speed, in
+ * Mb/s) in MB/s; 0 when it reports none (loopback, virtual devices, a link
+ * that is down) or the name cannot be one. */
+static uint32_t iface_bandwidth(const char *ifname)
+{
+    char name[IF_NAMESIZE];
+    size_t len = strcspn(ifname, ":"); /* an alias ("eth0:1") is its device's */
+    if (len == 0 || len >= sizeof(name) || ifname[0] == '.' || memchr(ifname, '/', len) != NULL)
+        return 0;
+    memcpy(name, ifname, len);
+    name[len] = '\0';
+    char path[64];
+    snprintf(path, sizeof(path), "/sys/class/net/%s/speed", name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    long speed = -1;
+    if (fscanf(f, "%ld", &speed) != 1)
+        speed = -1;
+    fclose(f);
+    if (speed <= 0)
+        return 0;
+    if (speed / 8 > (long)UINT32_MAX)
+        return UINT32_MAX;
+    return speed < 8 ? 1 : (uint32_t)(speed / 8);
+}
+
+/* The bandwidth of a module on these addresses: the interface's when they
+ * are all on one that Linux knows the speed of, else the default. */
+static uint32_t plan_bandwidth(const tcp_plan_t *plan, uint32_t def)
+{
+    for (int i = 1; i < plan->naddrs; i++)
+        if (strcmp(plan->addrs[i].ifname, plan->addrs[0].ifname) != 0)
+            return def;
+    uint32_t bw = plan->naddrs > 0 ? iface_bandwidth(plan->addrs[0].ifname) : 0;
+    return bw > 0 ? bw : def;
+}
+
+/* One line at info level per module: where it listens. */
+static void log_module(tcp_module_t *mod)
+{
+    char where[512];
+    size_t off = 0;
+    where[0] = '\0';
+    for (int i = 0; i < mod->nlisteners && off < sizeof(where); i++) {
+        const tcp_listener_t *l = &mod->listeners[i];
+        char ip[INET6_ADDRSTRLEN] = "?";
+        inet_ntop(l->addr.family == 4 ? AF_INET : AF_INET6, l->addr.addr, ip, sizeof(ip));
+        int w = snprintf(where + off, sizeof(where) - off, "%s%s %s:%u", i > 0 ? ", " : "",
+                         l->ifname, ip, (unsigned)l->addr.port);
+        if (w < 0)
+            break;
+        off += (size_t)w;
+    }
+    rt_log(&mod->super.ctx->log, RT_LOG_INFO,
+           "tcp: module %d (link %d of %lld) on %s; bandwidth %u MB/s, modex key %s",
+           mod->index, mod->link, mod->p.links, where, mod->super.attr.bandwidth, mod->key);
+}
+
+static void close_modules(ferry_btl_module_t **mods, int n)
+{
+    for (int k = 0; k < n; k++)
+        mods[k]->ops->finalize(mods[k]);
+    free(mods);
+}
+
+/* Publishes every module's address, and the job's key once (all modules
+ * share it). */
+static int publish_all(ferry_btl_module_t **mods, int n)
+{
+    int rc = FERRY_OK;
+    for (int k = 0; k < n && rc == FERRY_OK; k++)
+        rc = publish(tcp_of(mods[k]));
+    if (rc != FERRY_OK)
+        return rc;
+    tcp_module_t *first = tcp_of(mods[0]);
+    rc = tcp_jobkey_publish(first);
+    if (rc != FERRY_OK || !first->have_jobkey)
+        return rc;
+    for (int k = 1; k < n; k++) {
+        tcp_module_t *mod = tcp_of(mods[k]);
+        memcpy(mod->jobkey, first->jobkey, sizeof(mod->jobkey));
+        mod->job_id = first->job_id;
+        mod->job_hash = first->job_hash;
+        mod->have_jobkey = true;
+    }
+    return FERRY_OK;
 }
 
 static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *count_out)
@@ -866,7 +1023,12 @@ static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *co
     int rc = tcp_read_params(ctx, &p);
     if (rc != FERRY_OK)
         return rc;
-    const ferry_btl_attr_t attr = {
+    tcp_local_addr_t sel[TCP_MAX_ADDRS];
+    int nsel = 0;
+    rc = select_addrs(ctx, &p, sel, &nsel);
+    if (rc != FERRY_OK)
+        return rc;
+    ferry_btl_attr_t attr = {
         .name = "tcp",
         .eager_limit = p.eager_limit,
         .max_send_size = p.max_send_size,
@@ -887,6 +1049,7 @@ static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *co
         .atomic_flags = BTL_ATOMIC_SUPPORTS_CPU,
         .mem_per_peer = p.rx_buffer,
     };
+    const uint32_t def_bandwidth = attr.bandwidth;
     const btl_frag_params_t fp = {
         .eager_size = p.eager_limit,
         .max_size = p.max_send_size,
@@ -895,7 +1058,7 @@ static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *co
         .inc = p.free_list_inc,
         .max_frags = max_frags(&p),
     };
-    const btl_base_open_args_t args = {
+    btl_base_open_args_t args = {
         .component = &btl_tcp_component,
         .module_size = sizeof(tcp_module_t),
         .attr = &attr,
@@ -904,9 +1067,59 @@ static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *co
         .frag_params = &fp,
         .init = tcp_init,
         .start = tcp_start,
-        .arg = &p,
     };
-    return btl_base_open(ctx, &args, modules_out, count_out);
+    /* one: each link listens on every address; per-interface: each link
+     * of each address is a module of its own. */
+    int nplaces = p.per_interface ? nsel : 1;
+    int want = nplaces * (int)p.links;
+    ferry_btl_module_t **mods = calloc((size_t)want, sizeof(*mods));
+    if (mods == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    int n = 0;
+    rc = FERRY_OK;
+    for (int place = 0; place < nplaces; place++) {
+        for (int link = 0; link < (int)p.links; link++) {
+            tcp_plan_t plan = {
+                .p = &p,
+                .addrs = p.per_interface ? &sel[place] : sel,
+                .naddrs = p.per_interface ? 1 : nsel,
+                .index = n,
+                .link = link,
+            };
+            attr.bandwidth = plan_bandwidth(&plan, def_bandwidth);
+            args.arg = &plan;
+            rc = btl_base_module_create(ctx, &args, &mods[n]);
+            if (rc == FERRY_ERR_INVALID || rc == FERRY_ERR_NO_MEMORY) {
+                close_modules(mods, n);
+                return rc;
+            }
+            if (rc != FERRY_OK) {
+                char ip[INET6_ADDRSTRLEN] = "?";
+                inet_ntop(plan.addrs[0].addr.family == 4 ? AF_INET : AF_INET6,
+                          plan.addrs[0].addr.addr, ip, sizeof(ip));
+                rt_log(&ctx->log, RT_LOG_INFO, "tcp: no module for link %d on %s%s%s: %s", link,
+                       p.per_interface ? ip : "the selected addresses",
+                       p.per_interface ? " of " : "", p.per_interface ? plan.addrs[0].ifname : "",
+                       ferry_strerror(rc));
+                continue;
+            }
+            n++;
+        }
+    }
+    if (n == 0) {
+        free(mods);
+        return rc != FERRY_OK ? rc : FERRY_ERR_UNREACH;
+    }
+    rc = publish_all(mods, n);
+    if (rc != FERRY_OK) {
+        close_modules(mods, n);
+        return rc;
+    }
+    for (int k = 0; k < n; k++)
+        log_module(tcp_of(mods[k]));
+    *modules_out = mods;
+    *count_out = n;
+    return FERRY_OK;
 }
 
 const ferry_btl_component_t btl_tcp_component = {
