@@ -8,8 +8,13 @@
  * rails of one class (two tcp links, or tcp and ofi at one exclusivity);
  * with fewer the run exits 77 with the reason.
  *
- *   test_bml [--cut=primary|other] [--expect-reissue]
+ *   test_bml [--cut=primary|other|link=DIR] [--expect-reissue]
  *
+ * --cut=link=DIR: nothing is cut from inside; a link is cut from outside
+ * (tests/api/run_bml_netns.sh) while rank 0 streams puts and numbered
+ * messages: each rank writes DIR/ready.<rank> once traffic flows, the
+ * script cuts the primary's link and writes DIR/cut, and rank 0 goes on
+ * until its transport has reported the loss and traffic has moved.
  * --cut: the rail cut is the primary (default: messages move too) or
  * another one (striped pieces in flight on it move). --expect-reissue: the
  * cut rail's transport fails what is in flight on it (ofi does; tcp lets
@@ -20,11 +25,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <ferry/ferry.h>
 
 #include "bml/bml.h"
 #include "btl/ctx.h"
+#include "rt/progress.h"
 
 #include "../unit/check.h"
 
@@ -50,6 +57,7 @@ static bool g_have_key;
 static int g_sums_ok, g_sums_bad, g_pongs, g_done, g_errors, g_cut = -1;
 static char *g_region;
 static bool g_cut_other, g_expect_reissue;
+static const char *g_link_dir; /* --cut=link=DIR */
 /* Numbered messages each way: the next number expected, and any that came
  * out of order, twice, or with bad filler. */
 static uint32_t g_seq_next, g_seq_sent;
@@ -241,6 +249,58 @@ static void check_at_target(ferry_ctx_t *ctx, int dst, const char *src, uint64_t
     CHECK(g_sums_bad == 0);
 }
 
+static void mark(const char *name, int rank)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s.%d", g_link_dir, name, rank);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fclose(f);
+}
+
+static bool link_cut(void)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/cut", g_link_dir);
+    return access(path, F_OK) == 0;
+}
+
+/* Rank 0's stream while a link is cut from outside: 1 MiB puts into 24
+ * slots, at most 8 in flight (a slot's source is not rewritten before its
+ * put completed), numbered messages beside them, until the loss has been
+ * reported and 32 more puts have gone. Then every slot must hold what was
+ * put there last. */
+static void stream_until_cut(ferry_ctx_t *ctx, ferry_mem_t *mem, int dst, char *src)
+{
+    comp_t s = {0};
+    int started = 0, after = 0;
+    mark("ready", ctx->rank);
+    double t0 = (double)rt_now_coarse_ns() / 1e9;
+    for (int i = 0; after < 32; i++) {
+        size_t off = (size_t)(i % 24) * PIECE;
+        while (started - s.done >= 8) {
+            seq_send(ctx, dst);
+            CHECK(ferry_progress(ctx) >= 0);
+        }
+        fill(src + off, PIECE, (unsigned)i + 100);
+        CHECK(ferry_put(ctx, dst, src + off, PIECE, mem, g_peer_base + off, &g_peer_key,
+                        on_comp, &s) == FERRY_OK);
+        started++;
+        for (int j = 0; j < 20; j++)
+            seq_send(ctx, dst);
+        if (ctx->bml->failovers > 0)
+            after++;
+        CHECK((double)rt_now_coarse_ns() / 1e9 - t0 < 60);
+    }
+    wait_for(ctx, &s.done, started);
+    CHECK(s.bad == 0);
+    CHECK(ferry_flush(ctx, dst) == FERRY_OK);
+    CHECK(link_cut());
+    check_at_target(ctx, dst, src, 0, 24 * PIECE);
+    printf("ok  %d puts across the cut link, all complete (%llu bytes issued again)\n", started,
+           (unsigned long long)ctx->bml->reissued);
+}
+
 static int initiator(ferry_ctx_t *ctx, ferry_mem_t *mem, int dst)
 {
     int ms[BML_MAX_PATHS];
@@ -279,6 +339,12 @@ static int initiator(ferry_ctx_t *ctx, ferry_mem_t *mem, int dst)
     }
     CHECK(total == 2 * STRIPE_LEN);
     printf("ok  striped put and get of %zu bytes over %d rails\n", STRIPE_LEN, n);
+
+    if (g_link_dir != NULL) {
+        stream_until_cut(ctx, mem, dst, src);
+        free(back);
+        return 0;
+    }
 
     /* A stream of puts and gets, with the primary rail cut half-way. */
     ferry_rkey_h *rh = NULL;
@@ -365,6 +431,8 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--cut=other") == 0)
             g_cut_other = true;
+        else if (strncmp(argv[i], "--cut=link=", 11) == 0)
+            g_link_dir = argv[i] + 11;
         else if (strcmp(argv[i], "--expect-reissue") == 0)
             g_expect_reissue = true;
         else if (strcmp(argv[i], "--cut=primary") != 0) {
@@ -420,8 +488,13 @@ int main(int argc, char **argv)
         initiator(ctx, mem, peer);
         send_now(ctx, peer, TAG_DONE, NULL, 0);
     } else {
+        bool marked = false;
         while (g_done < 1) {
             CHECK(ferry_progress(ctx) >= 0);
+            if (g_link_dir != NULL && !marked && g_seq_next > 0) {
+                mark("ready", rank);
+                marked = true;
+            }
             if (g_seq_sent < 20000)
                 seq_send(ctx, peer);
             if (g_cut >= 0) {

@@ -1,0 +1,77 @@
+#!/bin/sh
+# usage: run_bml_netns.sh FERRYRUN TEST_BML
+# Failover over real links: two ranks in two network namespaces
+# (tests/multihost/netns_lib.sh) joined by two links of their own, rail0
+# (10.78.0.0/24) and rail1 (10.79.0.0/24), with a tcp module on each
+# (FERRY_TCP_MODULES=per-interface); the hub's link carries only the
+# launcher's PMI. Once traffic flows, rail0 (the primary's) is set down at
+# one end. tcp must report it within FERRY_TCP_USER_TIMEOUT (2000 ms), the
+# BML must move everything to rail1, and test_bml (--cut=link) checks that
+# every put completed and landed, every numbered message arrived once and
+# in order both ways, and neither rank took the other as failed. Needs root
+# and ip netns (skipped otherwise); run under flock /tmp/ferry-netns.lock.
+set -u
+ferryrun=$1 prog=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+MH=$(cd "$HERE/../multihost" && pwd)
+. "$MH/netns_lib.sh"
+mh_require_netns
+mh_setup 2
+set -- $MH_HOSTS
+H1=$1 H2=$2
+i=0
+for net in 78 79; do
+    ip -n "$H1" link add rail$i type veth peer name rail$i netns "$H2" || exit 1
+    ip -n "$H1" addr add 10.$net.0.1/24 dev rail$i
+    ip -n "$H2" addr add 10.$net.0.2/24 dev rail$i
+    ip -n "$H1" link set rail$i up
+    ip -n "$H2" link set rail$i up
+    i=$((i + 1))
+done
+for ns in $H1 $H2; do
+    for l in rail0 rail1; do
+        tries=0
+        until ip -n "$ns" -o link show $l | grep -q "state UP"; do
+            tries=$((tries + 1))
+            [ "$tries" -lt 100 ] || { echo "$l of $ns did not come up"; exit 1; }
+            sleep 0.1
+        done
+    done
+done
+out=$MH_STATE/out err=$MH_STATE/err
+ip netns exec "$MH_HUB" "$ferryrun" --pmi-addr 10.77.0.1 \
+    --launch-agent "sh $MH/ns_agent.sh $MH_STATE" --host "$H1:1,$H2:1" --timeout 120 \
+    -x FERRY_BTL=self,tcp -x FERRY_TCP_MODULES=per-interface \
+    -x FERRY_TCP_IF_INCLUDE=10.78.0.0/24,10.79.0.0/24 -x FERRY_TCP_USER_TIMEOUT=2000 \
+    -x FERRY_LOG_LEVEL=info "$prog" --cut=link="$MH_STATE" >"$out" 2>"$err" &
+job=$!
+fail() {
+    echo "run_bml_netns: $*"
+    echo "--- stdout:"; tail -c 6000 "$out"
+    echo "--- stderr:"; tail -c 6000 "$err"
+    exit 1
+}
+tries=0
+until [ -e "$MH_STATE/ready.0" ] && [ -e "$MH_STATE/ready.1" ]; do
+    tries=$((tries + 1))
+    if [ "$tries" -gt 600 ] || ! kill -0 "$job" 2>/dev/null; then
+        wait "$job"
+        status=$?
+        [ "$status" -eq 77 ] && { cat "$out"; exit 77; }
+        fail "the ranks did not get traffic going (job status $status)"
+    fi
+    sleep 0.05
+done
+echo "+ ip -n $H2 link set rail0 down"
+ip -n "$H2" link set rail0 down || fail "cannot set the link down"
+touch "$MH_STATE/cut"
+wait "$job"
+status=$?
+cat "$out"
+grep -E "lost|replay" "$err"
+[ "$status" -eq 0 ] || fail "the job exited with $status"
+grep -q "ok  rank 0: no peer failed" "$out" || fail "rank 0 did not end well"
+grep -q "ok  rank 1: no peer failed" "$out" || fail "rank 1 did not end well"
+grep -q "puts across the cut link, all complete" "$out" || fail "no stream across the cut"
+grep -q "path tcp (module 1) lost" "$err" || fail "rail0's loss was not reported"
+echo "run_bml_netns: ok"
