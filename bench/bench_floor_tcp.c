@@ -8,7 +8,10 @@
  *   TCP_RX_CHUNK, then wrapping) and answers one byte at the end; MB/s. The reads block:
  *   busy-polling them halves loopback TCP's bandwidth on this kind of VM
  *   (the spinning reader fights the sender's softirq for the socket).
- * Rank 1 listens on 127.0.0.1 and sends its port in a control message. They
+ * Rank 1 listens on 127.0.0.1, or on the IPv4 address in
+ * FERRY_BENCH_TCP_FLOOR_ADDR (its own, when the ranks are on two hosts:
+ * then the floor is one socket over that link), and sends address and port
+ * in a control message; it waits at most 10 s for rank 0 to connect. They
  * stand for the tcp transport's floors when FERRY_BTL selects tcp without
  * sm (bench_floor_tcp_selected).
  */
@@ -16,6 +19,8 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -49,17 +54,27 @@ static int tcp_setup(bench_t *b)
         int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         struct sockaddr_in sin = {.sin_family = AF_INET,
                                   .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        const char *at = getenv("FERRY_BENCH_TCP_FLOOR_ADDR");
+        if (at != NULL && at[0] != '\0' && inet_pton(AF_INET, at, &sin.sin_addr) != 1) {
+            bench_error(b, "FERRY_BENCH_TCP_FLOOR_ADDR='%s' is not an IPv4 address", at);
+            sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        }
         socklen_t sl = sizeof(sin);
-        uint16_t port = 0;
+        struct {
+            uint16_t port;
+            uint16_t zero;
+            uint32_t addr; /* network order */
+        } where = {0, 0, sin.sin_addr.s_addr};
         if (lfd >= 0 && bind(lfd, (struct sockaddr *)&sin, sizeof(sin)) == 0 &&
             listen(lfd, 1) == 0 && getsockname(lfd, (struct sockaddr *)&sin, &sl) == 0)
-            port = ntohs(sin.sin_port);
-        if ((rc = bench_ctrl_send(b, BENCH_CTRL_TCP, &port, sizeof(port))) != FERRY_OK) {
+            where.port = ntohs(sin.sin_port);
+        if ((rc = bench_ctrl_send(b, BENCH_CTRL_TCP, &where, sizeof(where))) != FERRY_OK) {
             if (lfd >= 0)
                 close(lfd);
             return rc;
         }
-        if (port != 0)
+        struct pollfd pfd = {.fd = lfd, .events = POLLIN};
+        if (where.port != 0 && poll(&pfd, 1, 10000) == 1)
             f->tcp_fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
         if (lfd >= 0)
             close(lfd);
@@ -69,16 +84,20 @@ static int tcp_setup(bench_t *b)
             f->tcp_fd = -1;
         }
     } else {
-        uint16_t port = 0;
-        if ((rc = bench_ctrl_recv(b, BENCH_CTRL_TCP, &port, sizeof(port), &len)) != FERRY_OK)
+        struct {
+            uint16_t port;
+            uint16_t zero;
+            uint32_t addr;
+        } where = {0, 0, 0};
+        if ((rc = bench_ctrl_recv(b, BENCH_CTRL_TCP, &where, sizeof(where), &len)) != FERRY_OK)
             return rc;
-        if (len != sizeof(port)) {
-            bench_error(b, "malformed TCP port from rank %d", b->peer);
+        if (len != sizeof(where) || where.zero != 0) {
+            bench_error(b, "malformed TCP address from rank %d", b->peer);
             return FERRY_ERR_PROTO;
         }
-        struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port),
-                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        int fd = port != 0 ? socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0) : -1;
+        struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(where.port),
+                                  .sin_addr.s_addr = where.addr};
+        int fd = where.port != 0 ? socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0) : -1;
         if (fd >= 0 && connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
             close(fd);
             fd = -1;

@@ -576,6 +576,9 @@ static const rt_env_var_t other_vars[] = {
                          "proves to the PMI port; read and wiped by the launcher interface"},
     {"FERRY_BENCH_BIND", "read by ferry-bench: 0 leaves its ranks unpinned, 1 (the default) "
                          "pins each to a CPU (see ferry-bench(1))"},
+    {"FERRY_BENCH_TCP_FLOOR_ADDR", "read by ferry-bench: the IPv4 address of rank 1 that its "
+                                   "tcp floors listen on (default 127.0.0.1; two hosts: "
+                                   "rank 1's address on the link measured)"},
     {NULL, NULL},
 };
 
