@@ -68,7 +68,9 @@ static const char usage_text[] =
     "                       shared heap peers copy into); put-bw/get-bw floors are memcpy\n"
     "  -h, --help           this text\n"
     "environment: FERRY_BTL transports (also printed), FERRY_BENCH_BIND=0 leaves the\n"
-    "ranks unpinned (default: rank r pins itself to the r-th allowed cpu, modulo).\n";
+    "ranks unpinned (default: rank r pins itself to the r-th allowed cpu, modulo),\n"
+    "FERRY_BENCH_TCP_FLOOR_ADDR the IPv4 address of rank 1 the tcp floors listen on\n"
+    "(default 127.0.0.1; on two hosts, rank 1's address on the link measured).\n";
 
 /* ---- option parsing ---- */
 
