@@ -1,5 +1,5 @@
 # Checks that each layer of src/ includes only itself and the layers below
-# it: util < rt < mem < dt < btl < api (docs/design.md). A transport
+# it: util < rt < mem < dt < btl < bml < api (docs/design.md). A transport
 # (src/btl/<name>/) may include the shared btl code and its own folder's
 # headers, never another transport's; the public headers count as their
 # layer's (ferry/dt.h: dt, ferry/btl.h: btl; ferry/ferry.h, the status codes
@@ -10,7 +10,7 @@
 if(NOT SRC)
   message(FATAL_ERROR "usage: cmake -DSRC=<src folder> -P check_layers.cmake")
 endif()
-set(order util rt mem dt btl api msg)
+set(order util rt mem dt btl bml api msg)
 file(GLOB_RECURSE files RELATIVE ${SRC} ${SRC}/*.c ${SRC}/*.h ${SRC}/*.c.in)
 set(bad "")
 set(checked 0)
