@@ -332,6 +332,9 @@ int bml_init(ferry_ctx_t *ctx)
             bp->path[i] = p;
         }
         count_rails(ctx, bp);
+        if (bp->n > 0 && r != ctx->rank)
+            rt_log(&ctx->log, RT_LOG_DEBUG, "rank %d: reached through %s (module %d), %d path(s)",
+                   r, ctx->modules[bp->path[0].m]->attr.name, bp->path[0].m, bp->n);
         /* btl_ctx_add_procs chose the same primary (best first): every
          * rail beside it is polled too, since traffic may be striped or
          * move over to it, and the peer may send on any of them. */
@@ -388,6 +391,16 @@ bool bml_path_lost(ferry_ctx_t *ctx, int r, int m, int status, const char *msg)
     if (lost->down)
         return true; /* already moved over; its transport's report comes now */
     uint32_t excl = ctx->modules[m]->attr.exclusivity;
+    uint32_t best = 0;
+    if (rail_class(ctx, bp, &best) >= 0 && best > excl) {
+        /* A path below the rails' class, which carries nothing while a
+         * rail lives (tcp beside sm): only marked down. */
+        lost->down = true;
+        rt_log(&ctx->log, RT_LOG_INFO, "rank %d: path %s (module %d), not a rail, lost: %s (%s)",
+               r, ctx->modules[m]->attr.name, m, msg != NULL ? msg : "",
+               ferry_strerror(status));
+        return true;
+    }
     /* The best live path of the same class, other than this one. */
     bml_path_t *next = NULL;
     for (int i = 0; i < bp->n && next == NULL; i++)
