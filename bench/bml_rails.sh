@@ -27,16 +27,8 @@ mh_require_netns
 mh_setup 2
 set -- $MH_HOSTS
 H1=$1 H2=$2
-i=0
-for net in 78 79; do
-    ip -n "$H1" link add rail$i type veth peer name rail$i netns "$H2" || exit 1
-    ip -n "$H1" addr add 10.$net.0.1/24 dev rail$i
-    ip -n "$H2" addr add 10.$net.0.2/24 dev rail$i
-    ip -n "$H1" link set rail$i up
-    ip -n "$H2" link set rail$i up
-    i=$((i + 1))
-done
-sleep 1
+mh_link "$H1" "$H2" rail0 78
+mh_link "$H1" "$H2" rail1 79
 run() { # INCLUDE: prints the put-bw figure and its floor
     extra=""
     for v in ${BML_RAILS_ENV:-}; do extra="$extra -x $v"; done

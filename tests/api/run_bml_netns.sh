@@ -19,25 +19,8 @@ mh_require_netns
 mh_setup 2
 set -- $MH_HOSTS
 H1=$1 H2=$2
-i=0
-for net in 78 79; do
-    ip -n "$H1" link add rail$i type veth peer name rail$i netns "$H2" || exit 1
-    ip -n "$H1" addr add 10.$net.0.1/24 dev rail$i
-    ip -n "$H2" addr add 10.$net.0.2/24 dev rail$i
-    ip -n "$H1" link set rail$i up
-    ip -n "$H2" link set rail$i up
-    i=$((i + 1))
-done
-for ns in $H1 $H2; do
-    for l in rail0 rail1; do
-        tries=0
-        until ip -n "$ns" -o link show $l | grep -q "state UP"; do
-            tries=$((tries + 1))
-            [ "$tries" -lt 100 ] || { echo "$l of $ns did not come up"; exit 1; }
-            sleep 0.1
-        done
-    done
-done
+mh_link "$H1" "$H2" rail0 78
+mh_link "$H1" "$H2" rail1 79
 out=$MH_STATE/out err=$MH_STATE/err
 ip netns exec "$MH_HUB" "$ferryrun" --pmi-addr 10.77.0.1 \
     --launch-agent "sh $MH/ns_agent.sh $MH_STATE" --host "$H1:1,$H2:1" --timeout 120 \

@@ -82,13 +82,7 @@ mh_setup() {
     done
     # Wait until each holder has its hostname and tmpfs (it then sleeps).
     for ns in $MH_HOSTS; do
-        pid=$(cat "$MH_STATE/$ns.pid")
-        tries=0
-        until [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = sleep ]; do
-            tries=$((tries + 1))
-            [ "$tries" -lt 100 ] || { echo "holder of $ns did not start"; exit 1; }
-            sleep 0.1
-        done
+        mh_wait_holder "$ns" "$(cat "$MH_STATE/$ns.pid")"
     done
     # Each link has carrier before anything uses it.
     for ns in $MH_HOSTS; do
@@ -96,6 +90,36 @@ mh_setup() {
         until ip -n "$ns" -o link show eth0 | grep -q "state UP"; do
             tries=$((tries + 1))
             [ "$tries" -lt 100 ] || { echo "eth0 of $ns did not come up"; exit 1; }
+            sleep 0.1
+        done
+    done
+}
+
+# mh_wait_holder NS PID: waits until the holder PID of NS has set itself up
+# (it then sleeps); exits 1 after 10 s.
+mh_wait_holder() {
+    tries=0
+    until [ "$(cat /proc/"$2"/comm 2>/dev/null)" = sleep ]; do
+        tries=$((tries + 1))
+        [ "$tries" -lt 100 ] || { echo "holder of $1 did not start"; exit 1; }
+        sleep 0.1
+    done
+}
+
+# mh_link NS1 NS2 NAME NET: a link of their own between two host
+# namespaces, a veth called NAME at both ends, 10.NET.0.1/24 in NS1 and
+# 10.NET.0.2/24 in NS2; returns once both ends are up (exits 1 after 10 s).
+mh_link() {
+    ip -n "$1" link add "$3" type veth peer name "$3" netns "$2" || exit 1
+    ip -n "$1" addr add "10.$4.0.1/24" dev "$3"
+    ip -n "$2" addr add "10.$4.0.2/24" dev "$3"
+    ip -n "$1" link set "$3" up
+    ip -n "$2" link set "$3" up
+    for ns in "$1" "$2"; do
+        tries=0
+        until ip -n "$ns" -o link show "$3" | grep -q "state UP"; do
+            tries=$((tries + 1))
+            [ "$tries" -lt 100 ] || { echo "$3 of $ns did not come up"; exit 1; }
             sleep 0.1
         done
     done

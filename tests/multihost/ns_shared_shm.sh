@@ -23,13 +23,7 @@ for ns in $H1 $H2; do
     echo $! >"$MH_STATE/$ns.shared.pid"
 done
 for ns in $H1 $H2; do
-    pid=$(cat "$MH_STATE/$ns.shared.pid")
-    tries=0
-    until [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = sleep ]; do
-        tries=$((tries + 1))
-        [ "$tries" -lt 100 ] || { echo "holder of $ns did not start"; exit 1; }
-        sleep 0.1
-    done
+    mh_wait_holder "$ns" "$(cat "$MH_STATE/$ns.shared.pid")"
 done
 cat >"$MH_STATE/agent.sh" <<'AGENT'
 #!/bin/sh

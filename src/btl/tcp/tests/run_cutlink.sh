@@ -29,19 +29,7 @@ mh_require_netns
 mh_setup 2
 set -- $MH_HOSTS
 H1=$1 H2=$2
-ip -n "$H1" link add cut0 type veth peer name cut0 netns "$H2" || exit 1
-ip -n "$H1" addr add 10.78.0.1/24 dev cut0
-ip -n "$H2" addr add 10.78.0.2/24 dev cut0
-ip -n "$H1" link set cut0 up
-ip -n "$H2" link set cut0 up
-for ns in $H1 $H2; do
-    tries=0
-    until ip -n "$ns" -o link show cut0 | grep -q "state UP"; do
-        tries=$((tries + 1))
-        [ "$tries" -lt 100 ] || { echo "cut0 of $ns did not come up"; exit 1; }
-        sleep 0.1
-    done
-done
+mh_link "$H1" "$H2" cut0 78
 if [ "$mode" = loss ]; then
     # netem may be missing from the kernel: probe it on the link first.
     if ! ip netns exec "$H1" tc qdisc add dev cut0 root netem loss 0% 2>/dev/null; then
