@@ -34,17 +34,8 @@ fail() {
     echo "--- stderr:"; tail -c 6000 "$err"
     exit 1
 }
-tries=0
-until [ -e "$MH_STATE/ready.0" ] && [ -e "$MH_STATE/ready.1" ]; do
-    tries=$((tries + 1))
-    if [ "$tries" -gt 600 ] || ! kill -0 "$job" 2>/dev/null; then
-        wait "$job"
-        status=$?
-        [ "$status" -eq 77 ] && { cat "$out"; exit 77; }
-        fail "the ranks did not get traffic going (job status $status)"
-    fi
-    sleep 0.05
-done
+mh_wait_ready "$job" "$out" ||
+    fail "the ranks did not get traffic going (job status $MH_JOB_STATUS)"
 echo "+ ip -n $H2 link set rail0 down"
 ip -n "$H2" link set rail0 down || fail "cannot set the link down"
 touch "$MH_STATE/cut"

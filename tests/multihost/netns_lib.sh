@@ -124,3 +124,22 @@ mh_link() {
         done
     done
 }
+
+# mh_wait_ready JOB OUT: waits (60 s at most) until both ranks of the
+# background job JOB have written $MH_STATE/ready.0 and ready.1. A job that
+# ended with 77 was skipped: its output OUT is shown and the script exits
+# 77. Returns 1 with MH_JOB_STATUS set when the job ended or the time ran
+# out first.
+mh_wait_ready() {
+    tries=0
+    until [ -e "$MH_STATE/ready.0" ] && [ -e "$MH_STATE/ready.1" ]; do
+        tries=$((tries + 1))
+        if [ "$tries" -gt 600 ] || ! kill -0 "$1" 2>/dev/null; then
+            wait "$1"
+            MH_JOB_STATUS=$?
+            [ "$MH_JOB_STATUS" -eq 77 ] && { cat "$2"; exit 77; }
+            return 1
+        fi
+        sleep 0.1
+    done
+}
