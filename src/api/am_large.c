@@ -241,8 +241,7 @@ static int send_once(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, si
     if (peer->module_idx < 0 || peer->failed)
         return FERRY_ERR_UNREACH;
     int m = peer->module_idx;
-    ferry_btl_module_t *btl = ctx->modules[m];
-    if (hlen + plen > btl->attr.max_send_size)
+    if (hlen + plen > ctx->modules[m]->attr.max_send_size)
         return FERRY_ERR_INVALID;
     /* Kept for the replay to a peer with several rails (bml.h). */
     int rc = bml_am_gate(ctx, dst);
@@ -250,23 +249,7 @@ static int send_once(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, si
         rc = bml_am_keep(ctx, dst, tag, hdr, hlen, payload, plen);
     if (rc != FERRY_OK)
         return rc;
-    if (btl->attr.flags & FERRY_BTL_FLAG_SENDI)
-        return bml_am_sent(ctx, dst, m,
-                           btl->ops->sendi(btl, peer->ep, hdr, hlen, payload, plen, tag));
-    ferry_btl_desc_t *des;
-    rc = btl->ops->alloc(btl, peer->ep, hlen + plen, FERRY_BTL_DES_OWNERSHIP, &des);
-    if (rc != FERRY_OK)
-        return bml_am_sent(ctx, dst, m, rc);
-    char *p = ferry_btl_seg_ptr(&des->src[0]);
-    if (hlen > 0)
-        memcpy(p, hdr, hlen);
-    if (plen > 0)
-        memcpy(p + hlen, payload, plen);
-    des->cbfunc = NULL;
-    rc = btl->ops->send(btl, peer->ep, des, tag);
-    if (rc != FERRY_OK)
-        btl->ops->free(btl, des);
-    return bml_am_sent(ctx, dst, m, rc);
+    return bml_am_sent(ctx, dst, m, btl_ctx_send(ctx, dst, tag, hdr, hlen, payload, plen));
 }
 
 /* A control message (FIN, CTS, PUT_DONE): sent now, or queued and sent by

@@ -81,7 +81,7 @@ struct api_state {
     size_t *outstanding;     /* ops in flight per peer */
     int *first_error;        /* per peer, since the last flush */
     /* Per module: what names its entry in a remote key (api_rkey_name_hash
-     * of its name, api_rkey_module_instance), worked out once. */
+     * of its name, btl_ctx_module_instance), worked out once. */
     struct api_rkey_id {
         uint32_t name_hash;
         uint8_t instance;
@@ -112,7 +112,6 @@ struct api_state {
     uint64_t *flush_sent;
     uint64_t *flush_acked;
     uint64_t *flush_sent_ns; /* when the last marker to each peer left */
-    uint64_t *flush_retry_ns; /* when it was last sent again (after a failover) */
     uint64_t flush_timeout_ns; /* FERRY_FLUSH_TIMEOUT; 0: wait for ever */
     uint64_t *ack_owed;
     bool n_owed_hint; /* some ack_owed entry may be set */

@@ -875,8 +875,6 @@ static void flush_mark(ferry_ctx_t *ctx, int lo, int hi, uint64_t *marks)
 /* Sends the markers of marks not yet sent (a sent one is made negative by
  * setting its top bit); FERRY_ERR_NO_RESOURCE while some must wait. */
 #define MARK_SENT (1ull << 63)
-#define MARK_RETRY (1ull << 62) /* being sent again: its first time stands */
-#define MARK_SEQ(m) ((m) & ~(MARK_SENT | MARK_RETRY))
 static int flush_send_marks(ferry_ctx_t *ctx, int lo, int hi, uint64_t *marks)
 {
     int rc = FERRY_OK;
@@ -888,13 +886,10 @@ static int flush_send_marks(ferry_ctx_t *ctx, int lo, int hi, uint64_t *marks)
             marks[r - lo] = 0;
             continue;
         }
-        int src = flush_send(ctx, r, FLUSH_MARK, MARK_SEQ(m));
+        int src = flush_send(ctx, r, FLUSH_MARK, m);
         if (src == FERRY_OK) {
-            marks[r - lo] = MARK_SEQ(m) | MARK_SENT;
-            /* A marker sent again keeps its first time: FERRY_FLUSH_TIMEOUT
-             * still counts from there. */
-            if ((m & MARK_RETRY) == 0)
-                ctx->api->flush_sent_ns[r] = rt_now_coarse_ns();
+            marks[r - lo] = m | MARK_SENT;
+            ctx->api->flush_sent_ns[r] = rt_now_coarse_ns();
         }
         else if (src == FERRY_ERR_NO_RESOURCE)
             rc = src;
@@ -922,34 +917,14 @@ static bool flush_overdue(ferry_ctx_t *ctx, int r)
     return true;
 }
 
-/* To a peer whose traffic moved to another rail, a marker or its answer
- * may have gone down with the rail it took: one unanswered for this long
- * is sent again (answers are idempotent). */
-#define API_FLUSH_RETRY_NS (100u * 1000u * 1000u)
-
-static bool flush_retry_due(ferry_ctx_t *ctx, int r)
-{
-    struct api_state *api = ctx->api;
-    if (bml_peer_failovers(ctx, r) == 0)
-        return false;
-    uint64_t now = rt_now_coarse_ns();
-    uint64_t last = api->flush_retry_ns[r] > api->flush_sent_ns[r] ? api->flush_retry_ns[r]
-                                                                   : api->flush_sent_ns[r];
-    if (now - last < API_FLUSH_RETRY_NS)
-        return false;
-    api->flush_retry_ns[r] = now;
-    return true;
-}
-
 /* Every marker answered (or its peer failed)? FERRY_ERR_UNREACH when one
- * failed, FERRY_ERR_TIMEOUT when one is overdue (its peer is then failed).
- * A marker due to be sent again loses MARK_SENT for MARK_RETRY. */
-static bool flush_marks_done(ferry_ctx_t *ctx, int lo, int hi, uint64_t *marks, int *rc)
+ * failed, FERRY_ERR_TIMEOUT when one is overdue (its peer is then failed). */
+static bool flush_marks_done(ferry_ctx_t *ctx, int lo, int hi, const uint64_t *marks, int *rc)
 {
     bool done = true;
     for (int r = lo; r < hi; r++) {
         uint64_t m = marks[r - lo];
-        if (m == 0 || ctx->api->flush_acked[r] >= MARK_SEQ(m))
+        if (m == 0 || ctx->api->flush_acked[r] >= (m & ~MARK_SENT))
             continue;
         if (ctx->peers[r].failed) {
             if (*rc == FERRY_OK)
@@ -960,8 +935,6 @@ static bool flush_marks_done(ferry_ctx_t *ctx, int lo, int hi, uint64_t *marks, 
             *rc = FERRY_ERR_TIMEOUT;
             continue;
         }
-        if ((m & MARK_SENT) != 0 && flush_retry_due(ctx, r))
-            marks[r - lo] = MARK_SEQ(m) | MARK_RETRY;
         done = false;
     }
     return done;
@@ -1135,11 +1108,9 @@ int api_onesided_init(ferry_ctx_t *ctx)
     api->flush_sent = calloc(n, sizeof(*api->flush_sent));
     api->flush_acked = calloc(n, sizeof(*api->flush_acked));
     api->flush_sent_ns = calloc(n, sizeof(*api->flush_sent_ns));
-    api->flush_retry_ns = calloc(n, sizeof(*api->flush_retry_ns));
     api->ack_owed = calloc(n, sizeof(*api->ack_owed));
     if (api->slots == NULL || api->am_dirty == NULL || api->flush_sent == NULL ||
-        api->flush_acked == NULL || api->ack_owed == NULL || api->flush_sent_ns == NULL ||
-        api->flush_retry_ns == NULL)
+        api->flush_acked == NULL || api->ack_owed == NULL || api->flush_sent_ns == NULL)
         return FERRY_ERR_NO_MEMORY;
     for (int r = 0; r < ctx->size; r++) {
         api->slots[r].ctx = ctx;
@@ -1190,7 +1161,6 @@ void api_onesided_fini(ferry_ctx_t *ctx)
     free(api->flush_sent);
     free(api->flush_acked);
     free(api->flush_sent_ns);
-    free(api->flush_retry_ns);
     free(api->ack_owed);
     api->slots = NULL;
 }

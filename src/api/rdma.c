@@ -30,15 +30,6 @@ struct ferry_mem {
     int alloc_module;
 };
 
-uint8_t api_rkey_module_instance(const ferry_ctx_t *ctx, int m)
-{
-    uint8_t n = 0;
-    for (int i = 0; i < m; i++)
-        if (ctx->modules[i]->component == ctx->modules[m]->component)
-            n++;
-    return n;
-}
-
 static bool module_does_rdma(const ferry_btl_module_t *btl)
 {
     return (btl->attr.flags & (FERRY_BTL_FLAG_PUT | FERRY_BTL_FLAG_GET)) != 0;
@@ -277,7 +268,7 @@ int ferry_mem_rkey(const ferry_mem_t *mem, ferry_rkey_t *rkey_out)
         api_rkey_entry_t e;
         memset(&e, 0, sizeof(e));
         e.name_hash = api_rkey_name_hash(btl->attr.name);
-        e.instance = api_rkey_module_instance(ctx, m);
+        e.instance = btl_ctx_module_instance(ctx, m);
         e.key_len = (uint8_t)btl->attr.reg_handle_size;
         if (off + sizeof(e) + e.key_len > sizeof(rkey.bytes))
             return FERRY_ERR_TRUNCATE;
@@ -357,7 +348,7 @@ static int rkey_parse(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t
     uint32_t want_hash = ctx->api != NULL ? ctx->api->rkey_id[m].name_hash
                                           : api_rkey_name_hash(btl->attr.name);
     uint8_t want_inst = ctx->api != NULL ? ctx->api->rkey_id[m].instance
-                                         : api_rkey_module_instance(ctx, m);
+                                         : btl_ctx_module_instance(ctx, m);
     size_t off = sizeof(hdr);
     for (unsigned i = 0; i < hdr.n_entries; i++) {
         api_rkey_entry_t e;
@@ -872,7 +863,7 @@ int api_state_init(ferry_ctx_t *ctx)
         return FERRY_ERR_NO_MEMORY;
     for (int m = 0; m < ctx->n_modules; m++) {
         api->rkey_id[m].name_hash = api_rkey_name_hash(ctx->modules[m]->attr.name);
-        api->rkey_id[m].instance = api_rkey_module_instance(ctx, m);
+        api->rkey_id[m].instance = btl_ctx_module_instance(ctx, m);
     }
     util_pool_params_t pp = {
         .name = "ferry rdma operations",

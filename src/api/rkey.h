@@ -47,9 +47,6 @@ static inline uint32_t api_rkey_name_hash(const char *s)
     return h;
 }
 
-/* The module's index among the open modules of its transport. */
-uint8_t api_rkey_module_instance(const ferry_ctx_t *ctx, int m);
-
 /*
  * Finds in rkey the key for module m (ctx->modules[m]) reaching rank dst,
  * after checking that the key is well formed, belongs to dst, and covers

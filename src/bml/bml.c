@@ -99,42 +99,17 @@ static void trim_kept(bml_peer_t *bp, uint64_t upto)
     }
 }
 
-/* Sends a then b on tag to dst over its current rail, as one message, with
- * nothing kept: the BML's own messages and the replay. */
-static int send_raw(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *a, size_t alen,
-                    const void *b, size_t blen)
+/* Sends data on tag to dst over its current rail, with nothing kept: the BML's own messages and the replay. */
+static int send_raw(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size_t len)
 {
-    btl_peer_t *peer = &ctx->peers[dst];
-    if (peer->module_idx < 0 || peer->failed)
+    if (ctx->peers[dst].failed)
         return FERRY_ERR_UNREACH;
-    ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
-    size_t len = alen + blen;
-    if (len > btl->attr.max_send_size)
-        return FERRY_ERR_INVALID;
-    if ((btl->attr.flags & FERRY_BTL_FLAG_SENDI) && len <= btl->attr.eager_limit) {
-        int rc = btl->ops->sendi(btl, peer->ep, a, alen, b, blen, tag);
-        if (rc != FERRY_ERR_NOT_SUPPORTED)
-            return rc;
-    }
-    ferry_btl_desc_t *des;
-    int rc = btl->ops->alloc(btl, peer->ep, len, FERRY_BTL_DES_OWNERSHIP, &des);
-    if (rc != FERRY_OK)
-        return rc;
-    char *p = ferry_btl_seg_ptr(&des->src[0]);
-    if (alen > 0)
-        memcpy(p, a, alen);
-    if (blen > 0)
-        memcpy(p + alen, b, blen);
-    des->cbfunc = NULL;
-    rc = btl->ops->send(btl, peer->ep, des, tag);
-    if (rc != FERRY_OK)
-        btl->ops->free(btl, des);
-    return rc;
+    return btl_ctx_send_small(ctx, dst, tag, data, len);
 }
 
 static int send_msg(ferry_ctx_t *ctx, int dst, const bml_msg_t *m)
 {
-    return send_raw(ctx, dst, BML_TAG, m, sizeof(*m), NULL, 0);
+    return send_raw(ctx, dst, BML_TAG, m, sizeof(*m));
 }
 
 const char *bml_msg_parse(const void *data, size_t len, bml_msg_t *out)
@@ -170,31 +145,6 @@ const char *bml_msg_parse(const void *data, size_t len, bml_msg_t *out)
     default:
         return "an unknown kind";
     }
-}
-
-/* The module of this process that a peer's (name, instance) names, or -1. */
-static int module_named(const ferry_ctx_t *ctx, const char *name, uint8_t instance)
-{
-    uint8_t seen = 0;
-    for (int m = 0; m < ctx->n_modules; m++) {
-        if (strcmp(ctx->modules[m]->attr.name, name) != 0)
-            continue;
-        if (seen == instance)
-            return m;
-        seen++;
-    }
-    return -1;
-}
-
-/* How this process names module m to a peer: its transport's name and its
- * place among that transport's modules. */
-static uint8_t module_instance(const ferry_ctx_t *ctx, int m)
-{
-    uint8_t n = 0;
-    for (int i = 0; i < m; i++)
-        if (strcmp(ctx->modules[i]->attr.name, ctx->modules[m]->attr.name) == 0)
-            n++;
-    return n;
 }
 
 static void refuse(ferry_ctx_t *ctx, int src, const char *why)
@@ -266,7 +216,7 @@ void bml_recv(ferry_ctx_t *ctx, int src, const void *buf, size_t len)
         bp->tx_state = BML_TX_REPLAY;
         break;
     case BML_MSG_LOST: {
-        int lm = module_named(ctx, m.name, m.instance);
+        int lm = btl_ctx_module_named(ctx, m.name, m.instance);
         if (lm < 0 || lm >= 64) {
             refuse(ctx, src, "a loss of a rail this process does not have");
         } else {
@@ -413,7 +363,6 @@ bool bml_path_lost(ferry_ctx_t *ctx, int r, int m, int status, const char *msg)
     lost->down = true;
     count_rails(ctx, bp);
     bml->failovers++;
-    bp->failovers++;
     if (peer->module_idx == m) {
         peer->module_idx = next->m;
         peer->ep = next->ep;
@@ -609,7 +558,7 @@ static int replay_step(ferry_ctx_t *ctx, int r, bml_peer_t *bp, bool *more)
             int m = bp->path[i].m;
             bml_msg_t msg = {.magic = BML_MSG_MAGIC,
                              .kind = BML_MSG_LOST,
-                             .instance = module_instance(ctx, m),
+                             .instance = btl_ctx_module_instance(ctx, m),
                              .last = told == n_down,
                              .epoch = bp->epoch};
             snprintf(msg.name, sizeof(msg.name), "%s", ctx->modules[m]->attr.name);
@@ -652,7 +601,7 @@ static int replay_step(ferry_ctx_t *ctx, int r, bml_peer_t *bp, bool *more)
                 btl_ctx_fail_peer(ctx, r, FERRY_ERR_UNREACH, "bml", text);
                 return events;
             }
-            int rc = send_raw(ctx, r, k->tag, k->data, k->len, NULL, 0);
+            int rc = send_raw(ctx, r, k->tag, k->data, k->len);
             if (rc == FERRY_ERR_NO_RESOURCE) {
                 *more = true;
                 return events;

@@ -59,7 +59,6 @@ typedef struct bml_peer {
     bml_path_t path[BML_MAX_PATHS]; /* best first: exclusivity, then latency */
     int n;
     int n_live;
-    uint32_t failovers; /* rails lost to this peer while another took over */
 
     /* Sender: messages kept (kept[(tx_base + i) % BML_KEEP_MAX] is number
      * tx_base + i), from the oldest the peer has not said it handled to
@@ -226,12 +225,6 @@ int bml_progress(ferry_ctx_t *ctx);
 static inline bool bml_multi(const ferry_ctx_t *ctx, int r)
 {
     return ctx->bml != NULL && ctx->bml->peers != NULL && ctx->bml->peers[r].n_live > 1;
-}
-
-/* How many times rank r's traffic moved to another rail. */
-static inline uint32_t bml_peer_failovers(const ferry_ctx_t *ctx, int r)
-{
-    return ctx->bml != NULL && ctx->bml->peers != NULL ? ctx->bml->peers[r].failovers : 0;
 }
 
 /* The live rails of rank r whose module has every flag of need, best first:

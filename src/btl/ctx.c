@@ -215,20 +215,29 @@ struct btl_ctrl_item {
     btl_ctrl_msg_t msg;
 };
 
-int btl_ctx_send_small(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size_t len)
+int btl_ctx_send(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, size_t hlen,
+                 const void *payload, size_t plen)
 {
     if (ctx->peers == NULL || dst < 0 || dst >= ctx->size || ctx->peers[dst].module_idx < 0)
         return FERRY_ERR_UNREACH;
     btl_peer_t *peer = &ctx->peers[dst];
     ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
-    int rc = btl->ops->sendi(btl, peer->ep, data, len, NULL, 0, tag);
-    if (rc != FERRY_ERR_NOT_SUPPORTED)
-        return rc;
+    if (hlen + plen > btl->attr.max_send_size)
+        return FERRY_ERR_INVALID;
+    if (btl->attr.flags & FERRY_BTL_FLAG_SENDI) {
+        int rc = btl->ops->sendi(btl, peer->ep, hdr, hlen, payload, plen, tag);
+        if (rc != FERRY_ERR_NOT_SUPPORTED)
+            return rc;
+    }
     ferry_btl_desc_t *des;
-    rc = btl->ops->alloc(btl, peer->ep, len, FERRY_BTL_DES_OWNERSHIP, &des);
+    int rc = btl->ops->alloc(btl, peer->ep, hlen + plen, FERRY_BTL_DES_OWNERSHIP, &des);
     if (rc != FERRY_OK)
         return rc;
-    memcpy(ferry_btl_seg_ptr(&des->src[0]), data, len);
+    char *p = ferry_btl_seg_ptr(&des->src[0]);
+    if (hlen > 0)
+        memcpy(p, hdr, hlen);
+    if (plen > 0)
+        memcpy(p + hlen, payload, plen);
     des->cbfunc = NULL;
     rc = btl->ops->send(btl, peer->ep, des, tag);
     if (rc != FERRY_OK)
@@ -607,6 +616,24 @@ int btl_ctx_close(ferry_ctx_t *ctx)
     ctx->slots = NULL;
     ctx->n_slots = 0;
     return rc;
+}
+
+uint8_t btl_ctx_module_instance(const ferry_ctx_t *ctx, int m)
+{
+    uint8_t n = 0;
+    for (int i = 0; i < m; i++)
+        if (ctx->modules[i]->component == ctx->modules[m]->component)
+            n++;
+    return n;
+}
+
+int btl_ctx_module_named(const ferry_ctx_t *ctx, const char *name, uint8_t instance)
+{
+    for (int m = 0; m < ctx->n_modules; m++)
+        if (strcmp(ctx->modules[m]->attr.name, name) == 0 &&
+            btl_ctx_module_instance(ctx, m) == instance)
+            return m;
+    return -1;
 }
 
 int btl_ctx_module_index(const ferry_ctx_t *ctx, const ferry_btl_module_t *btl)

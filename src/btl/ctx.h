@@ -193,6 +193,14 @@ void btl_ctx_del_procs(ferry_ctx_t *ctx);
  * only in part. */
 int btl_ctx_close(ferry_ctx_t *ctx);
 
+/* How a peer names module m: its transport's name and this instance
+ * number, its place among the modules of its component (the first is 0).
+ * Remote keys and the BML's messages carry both. */
+uint8_t btl_ctx_module_instance(const ferry_ctx_t *ctx, int m);
+
+/* The module a peer's (name, instance) names, or -1. */
+int btl_ctx_module_named(const ferry_ctx_t *ctx, const char *name, uint8_t instance);
+
 /* The index of btl in ctx->modules, or -1. */
 int btl_ctx_module_index(const ferry_ctx_t *ctx, const ferry_btl_module_t *btl);
 
@@ -211,13 +219,22 @@ ferry_btl_module_t *btl_ctx_find_module(ferry_ctx_t *ctx, const char *name);
 int btl_ctx_progress(ferry_ctx_t *ctx);
 
 /*
- * Sends a small message (at most the transport's max send size) to rank dst
- * on tag through its chosen transport: inline where the transport can,
- * else through a descriptor the transport frees. FERRY_ERR_NO_RESOURCE
- * when it must wait (nothing sent); FERRY_ERR_UNREACH when no transport
- * reaches dst.
+ * Sends hdr then payload (either may be empty) as one message of at most
+ * the transport's max send size to rank dst on tag through its chosen
+ * transport: inline where the transport can, else through a descriptor
+ * the transport frees. FERRY_ERR_NO_RESOURCE when it must wait (nothing
+ * sent); FERRY_ERR_UNREACH when no transport reaches dst;
+ * FERRY_ERR_INVALID when it is too large.
  */
-int btl_ctx_send_small(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size_t len);
+int btl_ctx_send(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, size_t hlen,
+                 const void *payload, size_t plen);
+
+/* btl_ctx_send of one buffer. */
+static inline int btl_ctx_send_small(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data,
+                                     size_t len)
+{
+    return btl_ctx_send(ctx, dst, tag, data, len, NULL, 0);
+}
 
 /*
  * Failures. A peer fails for this job when a transport of this process

@@ -30,6 +30,8 @@
 #define NRANKS 4
 #define NMODULES 3
 
+static const ferry_btl_component_t comp_tcp = {.name = "tcp"};
+static const ferry_btl_component_t comp_low = {.name = "low"};
 static ferry_btl_module_t modules[NMODULES];
 static ferry_btl_module_t *module_list[NMODULES];
 static ferry_btl_ops_t ops;
@@ -83,6 +85,7 @@ static void setup(void)
     const char *names[NMODULES] = {"tcp", "tcp", "low"};
     for (int m = 0; m < NMODULES; m++) {
         modules[m].attr.name = names[m];
+        modules[m].component = m < 2 ? &comp_tcp : &comp_low;
         modules[m].attr.exclusivity = m < 2 ? 1024 : 512;
         modules[m].attr.latency = 10 + (uint32_t)m;
         modules[m].attr.max_send_size = 1024;

@@ -74,7 +74,7 @@ static int entry_matches(const ferry_rkey_t *rkey, int m, const uint8_t *key)
     api_rkey_header_t hdr;
     memcpy(&hdr, rkey->bytes, sizeof(hdr));
     uint32_t hash = api_rkey_name_hash(modules[m].attr.name);
-    uint8_t inst = api_rkey_module_instance(&ctx, m);
+    uint8_t inst = btl_ctx_module_instance(&ctx, m);
     size_t off = sizeof(hdr);
     for (unsigned i = 0; i < hdr.n_entries; i++) {
         api_rkey_entry_t e;
