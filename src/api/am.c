@@ -101,21 +101,28 @@ int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t l
         btl->ops->free(btl, des);
         return FERRY_ERR;
     }
-    des->flags |= FERRY_BTL_DES_OWNERSHIP;
-    des->cbfunc = NULL;
-    if ((rc = bml_am_keep_des(ctx, dst, (uint8_t)tag, des)) != FERRY_OK) {
-        btl->ops->free(btl, des);
-        return rc;
-    }
-    rc = btl->ops->send(btl, peer->ep, des, (uint8_t)tag);
-    if (rc != FERRY_OK)
-        btl->ops->free(btl, des);
-    rc = bml_am_sent(ctx, dst, m, rc);
+    rc = api_send_des(ctx, dst, m, des, (uint8_t)tag);
     if (rc == FERRY_OK)
         api_am_sent(ctx, dst);
     if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0)
         rc = api_cbq_push(ctx, dst, tag, data, NULL, len);
     return rc;
+}
+
+int api_send_des(ferry_ctx_t *ctx, int dst, int m, ferry_btl_desc_t *des, uint8_t tag)
+{
+    ferry_btl_module_t *btl = ctx->modules[m];
+    des->flags |= FERRY_BTL_DES_OWNERSHIP;
+    des->cbfunc = NULL;
+    int rc = bml_am_keep_des(ctx, dst, tag, des);
+    if (rc != FERRY_OK) {
+        btl->ops->free(btl, des);
+        return rc;
+    }
+    rc = btl->ops->send(btl, ctx->peers[dst].eps[m], des, tag);
+    if (rc != FERRY_OK)
+        btl->ops->free(btl, des);
+    return bml_am_sent(ctx, dst, m, rc);
 }
 
 int api_send_small(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size_t len)

@@ -582,17 +582,7 @@ int api_am_send_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen
                 rc = FERRY_ERR;
             } else if (rc == FERRY_OK) {
                 memcpy(ferry_btl_seg_ptr(&des->src[0]), hdr, hlen);
-                des->flags |= FERRY_BTL_DES_OWNERSHIP;
-                des->cbfunc = NULL;
-                rc = bml_am_keep_des(ctx, dst, API_TAG_MSG, des);
-                if (rc == FERRY_OK) {
-                    rc = btl->ops->send(btl, peer->ep, des, API_TAG_MSG);
-                    if (rc != FERRY_OK)
-                        btl->ops->free(btl, des);
-                    rc = bml_am_sent(ctx, dst, m, rc);
-                } else {
-                    btl->ops->free(btl, des);
-                }
+                rc = api_send_des(ctx, dst, m, des, API_TAG_MSG);
             }
             if (rc != FERRY_OK)
                 ferry_convertor_set_position(conv, start);

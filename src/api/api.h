@@ -260,6 +260,11 @@ static inline bool api_ctx_live(const ferry_ctx_t *ctx)
  * the transports' 8-bit tags. */
 bool api_tag_valid(int tag);
 
+/* Sends des, prepared through module m for rank dst (its current module),
+ * on tag with the transport owning it, kept for the replay to a peer with
+ * several rails (src/bml); frees des when the send fails. */
+int api_send_des(ferry_ctx_t *ctx, int dst, int m, ferry_btl_desc_t *des, uint8_t tag);
+
 /* btl_ctx_send_small for the API's own messages (barrier, flush markers,
  * notifications, callback queues): kept for the replay to a peer with
  * several rails (src/bml). */

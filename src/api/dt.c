@@ -58,17 +58,7 @@ int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *co
         ferry_convertor_set_position(conv, start);
         return FERRY_ERR;
     }
-    des->flags |= FERRY_BTL_DES_OWNERSHIP;
-    des->cbfunc = NULL;
-    rc = bml_am_keep_des(ctx, dst, (uint8_t)tag, des);
-    if (rc == FERRY_OK) {
-        rc = btl->ops->send(btl, peer->ep, des, (uint8_t)tag);
-        if (rc != FERRY_OK)
-            btl->ops->free(btl, des);
-        rc = bml_am_sent(ctx, dst, m, rc);
-    } else {
-        btl->ops->free(btl, des);
-    }
+    rc = api_send_des(ctx, dst, m, des, (uint8_t)tag);
     if (rc != FERRY_OK) {
         ferry_convertor_set_position(conv, start);
     } else {

@@ -156,14 +156,18 @@ bool bml_path_lost(ferry_ctx_t *ctx, int r, int m, int status, const char *msg);
 
 /* ---- the replay, at every send and receipt of the API's messages ---- */
 
+/* Are messages to dst kept for the replay (it has several rails)? */
+static inline bool bml_keeping(const ferry_ctx_t *ctx, int dst)
+{
+    return ctx->bml != NULL && ctx->bml->peers != NULL && ctx->bml->peers[dst].keeping;
+}
+
 /* Before a send to dst: FERRY_ERR_NO_RESOURCE while a replay is under way
  * or too much is kept (nothing may overtake it), else FERRY_OK. */
 int bml_am_gate_slow(ferry_ctx_t *ctx, int dst);
 static inline int bml_am_gate(ferry_ctx_t *ctx, int dst)
 {
-    return ctx->bml != NULL && ctx->bml->peers != NULL && ctx->bml->peers[dst].keeping
-               ? bml_am_gate_slow(ctx, dst)
-               : FERRY_OK;
+    return bml_keeping(ctx, dst) ? bml_am_gate_slow(ctx, dst) : FERRY_OK;
 }
 
 /* Keeps a copy of a message about to be sent to dst on tag: the bytes of
@@ -176,16 +180,12 @@ int bml_am_keep_des_slow(ferry_ctx_t *ctx, int dst, uint8_t tag, const ferry_btl
 static inline int bml_am_keep(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *a,
                               size_t alen, const void *b, size_t blen)
 {
-    return ctx->bml != NULL && ctx->bml->peers != NULL && ctx->bml->peers[dst].keeping
-               ? bml_am_keep_slow(ctx, dst, tag, a, alen, b, blen)
-               : FERRY_OK;
+    return bml_keeping(ctx, dst) ? bml_am_keep_slow(ctx, dst, tag, a, alen, b, blen) : FERRY_OK;
 }
 static inline int bml_am_keep_des(ferry_ctx_t *ctx, int dst, uint8_t tag,
                                   const ferry_btl_desc_t *des)
 {
-    return ctx->bml != NULL && ctx->bml->peers != NULL && ctx->bml->peers[dst].keeping
-               ? bml_am_keep_des_slow(ctx, dst, tag, des)
-               : FERRY_OK;
+    return bml_keeping(ctx, dst) ? bml_am_keep_des_slow(ctx, dst, tag, des) : FERRY_OK;
 }
 
 /* After the send of a kept message through module m: rc is the
@@ -196,9 +196,7 @@ static inline int bml_am_keep_des(ferry_ctx_t *ctx, int dst, uint8_t tag,
 int bml_am_sent_slow(ferry_ctx_t *ctx, int dst, int m, int rc);
 static inline int bml_am_sent(ferry_ctx_t *ctx, int dst, int m, int rc)
 {
-    return ctx->bml != NULL && ctx->bml->peers != NULL && ctx->bml->peers[dst].keeping
-               ? bml_am_sent_slow(ctx, dst, m, rc)
-               : rc;
+    return bml_keeping(ctx, dst) ? bml_am_sent_slow(ctx, dst, m, rc) : rc;
 }
 
 /* At the receipt of one of the API's messages from src through btl: false
