@@ -233,7 +233,8 @@ static bool claim_covers(const claim_t *c, const map_t *m, uint64_t addr, size_t
 {
     const sm_reg_entry_t *e = &c->e;
     if ((e->access & need) != need || e->heap_id == 0 || e->heap_id != m->id ||
-        e->heap_len != m->len || e->heap_off > e->heap_len || e->len > e->heap_len - e->heap_off)
+        e->heap_len != m->len || e->heap_off > e->heap_len ||
+        e->len > e->heap_len - e->heap_off || ((e->heap_off ^ e->base) & (SM_HEAP_PAGE - 1)) != 0)
         return false;
     if (addr < e->base || addr - e->base > e->len || size > e->len - (addr - e->base))
         return false;
@@ -483,7 +484,7 @@ static void rec_table(in_t *in)
         n.len = u16(in) % (n.heap_len + 8);
         /* At the heap's offset within a page, as the owner's would be, or
          * a few bytes off. */
-        n.base = 0x7f0000100000ull + (uint64_t)u8(in) * 4096 + n.heap_off +
+        n.base = 0x7f0000100000ull + (uint64_t)u8(in) * SM_HEAP_PAGE + n.heap_off +
                  (how & 8 ? 1 + u8(in) % 15 : 0);
     }
     atomic_store(&e->gen, gen);

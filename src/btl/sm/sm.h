@@ -127,6 +127,9 @@ typedef struct sm_heap_map {
 } sm_heap_map_t;
 
 #define SM_HEAP_MAPS 16
+/* Heap objects start on a page of at least this size, so an entry's offset
+ * in its heap and its address agree below it (sm_check_peer_key). */
+#define SM_HEAP_PAGE 4096u
 
 /* How a peer's heap objects are mapped here (sm_rdma.c): map gives len bytes
  * of the object id of ep's peer (NULL when it cannot: no such object, or a
