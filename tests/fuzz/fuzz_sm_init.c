@@ -38,7 +38,9 @@
  * table changed during it; memory that changed lies inside a range some
  * state of the table gave the key, with the right needed, in a heap that
  * state named, at the place it named; a success wrote (or read) exactly
- * there and the key was still live after; an atomic's address is aligned;
+ * there and the key was still live after; what every state of the table
+ * under the key allows, on a heap object there is to map, succeeds; an
+ * atomic's address is aligned;
  * a corrupt tail fails the endpoint and a sound one is taken; completions
  * carry what the peer said (data, status, fetched value).
  */
