@@ -167,6 +167,13 @@ void api_state_fini(ferry_ctx_t *ctx);
 /* Starts queued pieces and runs due completions; returns events handled. */
 int api_rdma_progress(ferry_ctx_t *ctx);
 
+/* Whether api_rdma_progress has anything to do: checked inline by
+ * ferry_progress, so that an idle one costs no call. */
+static inline bool api_rdma_pending(const struct api_state *api)
+{
+    return !util_list_empty(&api->issue_queue) || !util_list_empty(&api->done);
+}
+
 /*
  * Starts a put or get of [buf, buf + len) to raddr of rank dst through
  * module m with the transport key key (already resolved and checked): the
@@ -200,6 +207,14 @@ void api_req_complete(ferry_ctx_t *ctx, struct ferry_req *req, int status);
 /* onesided.c's part of progress: due request callbacks, notifications and
  * flush answers waiting for resources, non-blocking flushes. */
 int api_onesided_progress(ferry_ctx_t *ctx);
+
+/* Whether api_onesided_progress has anything to do (as api_rdma_pending). */
+static inline bool api_onesided_pending(const struct api_state *api)
+{
+    return api->cbq_count > 0 || api->n_owed_hint || !util_list_empty(&api->amo_q) ||
+           !util_list_empty(&api->notify_q) || !util_list_empty(&api->flushes) ||
+           !util_list_empty(&api->req_due);
+}
 
 /* A flush marker or answer from src (the dispatcher, or am_large releasing
  * what it held behind a large message). */
