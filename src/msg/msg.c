@@ -142,7 +142,14 @@ static void recv_done(void *arg, int status)
 static void deliver_eager(ferry_msg_req_t *r, int src, const msg_hdr_t *h, const void *data)
 {
     req_status(r, src, h);
-    ferry_convertor_unpack(&r->conv, data, r->status.received);
+    if (r->conv.kind == FERRY_CONV_CONTIG && r->conv.pos == 0) {
+        /* The common case, a plain buffer not yet written: one copy (the
+         * request is done, so its cursor is not read again). */
+        if (r->status.received > 0)
+            memcpy(r->conv.single.base, data, r->status.received);
+    } else {
+        ferry_convertor_unpack(&r->conv, data, r->status.received);
+    }
     r->status.error = r->status.received < r->status.len ? FERRY_ERR_TRUNCATE : FERRY_OK;
     r->state = REQ_DONE;
 }
@@ -587,15 +594,11 @@ static msg_unexp_t *find_unexpected(ferry_msg_t *m, int src, uint32_t ctx_id, ui
     return NULL;
 }
 
-int ferry_msg_irecv_conv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint64_t mask,
-                         ferry_convertor_t *conv, ferry_msg_req_t **req_out)
+/* A receive into r, whose convertor is set: matched now against the
+ * unexpected queue, else posted. */
+static void recv_start(ferry_msg_t *m, ferry_msg_req_t *r, int src, uint32_t ctx_id,
+                       uint64_t tag, uint64_t mask, ferry_msg_req_t **req_out)
 {
-    if (m == NULL || conv == NULL || req_out == NULL ||
-        (src != FERRY_MSG_ANY_SOURCE && (src < 0 || src >= m->size)))
-        return FERRY_ERR_INVALID;
-    ferry_msg_req_t *r = req_new(m, REQ_RECV, src, ctx_id, tag, mask, conv);
-    if (r == NULL)
-        return FERRY_ERR_NO_MEMORY;
     msg_unexp_t *u = find_unexpected(m, src, ctx_id, tag, mask);
     if (u != NULL) {
         unexp_remove(m, u);
@@ -609,17 +612,38 @@ int ferry_msg_irecv_conv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag,
         util_list_append(&m->posted, &r->link);
     }
     *req_out = r;
+}
+
+static bool recv_args_ok(const ferry_msg_t *m, int src, ferry_msg_req_t *const *req_out)
+{
+    return m != NULL && req_out != NULL &&
+           (src == FERRY_MSG_ANY_SOURCE || (src >= 0 && src < m->size));
+}
+
+int ferry_msg_irecv_conv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint64_t mask,
+                         ferry_convertor_t *conv, ferry_msg_req_t **req_out)
+{
+    if (conv == NULL || !recv_args_ok(m, src, req_out))
+        return FERRY_ERR_INVALID;
+    ferry_msg_req_t *r = req_new(m, REQ_RECV, src, ctx_id, tag, mask, conv);
+    if (r == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    recv_start(m, r, src, ctx_id, tag, mask, req_out);
     return FERRY_OK;
 }
 
 int ferry_msg_irecv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint64_t mask,
                     void *buf, size_t len, ferry_msg_req_t **req_out)
 {
-    if (buf == NULL && len > 0)
+    if ((buf == NULL && len > 0) || !recv_args_ok(m, src, req_out))
         return FERRY_ERR_INVALID;
-    ferry_convertor_t conv;
-    ferry_convertor_init_contig(&conv, buf, len);
-    return ferry_msg_irecv_conv(m, src, ctx_id, tag, mask, &conv, req_out);
+    /* The convertor is made in the request, not copied into it. */
+    ferry_msg_req_t *r = req_new(m, REQ_RECV, src, ctx_id, tag, mask, NULL);
+    if (r == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    ferry_convertor_init_contig(&r->conv, buf, len);
+    recv_start(m, r, src, ctx_id, tag, mask, req_out);
+    return FERRY_OK;
 }
 
 int ferry_msg_recv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint64_t mask, void *buf,
