@@ -513,6 +513,10 @@ void tcp_hot_remove(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
 /* tcp_rdma.c */
 int tcp_put(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
 int tcp_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
+/* ferry_btl_ops.target_resolve, and the atomics' resolve hook: a peer's key
+ * against our own registrations. */
+int tcp_target_resolve(ferry_btl_module_t *btl, const uint8_t *keybytes, uint64_t addr,
+                       size_t len, uint32_t need, void **ptr_out);
 int tcp_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *base, size_t len,
                      uint32_t access, ferry_btl_reg_t **reg_out);
 int tcp_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);

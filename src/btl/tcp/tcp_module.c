@@ -452,6 +452,7 @@ static const ferry_btl_ops_t tcp_ops = {
     .sendi = tcp_sendi,
     .put = tcp_put,
     .get = tcp_get,
+    .target_resolve = tcp_target_resolve,
     .register_mem = tcp_register_mem,
     .deregister_mem = tcp_deregister_mem,
     .mem_alloc = btl_base_unsupported_mem_alloc,

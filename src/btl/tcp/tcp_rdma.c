@@ -178,7 +178,7 @@ int tcp_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t 
 
 /* ---- atomics, executed by the target ---- */
 
-static int amo_resolve(ferry_btl_module_t *btl, const uint8_t *keybytes, uint64_t addr,
+int tcp_target_resolve(ferry_btl_module_t *btl, const uint8_t *keybytes, uint64_t addr,
                        size_t len, uint32_t need, void **ptr_out)
 {
     tcp_key_t key;
@@ -198,7 +198,7 @@ static btl_amo_ep_t *amo_ep(ferry_btl_endpoint_t *ep)
 
 const btl_amo_hooks_t tcp_amo_hooks = {
     .send = tcp_amo_send,
-    .resolve = amo_resolve,
+    .resolve = tcp_target_resolve,
     .ep_state = amo_ep,
 };
 
