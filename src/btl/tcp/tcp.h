@@ -5,14 +5,16 @@
  * default) a module listens on every selected interface
  * (FERRY_TCP_IF_INCLUDE / FERRY_TCP_IF_EXCLUDE); with per-interface, one
  * module listens on each selected address. FERRY_TCP_LINKS modules are
- * opened for each of these, each with its own listeners, sockets,
- * registrations and attributes, so that a layer above can stripe over them.
+ * opened for each of these, each with its own listeners, sockets and
+ * attributes, so that a layer above can stripe over them; they share one
+ * registration table (tcp_regtab_t), so a registration is made once and its
+ * key is the same bytes on every module.
  * Module k publishes its addresses under its own key ("btl.tcp" for module
  * 0, "btl.tcp.<k>" for the others) and reaches a peer only through the
  * peer's module k: in per-interface mode only when the two addresses share a
  * subnet, or are both loopback on one host (tcp_endpoint.c, addr_score).
- * Module k is also the k-th tcp entry of a remote key, so a key always
- * reaches the registration table of the module that answers it.
+ * A module answers a key only for a registration it holds, and the peer's
+ * module k, which answers our module k, is one that registered it.
  *
  * A peer is connected on first use, with a non-blocking connect whose
  * deadline (FERRY_TCP_CONNECT_TIMEOUT) progress checks. The two sides then prove to

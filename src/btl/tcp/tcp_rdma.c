@@ -1,12 +1,16 @@
 /*
  * Registrations and put/get emulated over messages.
  *
- * A registration is a slot in this process's table. Its key is the slot,
- * the slot's generation (which deregistration bumps, so a stale key names
- * nothing) and 16 random bytes drawn for it, so a peer that holds one key
- * cannot make another from it. The target checks every request against the
- * table (btl_base_check_access) before a byte moves, and a get answer's
- * data is read from the registration only while it is written (tcp_io.c).
+ * A registration is a slot in this process's table, which all its tcp
+ * modules share: made by the first module that registers a range, held by
+ * each that registers it after, freed by the last deregistration. Its key
+ * is the slot, the slot's generation (which deregistration bumps, so a
+ * stale key names nothing) and 16 random bytes drawn for it, so a peer that
+ * holds one key cannot make another from it. The target checks every
+ * request against the table (btl_base_check_access), and that the module it
+ * came through holds the registration, before a byte moves, and a get
+ * answer's data is read from the registration only while it is written
+ * (tcp_io.c).
  */
 #include <stdlib.h>
 #include <string.h>
