@@ -361,6 +361,7 @@ typedef struct tcp_reg {
 typedef struct tcp_regtab {
     unsigned refs;            /* modules attached, and tcp_open while it runs */
     size_t slots;             /* FERRY_TCP_REG_SLOTS */
+    size_t hi;                /* no slot at or past it has ever been used */
     tcp_reg_t **regs;
     uint32_t *gen;
     tcp_module_t *mods[TCP_MAX_MODULES]; /* attached, by index: to detach puts */

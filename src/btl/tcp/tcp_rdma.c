@@ -101,7 +101,7 @@ static tcp_reg_t *find_shared(const tcp_module_t *mod, const void *base, size_t 
 {
     const tcp_regtab_t *tab = mod->tab;
     tcp_reg_t *best = NULL;
-    for (size_t i = 0; i < tab->slots; i++) {
+    for (size_t i = 0; i < tab->hi; i++) {
         tcp_reg_t *reg = tab->regs[i];
         if (reg != NULL && reg->base.base == base && reg->base.len == len &&
             reg->base.access == access && !holds(reg, mod->index) &&
@@ -156,6 +156,8 @@ int tcp_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *ba
     hold(reg, mod->index);
     tab->regs[slot] = reg;
     tab->live++;
+    if (slot >= tab->hi)
+        tab->hi = (size_t)slot + 1;
     *reg_out = &reg->base;
     return FERRY_OK;
 }
@@ -218,7 +220,7 @@ void tcp_regtab_detach(tcp_regtab_t *tab, tcp_module_t *mod)
         return;
     /* What this module still holds (registrations nobody deregistered
      * before finalize) is dropped; what others hold stays theirs. */
-    for (size_t i = 0; i < tab->slots; i++)
+    for (size_t i = 0; i < tab->hi; i++)
         if (tab->regs[i] != NULL && holds(tab->regs[i], mod->index))
             drop(tab, tab->regs[i], mod->index);
     tab->mods[mod->index] = NULL;
