@@ -110,8 +110,8 @@ struct api_state {
         uint8_t instance;
     } *rkey_id;
     /* The raw remote key ferry_put/ferry_get resolved last (rdma.c): a key
-     * whose bytes up to the entry found (used of them) are these again, for
-     * the same module and rank, parses to the same header and key. */
+     * whose header and entries (used bytes) are these again, for the same
+     * module and rank, parses to the same header and key. */
     struct api_rkey_memo {
         size_t used; /* 0: empty */
         int m, dst;
