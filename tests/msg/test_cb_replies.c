@@ -277,8 +277,8 @@ static void run_rank0(ferry_ctx_t *ctx, int size)
     printf("rank 0: %ld pings answered from handlers, %ld sends refused, %ld failed otherwise\n",
            g0.handled, g0.refused, g0.bad_rc);
     CHECK(g0.bad_rc == 0);
-    if (!g_bounded)
-        CHECK(g0.refused == 0);
+    /* Tiny as it is, the bound is met by the answers made at once. */
+    CHECK(g_bounded ? g0.refused > 0 : g0.refused == 0);
     /* Each pinger learns what was accepted for it, behind the answers. */
     long accepted = 0;
     for (int r = 1; r < size; r++) {
