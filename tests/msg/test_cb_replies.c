@@ -11,7 +11,10 @@
  *
  * --am: each answer is a ferry_am_send_nb of a size from a cycle that runs
  * from 24 bytes to 3 MiB (above and below the max send size), followed by
- * a small ferry_am_send from the same handler. --msg: each answer is a
+ * a small ferry_am_send from the same handler; the completion callbacks of
+ * some answers send again (ferry_am_send_nb above the max send size), and
+ * rank 0 sends its counts from outside callbacks above the max send size
+ * too, which must not overtake what callbacks left held. --msg: each answer is a
  * ferry_msg_isend of those sizes, and the handler also posts a
  * ferry_msg_irecv for a tagged message the pinger sends after its ping.
  * Every answer is counted and its bytes checked at the pinger; per peer the
@@ -37,6 +40,8 @@
 #define TAG_AFTER 3
 #define TAG_COUNT 4
 #define TAG_GO 5
+#define TAG_LATE 6
+#define TAG_COUNT2 7
 
 /* Tagged contexts: rank 0's answers, the pingers' follow-ups, the counts. */
 #define CTX_ANSWER 0
@@ -104,11 +109,12 @@ static bool intact(const unsigned char *p, size_t len, int src, uint64_t seq)
 /* ---- rank 0: the answers ---- */
 
 typedef struct peer_counts {
-    long pongs, afters; /* accepted */
+    long pongs, afters, lates; /* accepted */
 } peer_counts_t;
 
 static struct {
     long handled, refused, bad_rc, completed, bad_status;
+    long lates_done, counts_done; /* --am: completions of late sends and counts */
     peer_counts_t acc[MAX_RANKS];
     /* --msg: the answers' requests and buffers, the follow-ups' receives. */
     ferry_msg_req_t *sreq[MAX_RANKS * MAX_PINGS];
@@ -121,12 +127,13 @@ static struct {
     long kept[MAX_RANKS], kept_all; /* pings kept for the burst */
 } g0;
 
-static void on_sent(void *arg, int status)
+static ferry_ctx_t *g_ctx;
+
+/* --am: the size of the message a completion callback sends for answer
+ * seq (when seq % 6 == 3): above the max send size too. */
+static size_t late_size(uint64_t seq)
 {
-    free(arg);
-    g0.completed++;
-    if (status != FERRY_OK)
-        g0.bad_status++;
+    return g_eager + 1 + (size_t)seq;
 }
 
 static void count_rc(int rc, long *accepted)
@@ -139,15 +146,55 @@ static void count_rc(int rc, long *accepted)
         g0.bad_rc++;
 }
 
+static void on_late_sent(void *arg, int status)
+{
+    free(arg);
+    g0.lates_done++;
+    if (status != FERRY_OK)
+        g0.bad_status++;
+}
+
+typedef struct sent_arg {
+    unsigned char *buf;
+    int src;
+    uint64_t seq;
+} sent_arg_t;
+
+/* An answer's completion: some send again from inside this callback. */
+static void on_sent(void *arg, int status)
+{
+    sent_arg_t *sa = arg;
+    free(sa->buf);
+    g0.completed++;
+    if (status != FERRY_OK)
+        g0.bad_status++;
+    if (sa->seq % 6 == 3) {
+        size_t len = late_size(sa->seq);
+        unsigned char *buf = malloc(len);
+        CHECK(buf != NULL);
+        fill(buf, len, 0, sa->seq);
+        int rc = ferry_am_send_nb(g_ctx, sa->src, TAG_LATE, buf, len, on_late_sent, buf);
+        if (rc != FERRY_OK)
+            free(buf);
+        count_rc(rc, &g0.acc[sa->src].lates);
+    }
+    free(sa);
+}
+
 static void answer_am(ferry_ctx_t *ctx, int src, uint64_t seq)
 {
     size_t len = answer_size(seq);
     unsigned char *buf = malloc(len);
     CHECK(buf != NULL);
     fill(buf, len, 0, seq);
-    int rc = ferry_am_send_nb(ctx, src, TAG_PONG, buf, len, on_sent, buf);
-    if (rc != FERRY_OK)
+    sent_arg_t *sa = malloc(sizeof(*sa));
+    CHECK(sa != NULL);
+    *sa = (sent_arg_t){.buf = buf, .src = src, .seq = seq};
+    int rc = ferry_am_send_nb(ctx, src, TAG_PONG, buf, len, on_sent, sa);
+    if (rc != FERRY_OK) {
         free(buf);
+        free(sa);
+    }
     count_rc(rc, &g0.acc[src].pongs);
     /* What the handler sends afterwards must arrive after it. */
     rc = ferry_am_send(ctx, src, TAG_AFTER, &seq, sizeof(seq));
@@ -263,6 +310,28 @@ static long msg_test_all(void)
     return live;
 }
 
+static void on_count_sent(void *arg, int status)
+{
+    free(arg);
+    CHECK(status == FERRY_OK);
+    g0.counts_done++;
+}
+
+/* --am: rank r's counts, sent from outside callbacks as a message above the
+ * max send size: it must not overtake what callbacks left queued for r. */
+static void send_counts(ferry_ctx_t *ctx, int r, int tag)
+{
+    size_t len = g_eager + 100;
+    unsigned char *buf = calloc(1, len);
+    CHECK(buf != NULL);
+    memcpy(buf, &g0.acc[r], sizeof(g0.acc[r]));
+    int rc;
+    while ((rc = ferry_am_send_nb(ctx, r, tag, buf, len, on_count_sent, buf)) ==
+           FERRY_ERR_NO_RESOURCE)
+        ferry_progress(ctx);
+    CHECK(rc == FERRY_OK);
+}
+
 static void run_rank0(ferry_ctx_t *ctx, int size)
 {
     long total = (long)g_n * (size - 1);
@@ -288,27 +357,37 @@ static void run_rank0(ferry_ctx_t *ctx, int size)
                   FERRY_OK);
             continue;
         }
-        int rc;
-        while ((rc = ferry_am_send(ctx, r, TAG_COUNT, &g0.acc[r], sizeof(g0.acc[r]))) ==
-               FERRY_ERR_NO_RESOURCE)
-            ferry_progress(ctx);
-        CHECK(rc == FERRY_OK);
+        send_counts(ctx, r, TAG_COUNT);
     }
-    if (g_msg != NULL)
+    if (g_msg != NULL) {
         while (msg_test_all() > 0)
             ;
-    else
-        while (g0.completed < accepted)
-            ferry_progress(ctx);
-    CHECK(g0.completed == accepted && g0.bad_status == 0);
+        CHECK(g0.completed == accepted && g0.bad_status == 0);
+        return;
+    }
+    /* Every answer's completion (each may start a late send), then every
+     * late send's. */
+    while (g0.completed < accepted)
+        ferry_progress(ctx);
+    long lates = 0;
+    for (int r = 1; r < size; r++)
+        lates += g0.acc[r].lates;
+    while (g0.lates_done < lates)
+        ferry_progress(ctx);
+    CHECK(g0.completed == accepted && g0.lates_done == lates && g0.bad_status == 0);
+    CHECK(g0.bad_rc == 0);
+    for (int r = 1; r < size; r++)
+        send_counts(ctx, r, TAG_COUNT2);
+    while (g0.counts_done < 2L * (size - 1))
+        ferry_progress(ctx);
 }
 
 /* ---- the pingers ---- */
 
 static struct {
-    long pongs, afters, bad;
+    long pongs, afters, lates, bad;
     long last_key; /* 2 * seq + (0: answer, 1: the message after it) */
-    bool told;
+    bool told, told2;
     peer_counts_t expect;
 } gp = {.last_key = -1};
 
@@ -346,11 +425,35 @@ static void on_after(ferry_ctx_t *ctx, int src, int tag, const void *data, size_
 static void on_count(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len, void *arg)
 {
     (void)ctx, (void)tag, (void)arg;
-    CHECK(src == 0 && len == sizeof(gp.expect) && !gp.told);
+    CHECK(src == 0 && len == (g_msg != NULL ? sizeof(gp.expect) : g_eager + 100) && !gp.told);
     memcpy(&gp.expect, data, sizeof(gp.expect));
     /* Handlers run in the order sent: every accepted answer came first. */
     CHECK(gp.pongs == gp.expect.pongs && gp.afters == gp.expect.afters);
     gp.told = true;
+}
+
+static void on_late(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len, void *arg)
+{
+    (void)ctx, (void)tag, (void)arg;
+    uint64_t seq = 0;
+    CHECK(src == 0 && len >= sizeof(seq));
+    memcpy(&seq, data, sizeof(seq));
+    CHECK(seq < (uint64_t)g_n && seq % 6 == 3 && len == late_size(seq) &&
+          intact(data, len, 0, seq));
+    gp.lates++;
+}
+
+static void on_count2(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len, void *arg)
+{
+    (void)ctx, (void)tag, (void)arg;
+    CHECK(src == 0 && len == g_eager + 100 && gp.told && !gp.told2);
+    peer_counts_t final;
+    memcpy(&final, data, sizeof(final));
+    CHECK(final.pongs == gp.expect.pongs && final.afters == gp.expect.afters);
+    /* Every late send was accepted before this was sent. */
+    CHECK(gp.lates == final.lates);
+    gp.expect.lates = final.lates;
+    gp.told2 = true;
 }
 
 static void run_pinger_am(ferry_ctx_t *ctx)
@@ -361,7 +464,7 @@ static void run_pinger_am(ferry_ctx_t *ctx)
             ferry_progress(ctx);
         CHECK(rc == FERRY_OK);
     }
-    while (!gp.told)
+    while (!gp.told2)
         ferry_progress(ctx);
 }
 
@@ -454,6 +557,7 @@ int main(int argc, char **argv)
 
     ferry_ctx_t *ctx = NULL;
     CHECK(ferry_init(NULL, &ctx) == FERRY_OK);
+    g_ctx = ctx;
     int me = ferry_rank(ctx), size = ferry_size(ctx);
     CHECK(size <= MAX_RANKS);
     if (size < 2) {
@@ -481,6 +585,8 @@ int main(int argc, char **argv)
     CHECK(ferry_am_register(ctx, TAG_AFTER, on_after, NULL) == FERRY_OK);
     CHECK(ferry_am_register(ctx, TAG_COUNT, on_count, NULL) == FERRY_OK);
     CHECK(ferry_am_register(ctx, TAG_GO, on_go, NULL) == FERRY_OK);
+    CHECK(ferry_am_register(ctx, TAG_LATE, on_late, NULL) == FERRY_OK);
+    CHECK(ferry_am_register(ctx, TAG_COUNT2, on_count2, NULL) == FERRY_OK);
     CHECK(ferry_barrier(ctx) == FERRY_OK);
 
     if (me == 0)
@@ -497,6 +603,8 @@ int main(int argc, char **argv)
             CHECK(gp.afters == gp.expect.afters && gp.afters <= g_n);
         if (!g_bounded)
             CHECK(gp.pongs == g_n && (msg || gp.afters == g_n));
+        if (!g_bounded && am)
+            CHECK(gp.lates == (g_n + 2) / 6); /* one per seq with seq % 6 == 3 */
         printf("rank %d: %ld answers%s, every byte right, in order\n", me, gp.pongs,
                am ? " and the messages after them" : "");
     }
