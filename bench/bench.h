@@ -56,7 +56,8 @@ enum {
     BENCH_TAG_ACK = 2,  /* end of a window, counted */
     BENCH_TAG_CTRL = 3, /* setup and phase messages, queued (bench_ctrl_*) */
     BENCH_TAG_WHOLE = 4, /* am-lat-rndv, am-bw-rndv: whole messages of any size */
-    BENCH_TAG_NOTE = 5   /* put-notify-lat: notifications and the AM ping-pong, counted */
+    BENCH_TAG_NOTE = 5,  /* put-notify-lat: notifications and the AM ping-pong, counted */
+    BENCH_TAG_NOTE_BW = 6 /* put-notify-bw: notifications, counted (and checked) */
 };
 
 /* Kinds of control message. */
@@ -67,7 +68,8 @@ enum {
     BENCH_CTRL_SHM_OK = 4,  /* the mapping is open (or an errno) */
     BENCH_CTRL_PVW = 5,     /* pid and buffer for process_vm_writev */
     BENCH_CTRL_DONE = 6,    /* the initiator finished a phase */
-    BENCH_CTRL_PAIR = 9     /* iterations per floor and figure block */
+    BENCH_CTRL_PAIR = 9,    /* iterations per floor and figure block */
+    BENCH_CTRL_TALLY = 10   /* amo-rate, put-notify-bw: operations rank 0 made, and the verdict */
 };
 
 typedef enum bench_mode {
@@ -92,6 +94,8 @@ typedef enum bench_mode {
     BENCH_AMO_FADD_LAT,
     BENCH_AMO_CSWAP_LAT,
     BENCH_PUT_NOTIFY_LAT,
+    BENCH_AMO_RATE,
+    BENCH_PUT_NOTIFY_BW,
     BENCH_MODE_COUNT
 } bench_mode_t;
 
@@ -181,6 +185,15 @@ typedef struct bench_floors {
     /* <<< ofi floors */
 } bench_floors_t;
 
+/* Errors FERRY_BENCH_FAULT makes on purpose, so that the tests can show
+ * that the final checks of amo-rate and put-notify-bw catch them. */
+typedef enum bench_fault {
+    BENCH_FAULT_NONE = 0,
+    BENCH_FAULT_AMO_SUM,      /* "amo-sum": one fetch-add per size not counted */
+    BENCH_FAULT_NOTIFY_COUNT, /* "notify-count": one put with notification not counted */
+    BENCH_FAULT_NOTIFY_DATA   /* "notify-data": payloads name the other window's bytes */
+} bench_fault_t;
+
 typedef struct bench {
     ferry_ctx_t *ctx;
     int rank;
@@ -214,6 +227,15 @@ typedef struct bench {
     uint64_t amo_raddr;
     uint64_t notes;    /* notifications and AM pings received */
     uint64_t note_seq; /* ping-pong exchanges this rank has finished */
+    /* put-notify-bw, at the target: notifications received, and with --check
+     * the size of the puts, the notifications that saw wrong data and the
+     * first wrong byte (or a malformed payload: offset SIZE_MAX). */
+    uint64_t notes_bw;
+    size_t note_check_size;
+    uint64_t notes_bad;
+    size_t notes_bad_offset;
+    /* FERRY_BENCH_FAULT: a deliberate error the final checks must catch. */
+    bench_fault_t fault;
 } bench_t;
 
 /* One result row. A paired row carries the statistics of its pairs; an
@@ -410,6 +432,11 @@ void bench_amo_fini(bench_t *b);
  * cache line the two ranks share (half round trips); *ok_out false when
  * the mapping is unavailable. */
 int bench_floor_atomic_block(bench_t *b, bench_block_t *blk_out, bool *ok_out);
+/* The amo-rate floor: rank 0 alone, n windows of BENCH_WINDOW CPU
+ * fetch-adds of size (4 or 8) bytes on a counter in the same shared
+ * mapping, on a cache line of its own that rank 1 does not touch
+ * meanwhile (the one-sided rate). */
+int bench_floor_atomic_rate_block(bench_t *b, size_t size, bench_block_t *blk_out, bool *ok_out);
 
 /* ---- bench_reg.c ---- */
 

@@ -11,6 +11,9 @@
  *  - memcpy: one rank copying a hot buffer; the most one core can move.
  *  - process_vm_writev: rank 0 writing into rank 1's buffer in windows of
  *    BENCH_WINDOW calls; what a single-copy transport can reach.
+ *  - the atomics': a ping-pong of CPU fetch-adds on the ping-pong's lines
+ *    (latency), and rank 0's own fetch-adds, one after the other, on a line
+ *    of the same mapping that rank 1 leaves alone (rate).
  * The ranks take the same path through every function here (the floors
  * measured so far are known to both), so they stay in step.
  */
@@ -48,6 +51,10 @@ struct cl_flags {
         _Alignas(FLAG_SPACING) atomic_uint ping; /* written by rank 0 */
         _Alignas(FLAG_SPACING) atomic_uint pong; /* written by rank 1 */
     } slot[CL_SLOTS];
+    /* The amo-rate floor's counters, each on a line of its own: only rank
+     * 0 adds to them. */
+    _Alignas(FLAG_SPACING) _Atomic uint64_t add64;
+    _Alignas(FLAG_SPACING) _Atomic uint32_t add32;
 };
 typedef struct cl_flags cl_flags_t;
 
@@ -474,6 +481,42 @@ int bench_floor_atomic_block(bench_t *b, bench_block_t *blk_out, bool *ok_out)
     if (rc != FERRY_OK)
         return rc;
     bench_block_t blk = {.run = atomic_pingpong, .per_time = true, .unit = 2.0, .size = 8};
+    *blk_out = blk;
+    *ok_out = b->floors.cl != NULL;
+    return FERRY_OK;
+}
+
+/* Rank 0: n windows of BENCH_WINDOW fetch-adds of blk->size bytes, one
+ * after the other, on a counter of the shared mapping. Rank 1 waits for the
+ * end of the block without touching it: the one-sided rate, which no
+ * remote atomic stream (whose target does not add meanwhile) can pass. */
+static int atomic_rate_block(bench_t *b, const bench_block_t *blk, long n, uint64_t *ns_out)
+{
+    cl_flags_t *fl = b->floors.cl;
+    uint64_t sink = 0;
+    uint64_t t0 = bench_now_ns();
+    if (blk->size == 4) {
+        for (long w = 0; w < n; w++)
+            for (int i = 0; i < BENCH_WINDOW; i++)
+                sink += atomic_fetch_add_explicit(&fl->add32, 1, memory_order_acq_rel);
+    } else {
+        for (long w = 0; w < n; w++)
+            for (int i = 0; i < BENCH_WINDOW; i++)
+                sink += atomic_fetch_add_explicit(&fl->add64, 1, memory_order_acq_rel);
+    }
+    *ns_out = bench_now_ns() - t0;
+    /* The fetched values are used, as the remote fetch-adds' are. */
+    __asm__ __volatile__("" : : "r"(sink) : "memory");
+    return FERRY_OK;
+}
+
+int bench_floor_atomic_rate_block(bench_t *b, size_t size, bench_block_t *blk_out, bool *ok_out)
+{
+    int rc = cacheline_open(b);
+    if (rc != FERRY_OK)
+        return rc;
+    bench_block_t blk = {.run = atomic_rate_block, .size = size, .rank0_only = true,
+                         .unit = BENCH_WINDOW};
     *blk_out = blk;
     *ok_out = b->floors.cl != NULL;
     return FERRY_OK;

@@ -27,6 +27,7 @@ static const char *const mode_names[BENCH_MODE_COUNT] = {
     [BENCH_TAG_LAT] = "tag-lat", [BENCH_TAG_BW] = "tag-bw", [BENCH_TAG_BIBW] = "tag-bibw",
     [BENCH_TAG_RATE] = "tag-rate", [BENCH_AMO_FADD_LAT] = "amo-fadd-lat",
     [BENCH_AMO_CSWAP_LAT] = "amo-cswap-lat", [BENCH_PUT_NOTIFY_LAT] = "put-notify-lat",
+    [BENCH_AMO_RATE] = "amo-rate", [BENCH_PUT_NOTIFY_BW] = "put-notify-bw",
 };
 
 const char *bench_mode_name(bench_mode_t mode)
@@ -38,13 +39,17 @@ static const char usage_text[] =
     "usage: ferryrun -n 2 [--bind-to core] ferry-bench [mode] [options]\n"
     "modes: limits am-lat am-bw am-bibw am-rate put-lat get-lat put-bw get-bw am-lat-rndv\n"
     "       am-bw-rndv tag-lat tag-bw tag-bibw tag-rate amo-fadd-lat amo-cswap-lat\n"
-    "       put-notify-lat, all (the default), or a comma list of them, which run in\n"
-    "       the order above. am-*-rndv send each message whole (rendezvous above the\n"
-    "       eager size; am-* cut it into chunks); tag-* use the tagged layer\n"
-    "       (ferry/msg.h); amo-* time one remote atomic (sizes 4 and 8) to\n"
-    "       completion beside a CPU fetch-add ping-pong on a shared cache line;\n"
+    "       put-notify-lat amo-rate put-notify-bw, all (the default), or a comma list\n"
+    "       of them, which run in the order above. am-*-rndv send each message whole\n"
+    "       (rendezvous above the eager size; am-* cut it into chunks); tag-* use the\n"
+    "       tagged layer (ferry/msg.h); amo-*-lat time one remote atomic (sizes 4 and\n"
+    "       8) to completion beside a CPU fetch-add ping-pong on a shared cache line;\n"
     "       put-notify-lat is a ping-pong of puts with notification beside ferry's\n"
-    "       own active-message ping-pong\n"
+    "       own active-message ping-pong; amo-rate keeps windows of 64 fetch-adds in\n"
+    "       flight to one counter (sizes 4 and 8; its sum is checked) beside rank 0's\n"
+    "       own CPU fetch-adds on a shared line that rank 1 leaves alone; put-notify-bw\n"
+    "       sends windows of 64 puts with notification (counted at the target) beside\n"
+    "       put-bw's floor\n"
     "  -m, --message-size MIN:MAX  sizes swept in powers of two (MIN:, :MAX and MAX also;\n"
     "                              K, M, G suffixes); default 0 or 1 to 1M, am-rate 8\n"
     "  -i, --iterations N   timed iterations (windows for bandwidth and rate) per\n"
@@ -63,14 +68,19 @@ static const char usage_text[] =
     "  -t, --timeout S      longest wait for the peer before failing, seconds (60)\n"
     "      --csv FILE       also write rows test,transport,size,value,unit,floor,ratio,\n"
     "                       ratio_q1,ratio_q3,pairs,mixed_pairs,mixed_dropped\n"
-    "  -c, --check          verify every byte received, put or got\n"
-    "      --alloc          put/get target memory comes from ferry_mem_alloc (with sm, a\n"
-    "                       shared heap peers copy into); put-bw/get-bw floors are memcpy\n"
+    "  -c, --check          verify every byte received, put or got (put-notify-bw: the\n"
+    "                       bytes each notification's handler sees)\n"
+    "      --alloc          put/get, atomic and notification target memory comes from\n"
+    "                       ferry_mem_alloc (with sm, a shared heap peers copy into and\n"
+    "                       apply CPU atomics to); put-bw, get-bw and put-notify-bw floors\n"
+    "                       are memcpy\n"
     "  -h, --help           this text\n"
     "environment: FERRY_BTL transports (also printed), FERRY_BENCH_BIND=0 leaves the\n"
     "ranks unpinned (default: rank r pins itself to the r-th allowed cpu, modulo),\n"
     "FERRY_BENCH_TCP_FLOOR_ADDR the IPv4 address of rank 1 the tcp floors listen on\n"
-    "(default 127.0.0.1; on two hosts, rank 1's address on the link measured).\n";
+    "(default 127.0.0.1; on two hosts, rank 1's address on the link measured),\n"
+    "FERRY_BENCH_FAULT (tests only) amo-sum, notify-count or notify-data makes an error\n"
+    "on purpose that the final checks of amo-rate and put-notify-bw must report.\n";
 
 /* ---- option parsing ---- */
 
@@ -349,6 +359,7 @@ static mode_kind_t mode_kind(bench_mode_t mode)
         return KIND_LAT;
     case BENCH_AM_RATE:
     case BENCH_TAG_RATE:
+    case BENCH_AMO_RATE:
         return KIND_RATE;
     case BENCH_LIMITS:
         return KIND_LIMITS;
@@ -461,8 +472,31 @@ static bool rdma_alloc(const bench_t *b, bench_mode_t mode)
 {
     return b->opts.alloc && (mode == BENCH_PUT_LAT || mode == BENCH_GET_LAT ||
                              mode == BENCH_AMO_FADD_LAT || mode == BENCH_AMO_CSWAP_LAT ||
-                             mode == BENCH_PUT_NOTIFY_LAT ||
+                             mode == BENCH_PUT_NOTIFY_LAT || mode == BENCH_AMO_RATE ||
+                             mode == BENCH_PUT_NOTIFY_BW ||
                              mode == BENCH_PUT_BW || mode == BENCH_GET_BW);
+}
+
+/* Is the mode measured in pairs against a floor? Rates are not, but for
+ * amo-rate's. */
+static bool mode_paired(bench_mode_t mode)
+{
+    return mode_kind(mode) != KIND_RATE || mode == BENCH_AMO_RATE;
+}
+
+/* Is the mode's floor the one of the transport (tcp's or libfabric's with
+ * those)? The atomics' and put-notify-lat's are their own everywhere. */
+static bool floor_of_transport(const bench_t *b, bench_mode_t mode)
+{
+    switch (mode) {
+    case BENCH_AMO_FADD_LAT:
+    case BENCH_AMO_CSWAP_LAT:
+    case BENCH_PUT_NOTIFY_LAT:
+    case BENCH_AMO_RATE:
+        return false;
+    default:
+        return mode_kind(mode) != KIND_RATE && !rdma_alloc(b, mode);
+    }
 }
 
 void bench_table_begin(bench_t *b, bench_mode_t mode, const char *floor_what,
@@ -479,7 +513,7 @@ void bench_table_begin(bench_t *b, bench_mode_t mode, const char *floor_what,
                  bench_iters(b, mode, 1), BENCH_WINDOW, bench_warmup(b, mode, 1));
     printf("\n# ferry-bench %s%s (transport %s)\n", bench_mode_name(mode),
            rdma_alloc(b, mode) ? "-alloc" : "", b->transport);
-    if (mode_kind(mode) == KIND_RATE) {
+    if (!mode_paired(mode)) {
         printf("# each value: median of %d repetitions of %s up to %d bytes, scaled down by "
                "%d/size above\n", b->opts.reps, iters, BENCH_LARGE_FROM, BENCH_LARGE_FROM);
     } else {
@@ -495,22 +529,24 @@ void bench_table_begin(bench_t *b, bench_mode_t mode, const char *floor_what,
                                   : "kept in the ratio (--drop-mixed leaves them out)");
     }
     /* >>> tcp floors: the tables' floors are TCP's when tcp carries the run. */
-    if (bench_floor_tcp_selected(b) && mode_kind(mode) == KIND_LAT)
+    if (bench_floor_tcp_selected(b) && floor_of_transport(b, mode) &&
+        mode_kind(mode) == KIND_LAT)
         floor_what = "loopback TCP busy-poll ping-pong half round trip (ratio = latency / floor)";
-    else if (bench_floor_tcp_selected(b) && mode_kind(mode) != KIND_RATE && !rdma_alloc(b, mode))
+    else if (bench_floor_tcp_selected(b) && floor_of_transport(b, mode))
         floor_what = "loopback TCP stream, one socket, writes of the same size (ratio = "
                      "bandwidth / floor)";
     /* <<< tcp floors */
     /* >>> ofi floors: the tables' floors are raw libfabric's when ofi carries the run. */
-    if (bench_floor_ofi_selected(b) && mode_kind(mode) == KIND_LAT)
+    if (bench_floor_ofi_selected(b) && floor_of_transport(b, mode) &&
+        mode_kind(mode) == KIND_LAT)
         floor_what = "raw libfabric 8-byte fi_inject/fi_recv ping-pong half round trip, same "
                      "provider (ratio = latency / floor)";
-    else if (bench_floor_ofi_selected(b) && mode_kind(mode) != KIND_RATE && !rdma_alloc(b, mode))
+    else if (bench_floor_ofi_selected(b) && floor_of_transport(b, mode))
         floor_what = "raw libfabric fi_write stream, 64 in flight, same size and provider "
                      "(ratio = bandwidth / floor)";
     /* <<< ofi floors */
     printf("# floor: %s\n", floor_what);
-    if (mode_kind(mode) == KIND_RATE)
+    if (!mode_paired(mode))
         printf("# %-8s%18s%14s%10s\n", "Size", value_col, floor_col, "Ratio");
     else
         printf("# %-8s%18s%14s%10s%9s%9s%7s%7s\n", "Size", value_col, floor_col, "Ratio", "Q1",
@@ -609,6 +645,31 @@ static int bind_self(bench_t *b)
         break;
     }
     return FERRY_OK;
+}
+
+/* FERRY_BENCH_FAULT: unset or empty for none; the tests name an error the
+ * final checks must catch. */
+static int parse_fault(bench_t *b)
+{
+    static const struct {
+        const char *name;
+        bench_fault_t fault;
+    } faults[] = {{"amo-sum", BENCH_FAULT_AMO_SUM},
+                  {"notify-count", BENCH_FAULT_NOTIFY_COUNT},
+                  {"notify-data", BENCH_FAULT_NOTIFY_DATA}};
+    const char *env = getenv("FERRY_BENCH_FAULT");
+    b->fault = BENCH_FAULT_NONE;
+    if (env == NULL || env[0] == '\0')
+        return FERRY_OK;
+    for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++) {
+        if (strcmp(env, faults[i].name) == 0) {
+            b->fault = faults[i].fault;
+            return FERRY_OK;
+        }
+    }
+    bench_error(b, "FERRY_BENCH_FAULT='%s': expected amo-sum, notify-count or notify-data",
+                env);
+    return FERRY_ERR_INVALID;
 }
 
 typedef struct hello {
@@ -715,6 +776,8 @@ static int run_mode(bench_t *b, bench_mode_t mode)
     case BENCH_AMO_FADD_LAT:
     case BENCH_AMO_CSWAP_LAT:
     case BENCH_PUT_NOTIFY_LAT:
+    case BENCH_AMO_RATE:
+    case BENCH_PUT_NOTIFY_BW:
         return bench_run_amo(b, mode);
     default:
         return bench_run_rdma(b, mode);
@@ -724,7 +787,7 @@ static int run_mode(bench_t *b, bench_mode_t mode)
 static int run(bench_t *b)
 {
     int rc;
-    if ((rc = bind_self(b)) != FERRY_OK)
+    if ((rc = parse_fault(b)) != FERRY_OK || (rc = bind_self(b)) != FERRY_OK)
         return rc;
     b->cpu = sched_getcpu();
     if ((rc = bench_comm_init(b)) != FERRY_OK)

@@ -7,8 +7,12 @@
 #
 # Run and check:
 #   cmake -DFERRYRUN=... -DBENCH=... -DCSV=prefix [-DEXPECT_OFI=1] -P check_paired_csv.cmake
-# runs every mode at 8 bytes with 3 short pairs into prefix.csv, and put-bw
-# and get-bw with --alloc (memcpy floor) into prefix-alloc.csv.
+# runs every mode at 8 bytes with 3 short pairs into prefix.csv; put-bw,
+# get-bw, amo-rate and put-notify-bw with --alloc (memcpy floor for the
+# bandwidths) into prefix-alloc.csv; and amo-rate and put-notify-bw at 4 and
+# 8 bytes with --check (their counts are checked by ferry-bench itself,
+# which fails the run on a wrong sum) into prefix-counted.csv, where each
+# of the two must have a paired row at both sizes.
 # Check only (the checker's own tests feed it malformed files):
 #   cmake -DCHECK_ONLY=file.csv [-DPAIRS=3] -P check_paired_csv.cmake
 # A rejection prints "rejected: <reason>" and fails.
@@ -33,7 +37,8 @@ function(check_positive what value line)
   endif()
 endfunction()
 
-# Checks one file; expected: the tests that must each have a paired row.
+# Checks one file; expected: the tests that must each have a paired row,
+# each as "test" (any size) or "test@size".
 function(check_file csv expected)
   if(NOT EXISTS "${csv}")
     reject("no CSV at ${csv}")
@@ -91,7 +96,7 @@ function(check_file csv expected)
     if(ratio STREQUAL "" AND q1 STREQUAL "" AND q3 STREQUAL "" AND pairs STREQUAL "0" AND
        dropped STREQUAL "1")
       # --drop-mixed left no pair: no ratio, honestly.
-      list(APPEND seen "${test}")
+      list(APPEND seen "${test}" "${test}@${size}")
       continue()
     endif()
     check_positive("ratio" "${ratio}" "${line}")
@@ -109,7 +114,7 @@ function(check_file csv expected)
     if(NOT dropped MATCHES "^[01]$")
       reject("mixed_dropped '${dropped}' is not 0 or 1 in '${line}'")
     endif()
-    list(APPEND seen "${test}")
+    list(APPEND seen "${test}" "${test}@${size}")
   endforeach()
   foreach(t IN LISTS expected)
     if(NOT t IN_LIST seen)
@@ -117,6 +122,7 @@ function(check_file csv expected)
     endif()
   endforeach()
   list(LENGTH seen ns)
+  math(EXPR ns "${ns} / 2")
   message(STATUS "${csv}: header and ${ns} paired rows as expected")
 endfunction()
 
@@ -131,18 +137,27 @@ foreach(v FERRYRUN BENCH CSV)
   endif()
 endforeach()
 set(common -m 8:8 -p ${PAIRS} -b 0.05 -i 20 -w 2 -r 1)
-file(REMOVE "${CSV}.csv" "${CSV}-alloc.csv")
+file(REMOVE "${CSV}.csv" "${CSV}-alloc.csv" "${CSV}-counted.csv")
 execute_process(COMMAND "${FERRYRUN}" -n 2 "${BENCH}" all ${common} --csv "${CSV}.csv"
                 RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "ferry-bench all exited with ${rc}")
 endif()
 check_file("${CSV}.csv"
-           "am-lat;am-bw;am-bibw;put-lat;get-lat;put-bw;get-bw;am-lat-rndv;am-bw-rndv;tag-lat;tag-bw;tag-bibw")
-execute_process(COMMAND "${FERRYRUN}" -n 2 "${BENCH}" put-bw,get-bw --alloc ${common}
+           "am-lat;am-bw;am-bibw;put-lat;get-lat;put-bw;get-bw;am-lat-rndv;am-bw-rndv;tag-lat;tag-bw;tag-bibw;amo-fadd-lat;amo-cswap-lat;put-notify-lat;amo-rate;put-notify-bw")
+set(alloc_modes put-bw,get-bw,amo-rate,put-notify-bw)
+execute_process(COMMAND "${FERRYRUN}" -n 2 "${BENCH}" ${alloc_modes} --alloc ${common}
                         --csv "${CSV}-alloc.csv"
                 RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "ferry-bench put-bw,get-bw --alloc exited with ${rc}")
+  message(FATAL_ERROR "ferry-bench ${alloc_modes} --alloc exited with ${rc}")
 endif()
-check_file("${CSV}-alloc.csv" "put-bw-alloc;get-bw-alloc")
+check_file("${CSV}-alloc.csv" "put-bw-alloc;get-bw-alloc;amo-rate-alloc;put-notify-bw-alloc")
+set(counted -m 4:8 -p ${PAIRS} -b 0.05 -i 20 -w 2 -r 1 --check)
+execute_process(COMMAND "${FERRYRUN}" -n 2 "${BENCH}" amo-rate,put-notify-bw ${counted}
+                        --csv "${CSV}-counted.csv"
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "ferry-bench amo-rate,put-notify-bw --check exited with ${rc}")
+endif()
+check_file("${CSV}-counted.csv" "amo-rate@4;amo-rate@8;put-notify-bw@4;put-notify-bw@8")

@@ -33,6 +33,9 @@
 #   vader-copy  --mca pml ob1 --mca btl self,vader, single copy none
 #   ob1-tcp     --mca pml ob1 --mca btl self,tcp
 #   ucx         --mca pml ucx (+ opal_common_ucx_tls/devices any), osc ucx
+#   ucx-tcp     the same with UCX_TLS=self,tcp: UCX's tcp transport alone
+#               (on one host UCX would otherwise take shared memory), the
+#               peer of ferry-tcp and ferrymsg-tcp
 #   mpich       mpiexec.hydra, MPICH's default device
 #   ferrymsg-sm   no MPI: the same benchmark over ferry's tagged layer,
 #   ferrymsg-tcp  ferry_put_nb/get_nb and ferry_atomic_fetch
@@ -107,7 +110,7 @@ mpirun=$(command -v mpirun.openmpi || command -v mpirun || true)
 hydra=$(command -v mpiexec.hydra || command -v mpiexec.mpich || true)
 
 # ---- the configurations ----
-names=(ferry-sm ferry-tcp vader-cma vader-copy ob1-tcp ucx mpich ferrymsg-sm ferrymsg-tcp)
+names=(ferry-sm ferry-tcp vader-cma vader-copy ob1-tcp ucx ucx-tcp mpich ferrymsg-sm ferrymsg-tcp)
 declare -A label args why
 label[ferry-sm]="ob1 + btl ferry (FERRY_BTL=sm); osc rdma"
 label[ferry-tcp]="ob1 + btl ferry (FERRY_BTL=tcp); osc rdma"
@@ -115,6 +118,7 @@ label[vader-cma]="ob1 + vader, single copy cma; osc sm"
 label[vader-copy]="ob1 + vader, no single copy; osc sm"
 label[ob1-tcp]="ob1 + tcp; osc sm (one-sided over shared memory)"
 label[ucx]="pml ucx; osc ucx"
+label[ucx-tcp]="pml ucx, UCX_TLS=self,tcp; osc ucx"
 label[mpich]="MPICH, mpiexec.hydra, default device"
 label[ferrymsg-sm]="no MPI: ferry/msg.h + one-sided API, sm"
 label[ferrymsg-tcp]="no MPI: ferry/msg.h + one-sided API, tcp"
@@ -125,6 +129,7 @@ args[vader-cma]="--mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_
 args[vader-copy]="--mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism none --mca osc sm"
 args[ob1-tcp]="--mca pml ob1 --mca btl self,tcp --mca osc sm"
 args[ucx]="--mca pml ucx $ucx_any --mca osc ucx"
+args[ucx-tcp]="--mca pml ucx $ucx_any -x UCX_TLS=self,tcp --mca osc ucx"
 args[mpich]=""
 args[ferrymsg-sm]="self,sm"
 args[ferrymsg-tcp]="self,tcp"
@@ -164,16 +169,18 @@ done
 find_ferry
 why[ferry-sm]=$ferry_why
 why[ferry-tcp]=$ferry_why
-for n in ferry-sm ferry-tcp vader-cma vader-copy ob1-tcp ucx; do
+for n in ferry-sm ferry-tcp vader-cma vader-copy ob1-tcp ucx ucx-tcp; do
     if [ -z "${why[$n]}" ] && [ ! -x "$bin_ompi" ]; then
         why[$n]="$bin_ompi not built (needs libopenmpi-dev)"
     elif [ -z "${why[$n]}" ] && [ -z "$mpirun" ]; then
         why[$n]="Open MPI's mpirun not found"
     fi
 done
-if [ -z "${why[ucx]}" ] && ! ompi_info 2>/dev/null | grep -q "MCA pml: ucx"; then
-    why[ucx]="this Open MPI has no pml ucx"
-fi
+for n in ucx ucx-tcp; do
+    if [ -z "${why[$n]}" ] && ! ompi_info 2>/dev/null | grep -q "MCA pml: ucx"; then
+        why[$n]="this Open MPI has no pml ucx"
+    fi
+done
 for n in ferrymsg-sm ferrymsg-tcp; do
     if [ ! -x "$bin_ferry" ]; then
         why[$n]="$bin_ferry not built"

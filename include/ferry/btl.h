@@ -510,6 +510,17 @@ typedef struct ferry_btl_ops {
     int (*rdma_direct)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, bool put, void *local,
                        uint64_t raddr, const uint8_t *rkey, size_t size);
 
+    /* Optional (NULL: none). The target's side of a put that came inside a
+     * message (a put with notification small enough to travel with it):
+     * [addr, addr + len) under key, one of this module's own keys as a
+     * peer sends it back, resolved against this module's registrations at
+     * this moment, with every right of need. FERRY_OK with *ptr_out, the
+     * address in this process, valid until the registration is released;
+     * FERRY_ERR_ACCESS for a key that is not one of ours (any bytes may
+     * come), released, or that does not cover the range or rights. */
+    int (*target_resolve)(ferry_btl_module_t *btl, const uint8_t *key, uint64_t addr, size_t len,
+                          uint32_t need, void **ptr_out);
+
     /* Registers memory for RDMA with FERRY_ACCESS_* rights. ep may be NULL. */
     int (*register_mem)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *base,
                         size_t len, uint32_t access, ferry_btl_reg_t **reg_out);

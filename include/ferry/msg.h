@@ -15,7 +15,7 @@
  * queue (small ones copied, large ones announced only: their data stays at
  * the sender until a receive takes it).
  *
- * Protocols. A message that fits one fragment of the path with its 24-byte
+ * Protocols. A message that fits one fragment of the path with its 16-byte
  * header goes eagerly; a larger one by rendezvous straight into the
  * receive buffer (ferry_am_sizes gives the sizes). A receive buffer
  * shorter than the message gets what fits and the status

@@ -125,17 +125,23 @@ int api_send_des(ferry_ctx_t *ctx, int dst, int m, ferry_btl_desc_t *des, uint8_
     return bml_am_sent(ctx, dst, m, rc);
 }
 
-int api_send_small(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size_t len)
+int api_send_two(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, size_t hlen,
+                 const void *payload, size_t plen)
 {
     if (ctx->peers == NULL || dst < 0 || dst >= ctx->size || ctx->peers[dst].module_idx < 0)
         return FERRY_ERR_UNREACH;
     int m = ctx->peers[dst].module_idx;
     int rc = bml_am_gate(ctx, dst);
     if (rc == FERRY_OK)
-        rc = bml_am_keep(ctx, dst, tag, data, len, NULL, 0);
+        rc = bml_am_keep(ctx, dst, tag, hdr, hlen, payload, plen);
     if (rc != FERRY_OK)
         return rc;
-    return bml_am_sent(ctx, dst, m, btl_ctx_send_small(ctx, dst, tag, data, len));
+    return bml_am_sent(ctx, dst, m, btl_ctx_send(ctx, dst, tag, hdr, hlen, payload, plen));
+}
+
+int api_send_small(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size_t len)
+{
+    return api_send_two(ctx, dst, tag, data, len, NULL, 0);
 }
 
 void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, void *cbdata)
@@ -171,6 +177,11 @@ void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, v
 
     if (rd->tag == API_TAG_BARRIER)
         api_barrier_recv(ctx, data, len);
+    else if (rd->tag == API_TAG_PUTN && ctx->api->large != NULL &&
+             api_am_large_holding(ctx, rd->peer))
+        api_am_large_hold(ctx, rd->peer, rd->tag, data, len); /* its notification waits too */
+    else if (rd->tag == API_TAG_PUTN)
+        api_putn_recv(ctx, rd->peer, data, len);
     else if (rd->tag == API_TAG_FLUSH && ctx->api->large != NULL &&
              api_am_large_holding(ctx, rd->peer))
         api_am_large_hold(ctx, rd->peer, rd->tag, data, len); /* answered after what it follows */
@@ -190,6 +201,10 @@ void api_am_deliver(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t
     if (tag == API_TAG_FLUSH) {
         /* A flush marker held behind a large message, now released. */
         api_flush_recv(ctx, src, data, len);
+        return;
+    }
+    if (tag == API_TAG_PUTN) {
+        api_putn_recv(ctx, src, data, len); /* the same */
         return;
     }
     if (ctx->api->am[tag].cb != NULL) {

@@ -1220,14 +1220,10 @@ void api_am_large_recv(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data,
 
 /* ---- progress and teardown ---- */
 
-int api_am_large_progress(ferry_ctx_t *ctx)
+/* The work of api_am_large_progress, kept out of line so that the common
+ * case (nothing to do) pays for no saved registers. */
+static int __attribute__((noinline)) large_progress(ferry_ctx_t *ctx, struct api_am_large *lg)
 {
-    struct api_am_large *lg = ctx->api->large;
-    /* The common case, on every progress once the state exists: nothing
-     * to do. */
-    if (lg == NULL || (util_list_empty(&lg->ctl) && util_list_empty(&lg->sends) &&
-                       lg->n_waiting == 0 && util_list_empty(&lg->due)))
-        return 0;
     int events = 0;
     util_list_item_t *it;
     while ((it = util_list_first(&lg->ctl)) != NULL) {
@@ -1290,6 +1286,17 @@ int api_am_large_progress(ferry_ctx_t *ctx)
         events++;
     }
     return events;
+}
+
+int api_am_large_progress(ferry_ctx_t *ctx)
+{
+    struct api_am_large *lg = ctx->api->large;
+    /* The common case, on every progress once the state exists: nothing
+     * to do. */
+    if (lg == NULL || (util_list_empty(&lg->ctl) && util_list_empty(&lg->sends) &&
+                       lg->n_waiting == 0 && util_list_empty(&lg->due)))
+        return 0;
+    return large_progress(ctx, lg);
 }
 
 void api_am_large_quiesce(ferry_ctx_t *ctx)

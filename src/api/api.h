@@ -19,8 +19,31 @@ enum {
     API_TAG_BARRIER = FERRY_BTL_TAG_FERRY_MIN,
     /* Flush markers and their answers (onesided.c); FERRY_BTL_TAG_FERRY_MIN
      * + 1 .. + 5 are am_large's. */
-    API_TAG_FLUSH = FERRY_BTL_TAG_FERRY_MIN + 6
+    API_TAG_FLUSH = FERRY_BTL_TAG_FERRY_MIN + 6,
+    /* A small put with notification in one message, and a refusal of one
+     * (onesided.c) */
+    API_TAG_PUTN = FERRY_BTL_TAG_FERRY_MIN + 7
 };
+
+/* The largest put with notification that travels inside its message. */
+#define API_PUTN_INLINE_MAX 4096
+
+/* The message of API_TAG_PUTN (onesided.c): this header, then key_len key
+ * bytes, plen payload bytes and len data bytes (PUTN_DATA); the header
+ * alone sent back (PUTN_REFUSED). */
+enum { API_PUTN_DATA = 1, API_PUTN_REFUSED = 2 };
+
+typedef struct api_putn_hdr {
+    uint32_t name_hash; /* the key's module, as the target names it ... */
+    uint8_t instance;   /* ... (api_rkey_name_hash, instance) */
+    uint8_t kind;       /* API_PUTN_DATA or API_PUTN_REFUSED */
+    uint8_t tag;        /* the notification's, an application tag */
+    uint8_t key_len;    /* at most FERRY_BTL_KEY_MAX */
+    uint32_t plen;      /* the notification's payload, at most FERRY_PUT_NOTIFY_MAX */
+    uint32_t zero;      /* must be 0 */
+    uint64_t raddr;
+    uint64_t len; /* the data's */
+} api_putn_hdr_t;
 
 /* The most dissemination rounds a barrier needs: log2 of the largest job. */
 #define API_BARRIER_ROUNDS 32
@@ -87,8 +110,8 @@ struct api_state {
         uint8_t instance;
     } *rkey_id;
     /* The raw remote key ferry_put/ferry_get resolved last (rdma.c): a key
-     * whose bytes up to the entry found (used of them) are these again, for
-     * the same module and rank, parses to the same header and key. */
+     * whose header and entries (used bytes) are these again, for the same
+     * module and rank, parses to the same header and key. */
     struct api_rkey_memo {
         size_t used; /* 0: empty */
         int m, dst;
@@ -167,6 +190,13 @@ void api_state_fini(ferry_ctx_t *ctx);
 /* Starts queued pieces and runs due completions; returns events handled. */
 int api_rdma_progress(ferry_ctx_t *ctx);
 
+/* Whether api_rdma_progress has anything to do: checked inline by
+ * ferry_progress, so that an idle one costs no call. */
+static inline bool api_rdma_pending(const struct api_state *api)
+{
+    return !util_list_empty(&api->issue_queue) || !util_list_empty(&api->done);
+}
+
 /*
  * Starts a put or get of [buf, buf + len) to raddr of rank dst through
  * module m with the transport key key (already resolved and checked): the
@@ -201,9 +231,21 @@ void api_req_complete(ferry_ctx_t *ctx, struct ferry_req *req, int status);
  * flush answers waiting for resources, non-blocking flushes. */
 int api_onesided_progress(ferry_ctx_t *ctx);
 
+/* Whether api_onesided_progress has anything to do (as api_rdma_pending). */
+static inline bool api_onesided_pending(const struct api_state *api)
+{
+    return api->cbq_count > 0 || api->n_owed_hint || !util_list_empty(&api->amo_q) ||
+           !util_list_empty(&api->notify_q) || !util_list_empty(&api->flushes) ||
+           !util_list_empty(&api->req_due);
+}
+
 /* A flush marker or answer from src (the dispatcher, or am_large releasing
  * what it held behind a large message). */
 void api_flush_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len);
+
+/* A put with notification that came in one message, or a peer's refusal of
+ * one we sent (the dispatcher, or am_large releasing what it held). */
+void api_putn_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len);
 
 /* Declares FERRY_CB_QUEUE_MAX (at context creation, so that ferry_info
  * lists it); *max_out gets its value when not NULL. */
@@ -275,6 +317,9 @@ int api_send_des(ferry_ctx_t *ctx, int dst, int m, ferry_btl_desc_t *des, uint8_
  * notifications, callback queues): kept for the replay to a peer with
  * several rails (src/bml). */
 int api_send_small(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size_t len);
+/* As api_send_small, of a header and a payload sent as one message. */
+int api_send_two(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, size_t hlen,
+                 const void *payload, size_t plen);
 
 /* Validates dst and returns its peer, or NULL with *status_out set. */
 btl_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out);

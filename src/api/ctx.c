@@ -255,11 +255,14 @@ int ferry_progress(ferry_ctx_t *ctx)
         return events;
     if (ctx->bml != NULL && ctx->bml->work)
         events += bml_progress(ctx);
-    if (ctx->api != NULL)
+    struct api_state *api = ctx->api;
+    if (api == NULL)
+        return events;
+    if (api_rdma_pending(api))
         events += api_rdma_progress(ctx);
-    if (ctx->api != NULL && ctx->api->large != NULL)
+    if (api->large != NULL)
         events += api_am_large_progress(ctx);
-    if (ctx->api != NULL)
+    if (api_onesided_pending(api))
         events += api_onesided_progress(ctx);
     return events;
 }

@@ -740,6 +740,135 @@ static void notify_put_done(void *arg, int status)
         util_list_append(&ctx->api->notify_q, &n->link);
 }
 
+/*
+ * A small put with notification in one message (API_TAG_PUTN): the header,
+ * the key of the module it is for, the notification's payload, the data.
+ * The target resolves the key against its own registration
+ * (ferry_btl_ops.target_resolve), copies the data, then runs the handler;
+ * nothing waits at the initiator for the put's own completion. Taken only
+ * where nothing observes that completion (no callback, no request): the
+ * marker of a later ferry_flush follows the message and covers it. A
+ * refusal comes back as an API_PUTN_REFUSED message, before the flush's answer,
+ * so that the flush returns FERRY_ERR_ACCESS as for a refused ring put.
+ */
+
+/* FERRY_OK: sent; 1: not this way (take the general path); else an error
+ * with nothing sent. */
+static int putn_inline(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const void *buf,
+                       size_t len, int tag, const void *payload, size_t plen)
+{
+    struct api_state *api = ctx->api;
+    int dst = rh->dst, m = rh->module;
+    ferry_btl_module_t *btl = ctx->modules[m];
+    size_t key_len = btl->attr.reg_handle_size;
+    /* After a failover the message could reach a rail whose key it does
+     * not carry: peers with several rails take the general path. */
+    if (len > API_PUTN_INLINE_MAX || btl->ops->target_resolve == NULL ||
+        key_len > FERRY_BTL_KEY_MAX || m != ctx->peers[dst].module_idx || bml_multi(ctx, dst) ||
+        !util_list_empty(&api->notify_q) || api_cbq_waiting(ctx, dst))
+        return 1;
+    unsigned char hdr[sizeof(api_putn_hdr_t) + FERRY_BTL_KEY_MAX + FERRY_PUT_NOTIFY_MAX];
+    size_t hlen = sizeof(api_putn_hdr_t) + key_len + plen;
+    if (hlen + len > btl->attr.max_send_size)
+        return 1;
+    api_putn_hdr_t h = {.name_hash = api->rkey_id[m].name_hash,
+                        .instance = api->rkey_id[m].instance,
+                        .kind = API_PUTN_DATA,
+                        .tag = (uint8_t)tag,
+                        .key_len = (uint8_t)key_len,
+                        .plen = (uint32_t)plen,
+                        .raddr = raddr,
+                        .len = len};
+    memcpy(hdr, &h, sizeof(h));
+    memcpy(hdr + sizeof(h), rh->key, key_len);
+    if (plen > 0)
+        memcpy(hdr + sizeof(h) + key_len, payload, plen);
+    int rc = api_send_two(ctx, dst, API_TAG_PUTN, hdr, hlen, buf, len);
+    if (rc == FERRY_ERR_NO_RESOURCE)
+        return 1; /* the general path queues it */
+    if (rc == FERRY_OK)
+        api_am_sent(ctx, dst); /* the next flush to dst sends a marker behind it */
+    return rc;
+}
+
+/* The module of ours a peer's (name hash, instance) names, or -1. */
+static int putn_module(const ferry_ctx_t *ctx, uint32_t name_hash, uint8_t instance)
+{
+    for (int m = 0; m < ctx->n_modules; m++)
+        if (ctx->api->rkey_id[m].name_hash == name_hash &&
+            ctx->api->rkey_id[m].instance == instance)
+            return m;
+    return -1;
+}
+
+void api_putn_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len)
+{
+    struct api_state *api = ctx->api;
+    api_putn_hdr_t h;
+    if (len < sizeof(h)) {
+        rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
+                       "put with notification from rank %d: %zu bytes, shorter than its "
+                       "header; dropped",
+                       src, len);
+        return;
+    }
+    memcpy(&h, data, sizeof(h));
+    const unsigned char *p = (const unsigned char *)data + sizeof(h);
+    size_t rest = len - sizeof(h);
+    if (h.kind == API_PUTN_REFUSED && rest == 0 && h.zero == 0) {
+        rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
+                       "rank %d refused a %llu-byte put with notification at 0x%llx: its "
+                       "registration does not cover it (any more)",
+                       src, (unsigned long long)h.len, (unsigned long long)h.raddr);
+        if (api->first_error[src] == FERRY_OK)
+            api->first_error[src] = FERRY_ERR_ACCESS;
+        return;
+    }
+    if (h.kind != API_PUTN_DATA || h.zero != 0 || h.key_len > FERRY_BTL_KEY_MAX ||
+        h.plen > FERRY_PUT_NOTIFY_MAX || h.tag > FERRY_AM_TAG_MAX ||
+        rest < (size_t)h.key_len + h.plen || h.len != rest - h.key_len - h.plen) {
+        rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
+                       "put with notification from rank %d is malformed (kind %u, key %u "
+                       "bytes, payload %u, data %llu of %zu bytes); dropped",
+                       src, (unsigned)h.kind, (unsigned)h.key_len, (unsigned)h.plen,
+                       (unsigned long long)h.len, len);
+        return;
+    }
+    uint8_t key[FERRY_BTL_KEY_MAX] = {0};
+    memcpy(key, p, h.key_len);
+    const unsigned char *payload = p + h.key_len;
+    const unsigned char *body = payload + h.plen;
+    int m = putn_module(ctx, h.name_hash, h.instance);
+    ferry_btl_module_t *btl = m >= 0 ? ctx->modules[m] : NULL;
+    void *there = NULL;
+    int rc = btl != NULL && btl->ops->target_resolve != NULL &&
+                     h.key_len == btl->attr.reg_handle_size
+                 ? btl->ops->target_resolve(btl, key, h.raddr, (size_t)h.len,
+                                            FERRY_ACCESS_REMOTE_WRITE, &there)
+                 : FERRY_ERR_ACCESS;
+    if (rc == FERRY_OK) {
+        if (h.len > 0)
+            memcpy(there, body, (size_t)h.len);
+    } else {
+        rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
+                       "put with notification from rank %d refused: %llu bytes at 0x%llx are "
+                       "not in a registration of ours with remote write",
+                       src, (unsigned long long)h.len, (unsigned long long)h.raddr);
+        api_putn_hdr_t no = h;
+        no.kind = API_PUTN_REFUSED;
+        int rs = api_send_small(ctx, src, API_TAG_PUTN, &no, sizeof(no));
+        if (rs == FERRY_ERR_NO_RESOURCE)
+            rs = api_cbq_push(ctx, src, API_TAG_PUTN, &no, NULL, sizeof(no));
+        if (rs != FERRY_OK)
+            rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
+                           "the refusal to rank %d could not be sent (%s): its flush will not "
+                           "report it",
+                           src, ferry_strerror(rs));
+    }
+    /* As behind a refused ring put: the handler runs all the same. */
+    api_am_deliver(ctx, src, h.tag, payload, h.plen);
+}
+
 int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const void *buf,
                      size_t len, int tag, const void *payload, size_t plen,
                      const ferry_op_params_t *p)
@@ -765,23 +894,30 @@ int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const v
     if (rc != FERRY_OK)
         return rc;
     bool put_done = false;
+    rc = FERRY_ERR_NOT_SUPPORTED;
     if (btl->ops->rdma_direct != NULL && len > 0 && len <= btl->attr.max_rdma_size &&
-        util_list_empty(&ctx->api->notify_q)) {
+        util_list_empty(&ctx->api->notify_q))
         rc = btl->ops->rdma_direct(btl, ctx->peers[rh->dst].ep, true, (void *)buf, raddr, rh->key,
                                    len);
-        if (rc == FERRY_BTL_DONE) {
-            static const uint8_t none;
-            rc = api_send_small(ctx, rh->dst, (uint8_t)tag, plen > 0 ? payload : &none, plen);
-            if (rc == FERRY_OK) {
-                api_am_sent(ctx, rh->dst);
-                return req_done_now(ctx, p, req);
-            }
-            if (rc != FERRY_ERR_NO_RESOURCE)
-                return req_abandon(ctx, req, rc);
-            put_done = true; /* the notification waits in notify_q */
-        } else if (rc != FERRY_ERR_NOT_SUPPORTED) {
-            return req_abandon(ctx, req, rc);
+    if (rc == FERRY_ERR_NOT_SUPPORTED && req == NULL) {
+        /* Nothing observes the put's own completion: one message, where
+         * it fits. */
+        int sent = putn_inline(ctx, rh, raddr, buf, len, tag, payload, plen);
+        if (sent != 1)
+            return sent;
+    }
+    if (rc == FERRY_BTL_DONE) {
+        static const uint8_t none;
+        rc = api_send_small(ctx, rh->dst, (uint8_t)tag, plen > 0 ? payload : &none, plen);
+        if (rc == FERRY_OK) {
+            api_am_sent(ctx, rh->dst);
+            return req_done_now(ctx, p, req);
         }
+        if (rc != FERRY_ERR_NO_RESOURCE)
+            return req_abandon(ctx, req, rc);
+        put_done = true; /* the notification waits in notify_q */
+    } else if (rc != FERRY_ERR_NOT_SUPPORTED) {
+        return req_abandon(ctx, req, rc);
     }
     api_notify_t *n = calloc(1, sizeof(*n));
     if (n == NULL) {
@@ -867,7 +1003,10 @@ void api_flush_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len)
      * first on the same ordered path, and their handlers ran from the
      * dispatcher (or from am_large's release of what it held, which brings
      * the marker here only after them). */
-    if (api->ack_owed[src] != 0 || flush_send(ctx, src, FLUSH_ANSWER, msg.seq) != FERRY_OK) {
+    /* What waits in the callback queue to src (a refusal of a put with
+     * notification, say) goes before the answer. */
+    if (api->ack_owed[src] != 0 || api_cbq_waiting(ctx, src) ||
+        flush_send(ctx, src, FLUSH_ANSWER, msg.seq) != FERRY_OK) {
         if (msg.seq > api->ack_owed[src])
             api->ack_owed[src] = msg.seq;
         api->n_owed_hint = true;
@@ -1076,7 +1215,8 @@ int api_onesided_progress(ferry_ctx_t *ctx)
             if (api->ack_owed[r] == 0)
                 continue;
             if (!ctx->peers[r].failed &&
-                flush_send(ctx, r, FLUSH_ANSWER, api->ack_owed[r]) == FERRY_ERR_NO_RESOURCE) {
+                (api_cbq_waiting(ctx, r) ||
+                 flush_send(ctx, r, FLUSH_ANSWER, api->ack_owed[r]) == FERRY_ERR_NO_RESOURCE)) {
                 api->n_owed_hint = true;
                 continue;
             }

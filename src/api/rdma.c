@@ -1,7 +1,8 @@
 /*
  * Memory registration, remote keys and one-sided put/get at the application
  * API. A registration holds one transport registration per module that can
- * do RDMA; a remote key carries each of their keys, found again on the
+ * do RDMA; a remote key carries each of their keys (once for a run of one
+ * transport's modules whose keys are the same bytes), found again on the
  * initiator by the transport's name and instance.
  */
 #include <errno.h>
@@ -260,6 +261,7 @@ int ferry_mem_rkey(const ferry_mem_t *mem, ferry_rkey_t *rkey_out)
         .len = mem->len,
     };
     size_t off = sizeof(hdr);
+    size_t last = 0; /* where the last entry written is; 0: none yet */
     for (int m = 0; m < mem->n_modules; m++) {
         if (mem->regs[m] == NULL)
             continue;
@@ -268,12 +270,28 @@ int ferry_mem_rkey(const ferry_mem_t *mem, ferry_rkey_t *rkey_out)
         api_rkey_entry_t e;
         memset(&e, 0, sizeof(e));
         e.name_hash = api_rkey_name_hash(btl->attr.name);
-        e.instance = btl_ctx_module_instance(ctx, m);
+        e.first = btl_ctx_module_instance(ctx, m);
+        e.count = 1;
         e.key_len = (uint8_t)btl->attr.reg_handle_size;
+        /* The next module of the transport with the same key bytes (tcp's
+         * modules share their registrations) joins the last entry. A
+         * transport's modules are next to each other in the context. */
+        if (last > 0) {
+            api_rkey_entry_t prev;
+            memcpy(&prev, rkey.bytes + last, sizeof(prev));
+            if (prev.name_hash == e.name_hash && prev.key_len == e.key_len &&
+                (unsigned)prev.first + prev.count == e.first && prev.count < UINT8_MAX &&
+                memcmp(rkey.bytes + last + sizeof(prev), mem->regs[m]->key, e.key_len) == 0) {
+                prev.count++;
+                memcpy(rkey.bytes + last, &prev, sizeof(prev));
+                continue;
+            }
+        }
         if (off + sizeof(e) + e.key_len > sizeof(rkey.bytes))
             return FERRY_ERR_TRUNCATE;
         memcpy(rkey.bytes + off, &e, sizeof(e));
         memcpy(rkey.bytes + off + sizeof(e), mem->regs[m]->key, e.key_len);
+        last = off;
         off += sizeof(e) + e.key_len;
         hdr.n_entries++;
     }
@@ -328,8 +346,53 @@ int api_rkey_parse(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t *r
     return rkey_parse(ctx, m, dst, rkey, hdr_out, key_out, &used);
 }
 
+/* Whether the key's entries are all well formed (rkey.h): each inside the
+ * key, with a short enough key, a run of 1 to 256 - first instances and a
+ * zero pad, and no two of one transport claiming one instance. On success
+ * *end_out is where the last entry ends; else *why_out says what is wrong. */
+static bool rkey_entries_valid(const ferry_rkey_t *rkey, unsigned n_entries, size_t *end_out,
+                               const char **why_out)
+{
+    api_rkey_entry_t seen[API_RKEY_MAX_ENTRIES];
+    size_t off = sizeof(api_rkey_header_t);
+    if (n_entries > API_RKEY_MAX_ENTRIES) {
+        *why_out = "more entries than a key holds";
+        return false;
+    }
+    for (unsigned i = 0; i < n_entries; i++) {
+        api_rkey_entry_t e;
+        if (off + sizeof(e) > sizeof(rkey->bytes)) {
+            *why_out = "an entry past its end";
+            return false;
+        }
+        memcpy(&e, rkey->bytes + off, sizeof(e));
+        if (e.key_len > FERRY_BTL_KEY_MAX || off + sizeof(e) + e.key_len > sizeof(rkey->bytes)) {
+            *why_out = "a key longer than a transport's or past its end";
+            return false;
+        }
+        if (e.count == 0 || (unsigned)e.first + e.count > 256u) {
+            *why_out = "an entry for no module, or past module 255";
+            return false;
+        }
+        if (e.zero != 0) {
+            *why_out = "an entry's pad byte is not zero";
+            return false;
+        }
+        for (unsigned j = 0; j < i; j++)
+            if (seen[j].name_hash == e.name_hash && e.first < seen[j].first + seen[j].count &&
+                seen[j].first < e.first + e.count) {
+                *why_out = "two keys for one module";
+                return false;
+            }
+        seen[i] = e;
+        off += sizeof(e) + e.key_len;
+    }
+    *end_out = off;
+    return true;
+}
+
 /* api_rkey_parse, and how many of the key's bytes it read (the header and
- * the entries up to the one found): the same bytes parse the same way. */
+ * every entry): the same bytes parse the same way. */
 static int rkey_parse(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t *rkey,
                       api_rkey_header_t *hdr_out, uint8_t *key_out, size_t *used_out)
 {
@@ -343,6 +406,12 @@ static int rkey_parse(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t
         rt_log(&ctx->log, RT_LOG_ERROR, "remote key of rank %d used for rank %d", hdr.owner, dst);
         return FERRY_ERR_INVALID;
     }
+    size_t end = 0;
+    const char *why = NULL;
+    if (!rkey_entries_valid(rkey, hdr.n_entries, &end, &why)) {
+        rt_log(&ctx->log, RT_LOG_ERROR, "remote key of rank %d is malformed: %s", dst, why);
+        return FERRY_ERR_INVALID;
+    }
     const ferry_btl_module_t *btl = ctx->modules[m];
     /* Worked out once per module, but for a bare context (no API state). */
     uint32_t want_hash = ctx->api != NULL ? ctx->api->rkey_id[m].name_hash
@@ -352,18 +421,15 @@ static int rkey_parse(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t
     size_t off = sizeof(hdr);
     for (unsigned i = 0; i < hdr.n_entries; i++) {
         api_rkey_entry_t e;
-        if (off + sizeof(e) > sizeof(rkey->bytes))
-            break;
         memcpy(&e, rkey->bytes + off, sizeof(e));
-        if (e.key_len > FERRY_BTL_KEY_MAX || off + sizeof(e) + e.key_len > sizeof(rkey->bytes))
-            break;
-        if (e.name_hash == want_hash && e.instance == want_inst) {
+        /* At most one entry claims the instance (checked above). */
+        if (e.name_hash == want_hash && want_inst >= e.first && want_inst - e.first < e.count) {
             if (key_out != NULL) {
                 memset(key_out, 0, FERRY_BTL_KEY_MAX);
                 memcpy(key_out, rkey->bytes + off + sizeof(e), e.key_len);
             }
             *hdr_out = hdr;
-            *used_out = off + sizeof(e) + e.key_len;
+            *used_out = end;
             return FERRY_OK;
         }
         off += sizeof(e) + e.key_len;

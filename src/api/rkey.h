@@ -6,7 +6,14 @@
  *
  * Layout, in host byte order (ranks of one job share an architecture): a
  * header, then n_entries entries, each followed by its key_len key bytes,
- * all within FERRY_RKEY_SIZE bytes.
+ * all within FERRY_RKEY_SIZE bytes. An entry is the key of a run of one
+ * transport's modules (instances first to first + count - 1) whose keys
+ * are the same bytes: tcp's modules share one registration table, so all
+ * of a process's tcp modules take one entry, and a key holds any number of
+ * them beside self and sm. A well-formed key has every entry inside it,
+ * no entry of count 0 or past instance 255, a zero pad byte, and no two
+ * entries of one transport that claim the same instance; any other key is
+ * refused whole, whichever module it is used for.
  */
 #ifndef API_RKEY_H
 #define API_RKEY_H
@@ -18,7 +25,7 @@
 #include "btl/ctx.h"
 
 #define API_RKEY_MAGIC 0x59454b52u /* "RKEY" */
-#define API_RKEY_VERSION 1
+#define API_RKEY_VERSION 2 /* 2: an entry covers a run of instances */
 
 typedef struct api_rkey_header {
     uint32_t magic;
@@ -30,13 +37,19 @@ typedef struct api_rkey_header {
     uint64_t len;
 } api_rkey_header_t;
 
-/* One transport's key, found again by the transport's name and which of its
- * modules it is. */
+/* The key of one or more modules of a transport, found again by the
+ * transport's name and which of its modules they are. */
 typedef struct api_rkey_entry {
     uint32_t name_hash; /* api_rkey_name_hash of the transport's name */
-    uint8_t instance;   /* which module of that transport */
+    uint8_t first;      /* the first module of that transport it is the key of */
+    uint8_t count;      /* how many, from first on: 1 to 256 - first */
     uint8_t key_len;    /* at most FERRY_BTL_KEY_MAX */
+    uint8_t zero;       /* must be 0 */
 } api_rkey_entry_t;
+
+/* Entries a key can hold at most (each at least its own 8 bytes). */
+#define API_RKEY_MAX_ENTRIES \
+    ((FERRY_RKEY_SIZE - sizeof(api_rkey_header_t)) / sizeof(api_rkey_entry_t))
 
 /* FNV-1a of a transport's name. */
 static inline uint32_t api_rkey_name_hash(const char *s)

@@ -30,12 +30,28 @@
 #include "rt/progress.h"
 #include "util/list.h"
 
-typedef struct msg_hdr {
+/* What goes before a message's data: 16 bytes, so that an 8-byte message
+ * with sm's ring header fills half a cache line and never straddles two.
+ * The length is not in it: an eager message's is its fragment's, less the
+ * header; a rendezvous's is the announcement's. */
+typedef struct msg_wire {
     uint64_t tag;
     uint32_t ctx_id;
     uint32_t flags; /* 0: no flag is defined yet */
-    uint64_t len;   /* the data's length */
+} msg_wire_t;
+
+/* A message's header as kept here: the wire header and the data's length. */
+typedef struct msg_hdr {
+    uint64_t tag;
+    uint32_t ctx_id;
+    uint32_t flags;
+    uint64_t len;
 } msg_hdr_t;
+
+static msg_hdr_t hdr_of(const msg_wire_t *w, uint64_t len)
+{
+    return (msg_hdr_t){.tag = w->tag, .ctx_id = w->ctx_id, .flags = w->flags, .len = len};
+}
 
 enum { REQ_SEND, REQ_RECV };
 enum {
@@ -54,7 +70,7 @@ struct ferry_msg_req {
     uint32_t ctx_id;
     uint64_t tag;
     uint64_t mask;
-    msg_hdr_t hdr;          /* send: what goes first */
+    msg_wire_t hdr;         /* send: what goes first */
     ferry_convertor_t conv; /* the data, or the space for it */
     ferry_msg_status_t status;
 };
@@ -126,7 +142,14 @@ static void recv_done(void *arg, int status)
 static void deliver_eager(ferry_msg_req_t *r, int src, const msg_hdr_t *h, const void *data)
 {
     req_status(r, src, h);
-    ferry_convertor_unpack(&r->conv, data, r->status.received);
+    if (r->conv.kind == FERRY_CONV_CONTIG && r->conv.pos == 0) {
+        /* The common case, a plain buffer not yet written: one copy (the
+         * request is done, so its cursor is not read again). */
+        if (r->status.received > 0)
+            memcpy(r->conv.single.base, data, r->status.received);
+    } else {
+        ferry_convertor_unpack(&r->conv, data, r->status.received);
+    }
     r->status.error = r->status.received < r->status.len ? FERRY_ERR_TRUNCATE : FERRY_OK;
     r->state = REQ_DONE;
 }
@@ -223,23 +246,23 @@ static bool source_failed(const ferry_msg_t *m, int src)
 static void on_frag(ferry_ctx_t *ctx, int src, const void *data, size_t len, void *arg)
 {
     ferry_msg_t *m = arg;
-    msg_hdr_t h;
-    if (len < sizeof(h)) {
+    msg_wire_t w;
+    if (len < sizeof(w)) {
         rt_log(&ctx->log, RT_LOG_WARN,
                "tagged messaging: a %zu-byte fragment from rank %d is shorter than its "
                "header; dropped",
                len, src);
         return;
     }
-    memcpy(&h, data, sizeof(h));
-    const char *body = (const char *)data + sizeof(h);
-    if (h.len != len - sizeof(h) || h.flags != 0) {
+    memcpy(&w, data, sizeof(w));
+    const char *body = (const char *)data + sizeof(w);
+    if (w.flags != 0) {
         rt_log(&ctx->log, RT_LOG_WARN,
-               "tagged messaging: fragment from rank %d says %llu bytes, carries %zu; "
-               "dropped",
-               src, (unsigned long long)h.len, len - sizeof(h));
+               "tagged messaging: fragment from rank %d has flags 0x%x, none defined; dropped",
+               src, (unsigned)w.flags);
         return;
     }
+    msg_hdr_t h = hdr_of(&w, len - sizeof(w));
     if (source_failed(m, src))
         return;
     ferry_msg_req_t *r = match_posted(m, src, &h);
@@ -268,8 +291,8 @@ static void on_data(ferry_ctx_t *ctx, int src, const void *hdr, size_t hlen, fer
                     size_t len, void *arg)
 {
     ferry_msg_t *m = arg;
-    msg_hdr_t h;
-    if (hlen != sizeof(h)) {
+    msg_wire_t w;
+    if (hlen != sizeof(w)) {
         rt_log(&ctx->log, RT_LOG_WARN,
                "tagged messaging: announcement from rank %d with a %zu-byte header; "
                "dropped",
@@ -277,15 +300,16 @@ static void on_data(ferry_ctx_t *ctx, int src, const void *hdr, size_t hlen, fer
         ferry_am_data_drop(ctx, data);
         return;
     }
-    memcpy(&h, hdr, sizeof(h));
-    if (h.len != len || h.flags != 0) {
+    memcpy(&w, hdr, sizeof(w));
+    if (w.flags != 0) {
         rt_log(&ctx->log, RT_LOG_WARN,
-               "tagged messaging: announcement from rank %d says %llu bytes, then %zu; "
+               "tagged messaging: announcement from rank %d has flags 0x%x, none defined; "
                "dropped",
-               src, (unsigned long long)h.len, len);
+               src, (unsigned)w.flags);
         ferry_am_data_drop(ctx, data);
         return;
     }
+    msg_hdr_t h = hdr_of(&w, len);
     if (source_failed(m, src)) {
         ferry_am_data_drop(ctx, data);
         return;
@@ -490,8 +514,8 @@ int ferry_msg_isend_conv(ferry_msg_t *m, int dst, uint32_t ctx_id, uint64_t tag,
     ferry_msg_req_t *r = req_new(m, REQ_SEND, dst, ctx_id, tag, FERRY_MSG_TAG_EXACT, conv);
     if (r == NULL)
         return FERRY_ERR_NO_MEMORY;
-    r->hdr = (msg_hdr_t){.tag = tag, .ctx_id = ctx_id, .len = ferry_convertor_remaining(conv)};
-    r->status.len = r->status.received = (size_t)r->hdr.len;
+    r->hdr = (msg_wire_t){.tag = tag, .ctx_id = ctx_id};
+    r->status.len = r->status.received = ferry_convertor_remaining(conv);
     /* Inside a callback a send the transport has no room for is held in
      * ferry's callback queue (eager: copied; large: its announcement),
      * which leaves with ferry_progress and is bounded by
@@ -529,7 +553,7 @@ static int send_flat(ferry_msg_t *m, int dst, uint32_t ctx_id, uint64_t tag, con
 {
     if (!util_list_empty(&m->queued[dst]))
         return 1; /* nothing overtakes what waits */
-    msg_hdr_t h = {.tag = tag, .ctx_id = ctx_id, .len = len};
+    msg_wire_t h = {.tag = tag, .ctx_id = ctx_id};
     int rc = api_am_send_flat_internal(m->ctx, dst, &h, sizeof(h), buf, len);
     return rc == FERRY_ERR_NO_RESOURCE ? 1 : rc;
 }
@@ -591,15 +615,11 @@ static msg_unexp_t *find_unexpected(ferry_msg_t *m, int src, uint32_t ctx_id, ui
     return NULL;
 }
 
-int ferry_msg_irecv_conv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint64_t mask,
-                         ferry_convertor_t *conv, ferry_msg_req_t **req_out)
+/* A receive into r, whose convertor is set: matched now against the
+ * unexpected queue, else posted. */
+static void recv_start(ferry_msg_t *m, ferry_msg_req_t *r, int src, uint32_t ctx_id,
+                       uint64_t tag, uint64_t mask, ferry_msg_req_t **req_out)
 {
-    if (m == NULL || conv == NULL || req_out == NULL ||
-        (src != FERRY_MSG_ANY_SOURCE && (src < 0 || src >= m->size)))
-        return FERRY_ERR_INVALID;
-    ferry_msg_req_t *r = req_new(m, REQ_RECV, src, ctx_id, tag, mask, conv);
-    if (r == NULL)
-        return FERRY_ERR_NO_MEMORY;
     msg_unexp_t *u = find_unexpected(m, src, ctx_id, tag, mask);
     if (u != NULL) {
         unexp_remove(m, u);
@@ -613,17 +633,38 @@ int ferry_msg_irecv_conv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag,
         util_list_append(&m->posted, &r->link);
     }
     *req_out = r;
+}
+
+static bool recv_args_ok(const ferry_msg_t *m, int src, ferry_msg_req_t *const *req_out)
+{
+    return m != NULL && req_out != NULL &&
+           (src == FERRY_MSG_ANY_SOURCE || (src >= 0 && src < m->size));
+}
+
+int ferry_msg_irecv_conv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint64_t mask,
+                         ferry_convertor_t *conv, ferry_msg_req_t **req_out)
+{
+    if (conv == NULL || !recv_args_ok(m, src, req_out))
+        return FERRY_ERR_INVALID;
+    ferry_msg_req_t *r = req_new(m, REQ_RECV, src, ctx_id, tag, mask, conv);
+    if (r == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    recv_start(m, r, src, ctx_id, tag, mask, req_out);
     return FERRY_OK;
 }
 
 int ferry_msg_irecv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint64_t mask,
                     void *buf, size_t len, ferry_msg_req_t **req_out)
 {
-    if (buf == NULL && len > 0)
+    if ((buf == NULL && len > 0) || !recv_args_ok(m, src, req_out))
         return FERRY_ERR_INVALID;
-    ferry_convertor_t conv;
-    ferry_convertor_init_contig(&conv, buf, len);
-    return ferry_msg_irecv_conv(m, src, ctx_id, tag, mask, &conv, req_out);
+    /* The convertor is made in the request, not copied into it. */
+    ferry_msg_req_t *r = req_new(m, REQ_RECV, src, ctx_id, tag, mask, NULL);
+    if (r == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    ferry_convertor_init_contig(&r->conv, buf, len);
+    recv_start(m, r, src, ctx_id, tag, mask, req_out);
+    return FERRY_OK;
 }
 
 int ferry_msg_recv(ferry_msg_t *m, int src, uint32_t ctx_id, uint64_t tag, uint64_t mask, void *buf,

@@ -579,6 +579,9 @@ static const rt_env_var_t other_vars[] = {
     {"FERRY_BENCH_TCP_FLOOR_ADDR", "read by ferry-bench: the IPv4 address of rank 1 that its "
                                    "tcp floors listen on (default 127.0.0.1; two hosts: "
                                    "rank 1's address on the link measured)"},
+    {"FERRY_BENCH_FAULT", "read by ferry-bench, for its tests: amo-sum, notify-count or "
+                          "notify-data makes an error on purpose that the final checks of "
+                          "amo-rate and put-notify-bw must report (see ferry-bench(1))"},
     {NULL, NULL},
 };
 

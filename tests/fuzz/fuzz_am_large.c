@@ -1,8 +1,10 @@
 /*
  * Fuzz harness of what a peer writes into the rendezvous of large active
- * messages and into the tagged layer's fragments (src/api/am_large.c,
- * src/msg/msg.c): announcements, completions, clear-to-sends, put
- * completions and tagged fragments, delivered as if from a peer.
+ * messages, into the tagged layer's fragments and into puts with
+ * notification that travel in one message (src/api/am_large.c,
+ * src/msg/msg.c, src/api/onesided.c): announcements, completions,
+ * clear-to-sends, put completions, tagged fragments and API_TAG_PUTN
+ * messages, delivered as if from a peer.
  *
  * Each input runs in a fresh singleton context over the self transport
  * (FERRY_BTL=self, FERRY_AM_LARGE_MAX=1 MiB so that what ferry allocates
@@ -11,8 +13,8 @@
  * on tag 2, the tagged layer started with one receive posted, and one real
  * large send in flight to itself (id 1), which the crafted completions may
  * hit. Input: records of [kind: 1 byte][length: 2 bytes, little endian]
- * [bytes], kind modulo 5: announcement, completion, clear-to-send, put
- * completion, tagged fragment. After the records the context progresses,
+ * [bytes], kind modulo 6: announcement, completion, clear-to-send, put
+ * completion, tagged fragment, put with notification (or its refusal). After the records the context progresses,
  * the receive is canceled or completed, and everything is torn down: no
  * crash, no hang, no leak.
  */
@@ -24,6 +26,7 @@
 #include <ferry/msg.h>
 
 #include "api/am_large.h"
+#include "api/api.h"
 #include "fuzz.h"
 
 static const uint8_t tags[5] = {API_TAG_AM_RTS, API_TAG_AM_FIN, API_TAG_AM_CTS, API_TAG_AM_PUT_DONE,
@@ -97,12 +100,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     size_t off = 0;
     while (off + 3 <= size) {
-        uint8_t kind = data[off] % 5;
+        uint8_t kind = data[off] % 6;
         size_t len = (size_t)data[off + 1] | (size_t)data[off + 2] << 8;
         off += 3;
         if (len > size - off)
             len = size - off;
-        api_am_large_recv(ctx, 0, tags[kind], data + off, len);
+        if (kind == 5)
+            api_putn_recv(ctx, 0, data + off, len); /* a put with notification in one message */
+        else
+            api_am_large_recv(ctx, 0, tags[kind], data + off, len);
         off += len;
         for (int i = 0; i < 4; i++)
             ferry_progress(ctx);

@@ -2,11 +2,11 @@
  * Fuzz harness: remote-key parsing (api_rkey_resolve, src/api/rdma.c), the
  * packed ferry_rkey_t a peer sends for its memory and the application
  * passes to ferry_put and ferry_get. The context is a stand-in with what the
- * parser looks at: this process's rank, the job size, and three modules
- * (sm, and two of tcp, so that instances count).
+ * parser looks at: this process's rank, the job size, and four modules (sm,
+ * and three of tcp, so that instances and runs of them count).
  *
  * Input:
- *   byte 0     bits 0-1: the module (0 sm, 1 tcp #0, 2 and 3 tcp #1);
+ *   byte 0     bits 0-1: the module (0 sm, 1 tcp #0, 2 tcp #1, 3 tcp #2);
  *              bits 2-3: the rank the key is used for (0-3); bit 4: repair
  *              the header (the right magic, version and owner), so that
  *              mutations get past the first checks; bit 5: raddr counts
@@ -15,9 +15,14 @@
  *   bytes 9-16 len (little-endian)
  *   byte 17    the rights needed (FERRY_ACCESS_* bits, low three)
  *   the rest   the key's bytes, cut or zero-padded to FERRY_RKEY_SIZE
- * Besides not crashing or reading past the key, a key accepted must really
- * be the dst's, cover the range with the rights, and yield exactly the
- * bytes of an entry for that module, zero after them.
+ * Besides not crashing or reading past the key, the parser's answer must be
+ * the one a model of rkey.h's rules gives, written here apart from it: a
+ * key is accepted exactly when it is well formed (every entry inside it,
+ * no run of 0 instances or past 255, a zero pad, no instance of a
+ * transport claimed twice: duplicate and overlapping runs are refused),
+ * is the dst's, has an entry whose run covers the module, and covers the
+ * range with the rights; and what it hands out is that entry's key bytes,
+ * zero after them.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +35,7 @@
 #include "fuzz.h"
 
 #define HDR_IN 18
-#define NMODULES 3
+#define NMODULES 4
 
 static const ferry_btl_component_t comp_sm = {.name = "sm"};
 static const ferry_btl_component_t comp_tcp = {.name = "tcp"};
@@ -48,7 +53,8 @@ static void setup(void)
     ctx.magic = BTL_CTX_MAGIC;
     ctx.rank = 1;
     ctx.size = 4;
-    const ferry_btl_component_t *comps[NMODULES] = {&comp_sm, &comp_tcp, &comp_tcp};
+    const ferry_btl_component_t *comps[NMODULES] = {&comp_sm, &comp_tcp, &comp_tcp,
+                                                    &comp_tcp};
     for (int m = 0; m < NMODULES; m++) {
         modules[m].attr.name = comps[m]->name;
         modules[m].attr.reg_handle_size = m == 0 ? 16 : 24;
@@ -68,28 +74,79 @@ static uint64_t le64(const uint8_t *p)
     return v;
 }
 
-/* Is what the parser handed out the key of an entry for module m? */
-static int entry_matches(const ferry_rkey_t *rkey, int m, const uint8_t *key)
+/* The model: what api_rkey_resolve must answer for rkey used for module m
+ * of rank dst over [raddr, raddr + len) with rights need, and on success
+ * the key it must hand out. Arithmetic is exact (128 bits). */
+static int model(const ferry_rkey_t *rkey, int m, int dst, uint64_t raddr, size_t len,
+                 uint32_t need, uint8_t *key_out)
 {
     api_rkey_header_t hdr;
     memcpy(&hdr, rkey->bytes, sizeof(hdr));
+    if (hdr.magic != API_RKEY_MAGIC || hdr.version != API_RKEY_VERSION || hdr.owner != dst)
+        return FERRY_ERR_INVALID;
+    /* Every entry: inside the key, sane, and no instance claimed twice. */
+    unsigned char claimed[2][256]; /* by transport (sm, tcp): claims of each instance */
+    memset(claimed, 0, sizeof(claimed));
     uint32_t hash = api_rkey_name_hash(modules[m].attr.name);
-    uint8_t inst = btl_ctx_module_instance(&ctx, m);
+    unsigned inst = btl_ctx_module_instance(&ctx, m);
+    int found = -1;
     size_t off = sizeof(hdr);
     for (unsigned i = 0; i < hdr.n_entries; i++) {
+        api_rkey_entry_t e;
+        if (off + sizeof(e) > FERRY_RKEY_SIZE)
+            return FERRY_ERR_INVALID;
+        memcpy(&e, rkey->bytes + off, sizeof(e));
+        if (e.key_len > FERRY_BTL_KEY_MAX || off + sizeof(e) + e.key_len > FERRY_RKEY_SIZE ||
+            e.count == 0 || e.first + e.count > 256 || e.zero != 0)
+            return FERRY_ERR_INVALID;
+        int t = e.name_hash == api_rkey_name_hash("sm")    ? 0
+                : e.name_hash == api_rkey_name_hash("tcp") ? 1
+                                                            : -1;
+        for (unsigned k = e.first; t >= 0 && k < (unsigned)e.first + e.count; k++)
+            if (claimed[t][k]++ > 0)
+                return FERRY_ERR_INVALID;
+        if (e.name_hash == hash && inst >= e.first && inst < (unsigned)e.first + e.count)
+            found = (int)off;
+        off += sizeof(e) + e.key_len;
+    }
+    /* (Overlaps between entries of other transports are refused too; the
+     * model counts sm's and tcp's, and the stand-in has no others.) */
+    if (found < 0)
+        return FERRY_ERR_INVALID;
+    unsigned __int128 lo = raddr, hi = (unsigned __int128)raddr + len;
+    if ((hdr.access & need) != need || lo < hdr.base ||
+        hi > (unsigned __int128)hdr.base + hdr.len)
+        return FERRY_ERR_ACCESS;
+    api_rkey_entry_t e;
+    memcpy(&e, rkey->bytes + found, sizeof(e));
+    memset(key_out, 0, FERRY_BTL_KEY_MAX);
+    memcpy(key_out, rkey->bytes + found + sizeof(e), e.key_len);
+    return FERRY_OK;
+}
+
+/* Whether two entries of transports other than sm and tcp claim one
+ * instance: the parser refuses such a key, which the model does not
+ * count. */
+static int other_overlap(const ferry_rkey_t *rkey)
+{
+    api_rkey_header_t hdr;
+    memcpy(&hdr, rkey->bytes, sizeof(hdr));
+    api_rkey_entry_t seen[API_RKEY_MAX_ENTRIES];
+    size_t off = sizeof(hdr);
+    for (unsigned i = 0; i < hdr.n_entries && i < API_RKEY_MAX_ENTRIES; i++) {
         api_rkey_entry_t e;
         if (off + sizeof(e) > FERRY_RKEY_SIZE)
             return 0;
         memcpy(&e, rkey->bytes + off, sizeof(e));
         if (e.key_len > FERRY_BTL_KEY_MAX || off + sizeof(e) + e.key_len > FERRY_RKEY_SIZE)
             return 0;
-        if (e.name_hash == hash && e.instance == inst) {
-            const uint8_t *k = rkey->bytes + off + sizeof(e);
-            for (size_t j = 0; j < FERRY_BTL_KEY_MAX; j++)
-                if (key[j] != (j < e.key_len ? k[j] : 0))
-                    return 0;
-            return 1;
-        }
+        if (e.name_hash != api_rkey_name_hash("sm") && e.name_hash != api_rkey_name_hash("tcp"))
+            for (unsigned j = 0; j < i; j++)
+                if (seen[j].name_hash == e.name_hash &&
+                    e.first < seen[j].first + seen[j].count &&
+                    seen[j].first < e.first + e.count)
+                    return 1;
+        seen[i] = e;
         off += sizeof(e) + e.key_len;
     }
     return 0;
@@ -129,16 +186,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(key, 0xee, sizeof(key));
     int rc = api_rkey_resolve(&ctx, m, dst, rkey, raddr, len, need, key);
     CHECK_FUZZ(rc == FERRY_OK || rc == FERRY_ERR_INVALID || rc == FERRY_ERR_ACCESS);
+    uint8_t want[FERRY_BTL_KEY_MAX];
+    int expect = model(rkey, m, dst, raddr, len, need, want);
+    if (expect != FERRY_ERR_INVALID && other_overlap(rkey))
+        expect = FERRY_ERR_INVALID;
+    CHECK_FUZZ(rc == expect);
     if (rc == FERRY_OK) {
-        CHECK_FUZZ(hdr.magic == API_RKEY_MAGIC && hdr.version == API_RKEY_VERSION);
-        CHECK_FUZZ(hdr.owner == dst);
-        CHECK_FUZZ((hdr.access & need) == need);
-        /* [raddr, raddr + len) inside [base, base + len), in exact
-         * arithmetic. */
-        unsigned __int128 lo = raddr, hi = (unsigned __int128)raddr + len;
-        CHECK_FUZZ(lo >= hdr.base);
-        CHECK_FUZZ(hi <= (unsigned __int128)hdr.base + hdr.len);
-        CHECK_FUZZ(entry_matches(rkey, m, key));
+        CHECK_FUZZ(memcmp(key, want, sizeof(key)) == 0);
     } else {
         /* Nothing is handed out on a refusal. */
         for (size_t j = 0; j < sizeof(key); j++)

@@ -97,8 +97,8 @@ seed pmi_client fd_bad_header \
 # ---- rkey: a byte of flags (module, rank, repair the header, raddr from
 # the base), raddr and len (8 bytes each), the rights needed, then the
 # packed key (src/api/rkey.h): header, entries, key bytes. Numbers are
-# little-endian; the stand-in context is rank 1 of 4 with modules sm, tcp
-# and tcp.
+# little-endian; the stand-in context is rank 1 of 4 with modules sm, tcp,
+# tcp and tcp.
 oct() { printf '\\%03o' "$1"; }
 le() { # le BYTES VALUE: VALUE (decimal or 0x..) as BYTES little-endian bytes
     n=$1 v=$(($2)) out=""
@@ -125,10 +125,13 @@ keybytes() { # keybytes N SEED: N bytes counting up from SEED
     printf '%s' "$out"
 }
 rk_hdr() { # rk_hdr N_ENTRIES OWNER ACCESS BASE LEN
-    printf '%s' "$(le 4 0x59454b52)$(le 2 1)$(le 2 "$1")$(le 4 "$2")$(le 4 "$3")$(le 8 "$4")$(le 8 "$5")"
+    printf '%s' "$(le 4 0x59454b52)$(le 2 2)$(le 2 "$1")$(le 4 "$2")$(le 4 "$3")$(le 8 "$4")$(le 8 "$5")"
 }
-rk_entry() { # rk_entry NAME INSTANCE KEY_LEN KEY_SEED
-    printf '%s' "$(le 4 "$(fnv "$1")")$(oct "$2")$(oct "$3")$(zeros 2)$(keybytes "$3" "$4")"
+rk_run() { # rk_run NAME FIRST COUNT KEY_LEN KEY_SEED [PAD]: the key of instances FIRST..FIRST+COUNT-1
+    printf '%s' "$(le 4 "$(fnv "$1")")$(oct "$2")$(oct "$3")$(oct "$4")$(oct "${6:-0}")$(keybytes "$4" "$5")"
+}
+rk_entry() { # rk_entry NAME INSTANCE KEY_LEN KEY_SEED: the key of one instance
+    rk_run "$1" "$2" 1 "$3" "$4"
 }
 rk_in() { # rk_in FLAGS RADDR LEN NEED
     printf '%s' "$(oct "$1")$(le 8 "$2")$(le 8 "$3")$(oct "$4")"
@@ -150,6 +153,22 @@ seed rkey wrap "$(rk_in 0x20 0xfff0 64 2)$(rk_hdr 1 1 6 0x7fffffffffff0000 0xfff
 seed rkey key_too_long "$(rk_in 0x24 0 8 2)$(rk_hdr 2 1 6 $BASE 4096)$(rk_entry tcp 0 200 7)$SM"
 seed rkey many_entries "$(rk_in 0x24 0 8 2)$(rk_hdr 65535 1 6 $BASE 4096)$SM$SM$SM$SM$SM$SM$SM$SM"
 seed rkey bad_magic "$(rk_in 0x04 $BASE 8 2)$(zeros 32)$SM"
+# Runs of instances: one entry for all three tcp modules (as ferry_mem_rkey
+# writes them, their registrations being shared), tcp #2 through it; a run
+# of two and a single; then the claims a key may not make: one instance
+# twice, runs that overlap, a run of none, a run past instance 255, a pad
+# byte set, and two runs of another transport that overlap.
+TCPALL=$(rk_run tcp 0 3 24 120)
+seed rkey tcp_run_put "$(rk_in 0x27 64 64 4)$(rk_hdr 2 1 6 $BASE 4096)$SM$TCPALL"
+seed rkey tcp_run_get "$(rk_in 0x25 0 4096 2)$(rk_hdr 2 1 6 $BASE 4096)$SM$TCPALL"
+seed rkey tcp_run_split "$(rk_in 0x27 8 8 2)$(rk_hdr 3 1 6 $BASE 4096)$(rk_run tcp 0 2 24 40)$SM$(rk_entry tcp 2 24 90)"
+seed rkey dup_instance "$(rk_in 0x26 0 8 2)$(rk_hdr 3 1 6 $BASE 4096)$SM$TCP1$(rk_entry tcp 1 24 7)"
+seed rkey dup_elsewhere "$(rk_in 0x24 0 8 2)$(rk_hdr 3 1 6 $BASE 4096)$SM$TCP0$TCP0"
+seed rkey overlap_runs "$(rk_in 0x27 0 8 2)$(rk_hdr 3 1 6 $BASE 4096)$SM$(rk_run tcp 0 2 24 40)$(rk_run tcp 1 2 24 80)"
+seed rkey run_of_none "$(rk_in 0x25 0 8 2)$(rk_hdr 3 1 6 $BASE 4096)$SM$(rk_run tcp 2 0 24 40)$TCPALL"
+seed rkey run_past_255 "$(rk_in 0x25 0 8 2)$(rk_hdr 3 1 6 $BASE 4096)$SM$TCPALL$(rk_run tcp 250 10 24 40)"
+seed rkey pad_set "$(rk_in 0x25 0 8 2)$(rk_hdr 2 1 6 $BASE 4096)$SM$(rk_run tcp 0 3 24 40 1)"
+seed rkey other_overlap "$(rk_in 0x25 0 8 2)$(rk_hdr 4 1 6 $BASE 4096)$SM$TCPALL$(rk_run ofi 0 4 8 1)$(rk_run ofi 3 1 8 9)"
 
 # ---- modex_values: the first byte picks the reader. 0: a PMIx value (two
 # bytes of type, little-endian: 27 is PMIX_BYTE_OBJECT, 3 PMIX_STRING; a
@@ -211,3 +230,42 @@ bml_seed() { # NAME then the bytes on stdin
 { printf '\004'; printf '\000\000'; bml_msg 3 0 1 1 0 nope; printf '\036'
   printf '\000\000'; bml_msg 9 0 0 0 0 ''; printf '\036'
   printf '\000\000BMLP\036'; } | bml_seed malformed
+
+# ---- sm_init: bytes 0-4 the peer's table slots, get slots and heap object
+# sizes (in 32-byte units); then records <kind><fields>\036 (fuzz_sm_init.c).
+# T0/T1 put an entry of heap object 1 in slot 0 and one of ordinary memory
+# (no heap) in slot 1; K0/K1 are keys of slots 0 and 1 as the table reads.
+Z8='\000\000\000\000\000\000\000\000'
+T0='\000\000\000\001\007\020\000\200\000\000\000\036'
+T1='\000\001\000\000\007\020\000\200\000\000\000\036'
+K0="\\000$Z8"
+K1="\\001$Z8"
+A8='\010\010\000' # 8 bytes into the entry's range
+hdr='\002\001\010\010\010'
+seed sm_init heap_direct \
+"$hdr$T0\001$K0$A8\001\020\000ABCDEFGHIJKLMNOP\036\001$K0$A8\000\020\000\036\
+\001$K0\010\170\000\001\020\000ABCDEFGHIJKLMNOP\036\001$K0$A8\000\000\002\036"
+seed sm_init heap_atomics \
+"$hdr$T0\002$K0$A8\002\005\000\000\000\000\000\000\000$Z8\036\
+\002$K0$A8\007\001\000\000\000\000\000\000\000\001\000\000\000\000\000\000\000\036\
+\002$K0$A8\005\003\377\000\000\000\000\000\000\000$Z8\036\002$K0$A8\000\011\000\000\000\000\000\000\000$Z8\036"
+seed sm_init ring_get_put \
+"$hdr$T1\003$K1$A8\000\077\000\036\005\000\100\000abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-\036\
+\003$K1$A8\001\077\000\036\011\036\003$K1$A8\001\037\000\036\007\000\036\011\036\010\036"
+seed sm_init ring_atomics \
+"$hdr$T1\002$K1$A8\002\005\000\000\000\000\000\000\000$Z8\036\006\000\007\000\000\000\036\
+\002$K1$A8\007\001\000\000\000\000\000\000\000\002\000\000\000\000\000\000\000\036\006\010\363\377\377\377\000\000\000\000\036\
+\002$K1$A8\000\001\000\000\000\000\000\000\000$Z8\036\006\040\007\000\000\000\000\000\002\000\000\000\036"
+seed sm_init tails \
+"$hdr$T1\003$K1$A8\001\100\000\036\004\001\000\000\036\004\003\000\036\004\001\001\000\036\004\002\005\036\001$K0$A8\000\020\000\036\012\036"
+seed sm_init stale_and_moved \
+"$hdr$T0\001$K0$A8\000\020\000\036\000\000\000\001\007\020\000\200\000\000\000\036\001\100\376$Z8$A8\000\020\000\036\
+\000\000\000\002\007\020\000\200\000\000\000\036\001$K0$A8\003\020\000\000\002ABCDEFGHIJKLMNOP\036\000\000\002\001\007\020\000\200\000\000\000\036\001$K0$A8\000\020\000\036"
+seed sm_init bad_answers \
+"$hdr$T1\003$K1$A8\000\100\000\036\005\010\001\000\000\000\000\000\000\000\010\000\036\012\036\
+$T1\003$K1$A8\000\100\000\036\005\004\001\000\000\000\000\000\000\000\010\000\036\012\036\
+$T1\003$K1$A8\000\100\000\036\005\040\000\000\004\036\012\036\
+$T1\002$K1$A8\002\005\000\000\000\000\000\000\000$Z8\036\006\100\005\000\000\000\003\036"
+seed sm_init raw_tables \
+"$hdr\000\000\001\002\000\000\000\007\000\000\000\000\000\020\000\000\000\000\000\100\000\000\000\000\000\000\000\001\000\000\000\377\377\377\377\377\377\377\377\000\001\000\000\000\000\000\000\036\
+\001$K0\007\000\000\000\000\000\000\000\000\001\010\000\036\000\000\000\001\007\364\000\200\000\000\000\036\001$K0$A8\001\020\000ABCDEFGHIJKLMNOP\036"

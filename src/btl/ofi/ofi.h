@@ -384,6 +384,10 @@ void ofi_rx_fini(ofi_module_t *mod);
 /* ofi_rdma.c */
 int ofi_put(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
 int ofi_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
+/* ferry_btl_ops.target_resolve, and the atomics' resolve hook: a peer's key
+ * against our own registrations. */
+int ofi_target_resolve(ferry_btl_module_t *btl, const uint8_t *keybytes, uint64_t addr,
+                       size_t len, uint32_t need, void **ptr_out);
 /* Posts a queued or new put/get: FERRY_OK, FERRY_ERR_NO_RESOURCE (try
  * later) or a failure (the fragment is then completed with it). */
 int ofi_rdma_post(ofi_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag);

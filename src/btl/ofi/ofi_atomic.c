@@ -35,7 +35,7 @@ static int amo_send(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const btl
 /* A peer's key against our own table: the slot's registration still the
  * one the key was made for (its provider key), the range and rights inside
  * it. */
-static int amo_resolve(ferry_btl_module_t *btl, const uint8_t *keybytes, uint64_t addr,
+int ofi_target_resolve(ferry_btl_module_t *btl, const uint8_t *keybytes, uint64_t addr,
                        size_t len, uint32_t need, void **ptr_out)
 {
     ofi_module_t *mod = ofi_of(btl);
@@ -59,7 +59,7 @@ static btl_amo_ep_t *amo_ep(ferry_btl_endpoint_t *ep)
 
 const btl_amo_hooks_t ofi_amo_hooks = {
     .send = amo_send,
-    .resolve = amo_resolve,
+    .resolve = ofi_target_resolve,
     .ep_state = amo_ep,
 };
 

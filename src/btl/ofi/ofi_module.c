@@ -319,6 +319,7 @@ static const ferry_btl_ops_t ofi_ops = {
     .sendi = ofi_sendi,
     .put = ofi_put,
     .get = ofi_get,
+    .target_resolve = ofi_target_resolve,
     .register_mem = ofi_register_mem,
     .deregister_mem = ofi_deregister_mem,
     .mem_alloc = btl_base_unsupported_mem_alloc,

@@ -344,6 +344,17 @@ static int self_rdma_direct(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, b
     return FERRY_BTL_DONE;
 }
 
+/* ferry_btl_ops.target_resolve: the checks of rdma_execute. */
+static int self_target_resolve(ferry_btl_module_t *btl, const uint8_t *key, uint64_t addr,
+                               size_t len, uint32_t need, void **ptr_out)
+{
+    const ferry_btl_reg_t *reg = reg_lookup(self_of(btl), key);
+    if (reg == NULL || btl_base_check_access(reg, addr, len, need) != FERRY_OK)
+        return FERRY_ERR_ACCESS;
+    *ptr_out = (void *)(uintptr_t)addr;
+    return FERRY_OK;
+}
+
 /* Atomics: the CPU's own, on our memory, after the same checks a target
  * makes (key live, range inside, FERRY_ACCESS_REMOTE_ATOMIC); complete at
  * once. */
@@ -485,6 +496,7 @@ static const ferry_btl_ops_t self_ops = {
     .atomic_fop = self_atomic_fop,
     .atomic_cswap = self_atomic_cswap,
     .rdma_direct = self_rdma_direct,
+    .target_resolve = self_target_resolve,
     .flush = self_flush,
     .progress = self_progress,
     .dump = self_dump,

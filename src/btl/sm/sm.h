@@ -127,6 +127,20 @@ typedef struct sm_heap_map {
 } sm_heap_map_t;
 
 #define SM_HEAP_MAPS 16
+/* Heap objects start on a page of at least this size, so an entry's offset
+ * in its heap and its address agree below it (sm_check_peer_key). */
+#define SM_HEAP_PAGE 4096u
+
+/* How a peer's heap objects are mapped here (sm_rdma.c): map gives len bytes
+ * of the object id of ep's peer (NULL when it cannot: no such object, or a
+ * shorter one), unmap lets a mapping go. shm_open and mmap; the initiator's
+ * fuzz harness (tests/fuzz/fuzz_sm_init.c) puts plain buffers in their
+ * place, and nothing else changes it. */
+typedef struct sm_heap_mapper {
+    unsigned char *(*map)(const ferry_btl_endpoint_t *ep, uint32_t id, size_t len);
+    void (*unmap)(unsigned char *base, size_t len);
+} sm_heap_mapper_t;
+extern sm_heap_mapper_t sm_heap_mapper;
 
 /* The channel from one sender, in the receiver's segment. */
 typedef struct sm_chan {

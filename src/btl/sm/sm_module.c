@@ -324,6 +324,7 @@ static const ferry_btl_ops_t sm_ops = {
     .atomic_fop = sm_atomic_fop,
     .atomic_cswap = sm_atomic_cswap,
     .rdma_direct = sm_rdma_direct,
+    .target_resolve = sm_target_resolve,
     .flush = sm_flush,
     .progress = sm_progress,
     .dump = sm_dump,

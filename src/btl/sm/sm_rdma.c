@@ -43,14 +43,10 @@ static void heap_name(char *buf, size_t size, const char *seg_name, uint32_t id)
     snprintf(buf, size, "%s-h%u", seg_name, id);
 }
 
-/* Our mapping of a peer's heap, mapping it on first use; NULL if it cannot
- * be mapped (the caller falls back to the other paths). */
-static unsigned char *heap_map(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint32_t id,
-                               size_t len)
+/* The peer's heap object id, len bytes of it mapped here: shm_open of its
+ * name and mmap. */
+static unsigned char *heap_shm_map(const ferry_btl_endpoint_t *ep, uint32_t id, size_t len)
 {
-    for (int i = 0; i < ep->nheaps; i++)
-        if (ep->heaps[i].id == id && ep->heaps[i].len == len)
-            return ep->heaps[i].base;
     char name[SM_NAME_MAX + 16];
     heap_name(name, sizeof(name), ep->peer_name, id);
     int fd = shm_open(name, O_RDWR, 0);
@@ -61,12 +57,31 @@ static unsigned char *heap_map(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint3
     if (fstat(fd, &st) == 0 && (uint64_t)st.st_size >= len)
         base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
-    if (base == MAP_FAILED)
+    return base == MAP_FAILED ? NULL : base;
+}
+
+static void heap_shm_unmap(unsigned char *base, size_t len)
+{
+    munmap(base, len);
+}
+
+sm_heap_mapper_t sm_heap_mapper = {.map = heap_shm_map, .unmap = heap_shm_unmap};
+
+/* Our mapping of a peer's heap, mapping it on first use; NULL if it cannot
+ * be mapped (the caller falls back to the other paths). */
+static unsigned char *heap_map(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint32_t id,
+                               size_t len)
+{
+    for (int i = 0; i < ep->nheaps; i++)
+        if (ep->heaps[i].id == id && ep->heaps[i].len == len)
+            return ep->heaps[i].base;
+    unsigned char *base = sm_heap_mapper.map(ep, id, len);
+    if (base == NULL)
         return NULL;
     if (ep->nheaps == SM_HEAP_MAPS) {
         /* The oldest mapping goes; a later access maps it again. */
         ep->hcache.valid = false;
-        munmap(ep->heaps[0].base, ep->heaps[0].len);
+        sm_heap_mapper.unmap(ep->heaps[0].base, ep->heaps[0].len);
         memmove(&ep->heaps[0], &ep->heaps[1], (SM_HEAP_MAPS - 1) * sizeof(ep->heaps[0]));
         ep->nheaps--;
     }
@@ -78,7 +93,7 @@ void sm_ep_unmap_heaps(ferry_btl_endpoint_t *ep)
 {
     ep->hcache.valid = false;
     for (int i = 0; i < ep->nheaps; i++)
-        munmap(ep->heaps[i].base, ep->heaps[i].len);
+        sm_heap_mapper.unmap(ep->heaps[i].base, ep->heaps[i].len);
     ep->nheaps = 0;
 }
 

@@ -431,9 +431,14 @@ int sm_check_peer_key(const sm_reg_entry_t *table, uint32_t nslots, const uint8_
     uint32_t g2 = atomic_load_explicit(&e->gen, memory_order_relaxed);
     if (g1 != key.gen || g2 != g1)
         return FERRY_ERR_ACCESS;
-    /* The owner's word on where its heap lies is checked like the rest. */
+    /* The owner's word on where its heap lies is checked like the rest:
+     * inside the heap, and at the same place within a page as the address
+     * it registered (its heap and our mapping of it both start on a page),
+     * so that an aligned address is aligned in our mapping too. An atomic
+     * at a misaligned address is no atomic, and faults on some CPUs. */
     if (view->heap_id != 0 &&
-        (view->heap_off > view->heap_len || view->reg.len > view->heap_len - view->heap_off))
+        (view->heap_off > view->heap_len || view->reg.len > view->heap_len - view->heap_off ||
+         ((view->heap_off ^ (uint64_t)(uintptr_t)view->reg.base) & (SM_HEAP_PAGE - 1)) != 0))
         return FERRY_ERR_ACCESS;
     return btl_base_check_access(&view->reg, addr, len, need);
 }

@@ -5,14 +5,16 @@
  * default) a module listens on every selected interface
  * (FERRY_TCP_IF_INCLUDE / FERRY_TCP_IF_EXCLUDE); with per-interface, one
  * module listens on each selected address. FERRY_TCP_LINKS modules are
- * opened for each of these, each with its own listeners, sockets,
- * registrations and attributes, so that a layer above can stripe over them.
+ * opened for each of these, each with its own listeners, sockets and
+ * attributes, so that a layer above can stripe over them; they share one
+ * registration table (tcp_regtab_t), so a registration is made once and its
+ * key is the same bytes on every module.
  * Module k publishes its addresses under its own key ("btl.tcp" for module
  * 0, "btl.tcp.<k>" for the others) and reaches a peer only through the
  * peer's module k: in per-interface mode only when the two addresses share a
  * subnet, or are both loopback on one host (tcp_endpoint.c, addr_score).
- * Module k is also the k-th tcp entry of a remote key, so a key always
- * reaches the registration table of the module that answers it.
+ * A module answers a key only for a registration it holds, and the peer's
+ * module k, which answers our module k, is one that registered it.
  *
  * A peer is connected on first use, with a non-blocking connect whose
  * deadline (FERRY_TCP_CONNECT_TIMEOUT) progress checks. The two sides then prove to
@@ -334,11 +336,41 @@ typedef struct tcp_ctl {
 /* Operation codes in btl_frag_t.op. */
 enum { TCP_OP_SEND, TCP_OP_PUT, TCP_OP_GET, TCP_OP_CTL };
 
+/* Modules one process can open: a module per address, FERRY_TCP_LINKS
+ * (at most 8) of each. */
+#define TCP_MAX_MODULES (TCP_MAX_ADDRS * 8)
+#define TCP_HOLDER_WORDS ((TCP_MAX_MODULES + 63) / 64)
+
+/* A registration, shared by the tcp modules that registered its range: the
+ * first module's register_mem makes it, each other module's takes a
+ * reference (a bit in holders), and the last deregistration frees it. Every
+ * module hands out the same handle, so its key is the same bytes on all. */
 typedef struct tcp_reg {
     ferry_btl_reg_t base;
     uint32_t magic;
-    tcp_key_t key; /* also in base.key */
+    tcp_key_t key;    /* also in base.key */
+    uint32_t nholders;
+    uint64_t holders[TCP_HOLDER_WORDS]; /* by module index */
+    uint64_t serial;  /* the order it was made in, newest highest */
 } tcp_reg_t;
+
+/* The registration table of all tcp modules of one process (tcp_open makes
+ * it, each module holds a reference). A peer's key names a slot of it,
+ * whichever module the request comes through, and that module must hold
+ * the registration. Single-threaded as the modules are. */
+typedef struct tcp_regtab {
+    unsigned refs;            /* modules attached, and tcp_open while it runs */
+    size_t slots;             /* FERRY_TCP_REG_SLOTS */
+    size_t hi;                /* no slot at or past it has ever been used */
+    tcp_reg_t **regs;
+    uint32_t *gen;
+    tcp_module_t *mods[TCP_MAX_MODULES]; /* attached, by index: to detach puts */
+    uint64_t made;            /* registrations made (not references taken) */
+    size_t live;              /* registrations alive */
+    /* Random bytes for keys, drawn from getrandom a pool at a time. */
+    uint8_t key_pool[16 * TCP_KEY_SECRET];
+    size_t key_pool_left;
+} tcp_regtab_t;
 
 typedef struct tcp_params {
     const char *if_include;
@@ -414,11 +446,7 @@ struct tcp_module {
     int nhot;
     btl_frags_t frags;
     btl_amo_module_t amo;
-    tcp_reg_t **regs;
-    uint32_t *reg_gen;
-    /* Random bytes for keys, drawn from getrandom a pool at a time. */
-    uint8_t key_pool[16 * TCP_KEY_SECRET];
-    size_t key_pool_left;
+    tcp_regtab_t *tab; /* shared with the process's other tcp modules */
     uint64_t stall_scan_ns; /* when the deadlines were last checked */
     uint64_t next_cookie;
     uint32_t progress_calls;
@@ -513,6 +541,10 @@ void tcp_hot_remove(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
 /* tcp_rdma.c */
 int tcp_put(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
 int tcp_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
+/* ferry_btl_ops.target_resolve, and the atomics' resolve hook: a peer's key
+ * against our own registrations. */
+int tcp_target_resolve(ferry_btl_module_t *btl, const uint8_t *keybytes, uint64_t addr,
+                       size_t len, uint32_t need, void **ptr_out);
 int tcp_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *base, size_t len,
                      uint32_t access, ferry_btl_reg_t **reg_out);
 int tcp_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
@@ -540,7 +572,15 @@ int tcp_reg_lookup(tcp_module_t *mod, const tcp_key_t *key, uint64_t addr, size_
 /* Whether the registration (slot, gen) still exists. */
 static inline bool tcp_reg_alive(const tcp_module_t *mod, uint32_t slot, uint32_t gen)
 {
-    return slot < mod->p.reg_slots && mod->reg_gen[slot] == gen && mod->regs[slot] != NULL;
+    const tcp_regtab_t *tab = mod->tab;
+    return slot < tab->slots && tab->gen[slot] == gen && tab->regs[slot] != NULL;
 }
+/* The shared table: made with tcp_open's reference, attach and detach per
+ * module (detach drops the module's hold on every registration and frees
+ * the table with its last reference). */
+int tcp_regtab_create(size_t slots, tcp_regtab_t **tab_out);
+void tcp_regtab_attach(tcp_regtab_t *tab, tcp_module_t *mod);
+void tcp_regtab_detach(tcp_regtab_t *tab, tcp_module_t *mod);
+void tcp_regtab_release(tcp_regtab_t *tab);
 
 #endif /* BTL_TCP_H */

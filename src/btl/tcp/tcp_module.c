@@ -425,11 +425,10 @@ static int tcp_finalize(ferry_btl_module_t *btl)
     if (mod->epfd >= 0)
         close(mod->epfd);
     int rc = btl_frags_fini(&mod->frags);
-    if (mod->regs != NULL)
-        for (size_t i = 0; i < mod->p.reg_slots; i++)
-            free(mod->regs[i]);
-    free(mod->regs);
-    free(mod->reg_gen);
+    /* After the pools, whose registration cache deregisters what it
+     * holds: the rest of this module's holds go, and registrations the
+     * other modules hold stay theirs. */
+    tcp_regtab_detach(mod->tab, mod);
     free(mod->eps);
     free(mod->hot);
     free(mod->same_host);
@@ -452,6 +451,7 @@ static const ferry_btl_ops_t tcp_ops = {
     .sendi = tcp_sendi,
     .put = tcp_put,
     .get = tcp_get,
+    .target_resolve = tcp_target_resolve,
     .register_mem = tcp_register_mem,
     .deregister_mem = tcp_deregister_mem,
     .mem_alloc = btl_base_unsupported_mem_alloc,
@@ -846,6 +846,7 @@ typedef struct tcp_plan {
     const tcp_local_addr_t *addrs;
     int naddrs;
     int index, link;
+    tcp_regtab_t *tab; /* the registrations all the modules share */
 } tcp_plan_t;
 
 /* Opens a listener on each of the module's addresses. */
@@ -912,10 +913,8 @@ static int tcp_init(ferry_btl_module_t *btl, void *arg)
     mod->eps = calloc((size_t)mod->nranks, sizeof(*mod->eps));
     mod->hot = calloc((size_t)mod->nranks, sizeof(*mod->hot));
     mod->same_host = calloc((size_t)mod->nranks, sizeof(*mod->same_host));
-    mod->regs = calloc(p->reg_slots, sizeof(*mod->regs));
-    mod->reg_gen = calloc(p->reg_slots, sizeof(*mod->reg_gen));
-    if (mod->eps == NULL || mod->hot == NULL || mod->same_host == NULL || mod->regs == NULL ||
-        mod->reg_gen == NULL)
+    tcp_regtab_attach(plan->tab, mod);
+    if (mod->eps == NULL || mod->hot == NULL || mod->same_host == NULL)
         return FERRY_ERR_NO_MEMORY;
     mod->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (mod->epfd < 0)
@@ -1075,8 +1074,17 @@ static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *co
     ferry_btl_module_t **mods = calloc((size_t)want, sizeof(*mods));
     if (mods == NULL)
         return FERRY_ERR_NO_MEMORY;
+    /* One registration table for all the modules: a registration is made
+     * once and its key is the same bytes on every module, so a remote key
+     * holds it once (README.md, "Modules and links"). Each module takes a
+     * reference; this one is dropped once they are made. */
+    tcp_regtab_t *tab = NULL;
+    rc = tcp_regtab_create(p.reg_slots, &tab);
+    if (rc != FERRY_OK) {
+        free(mods);
+        return rc;
+    }
     int n = 0;
-    rc = FERRY_OK;
     for (int place = 0; place < nplaces; place++) {
         for (int link = 0; link < (int)p.links; link++) {
             tcp_plan_t plan = {
@@ -1085,12 +1093,14 @@ static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *co
                 .naddrs = p.per_interface ? 1 : nsel,
                 .index = n,
                 .link = link,
+                .tab = tab,
             };
             attr.bandwidth = plan_bandwidth(&plan, def_bandwidth);
             args.arg = &plan;
             rc = btl_base_module_create(ctx, &args, &mods[n]);
             if (rc == FERRY_ERR_INVALID || rc == FERRY_ERR_NO_MEMORY) {
                 close_modules(mods, n);
+                tcp_regtab_release(tab);
                 return rc;
             }
             if (rc != FERRY_OK) {
@@ -1106,6 +1116,7 @@ static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *co
             n++;
         }
     }
+    tcp_regtab_release(tab);
     if (n == 0) {
         free(mods);
         return rc != FERRY_OK ? rc : FERRY_ERR_UNREACH;

@@ -1,12 +1,16 @@
 /*
  * Registrations and put/get emulated over messages.
  *
- * A registration is a slot in this process's table. Its key is the slot,
- * the slot's generation (which deregistration bumps, so a stale key names
- * nothing) and 16 random bytes drawn for it, so a peer that holds one key
- * cannot make another from it. The target checks every request against the
- * table (btl_base_check_access) before a byte moves, and a get answer's
- * data is read from the registration only while it is written (tcp_io.c).
+ * A registration is a slot in this process's table, which all its tcp
+ * modules share: made by the first module that registers a range, held by
+ * each that registers it after, freed by the last deregistration. Its key
+ * is the slot, the slot's generation (which deregistration bumps, so a
+ * stale key names nothing) and 16 random bytes drawn for it, so a peer that
+ * holds one key cannot make another from it. The target checks every
+ * request against the table (btl_base_check_access), and that the module it
+ * came through holds the registration, before a byte moves, and a get
+ * answer's data is read from the registration only while it is written
+ * (tcp_io.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -15,24 +19,96 @@
 
 #define TCP_REG_MAGIC 0x54524547u
 
+int tcp_regtab_create(size_t slots, tcp_regtab_t **tab_out)
+{
+    tcp_regtab_t *tab = calloc(1, sizeof(*tab));
+    if (tab == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    tab->regs = calloc(slots, sizeof(*tab->regs));
+    tab->gen = calloc(slots, sizeof(*tab->gen));
+    if (tab->regs == NULL || tab->gen == NULL) {
+        free(tab->regs);
+        free(tab->gen);
+        free(tab);
+        return FERRY_ERR_NO_MEMORY;
+    }
+    tab->slots = slots;
+    tab->refs = 1;
+    *tab_out = tab;
+    return FERRY_OK;
+}
+
+void tcp_regtab_attach(tcp_regtab_t *tab, tcp_module_t *mod)
+{
+    tab->refs++;
+    tab->mods[mod->index] = mod;
+    mod->tab = tab;
+}
+
+void tcp_regtab_release(tcp_regtab_t *tab)
+{
+    if (tab == NULL || --tab->refs > 0)
+        return;
+    for (size_t i = 0; i < tab->slots; i++)
+        if (tab->regs[i] != NULL) {
+            rt_auth_wipe(tab->regs[i], sizeof(*tab->regs[i]));
+            free(tab->regs[i]);
+        }
+    rt_auth_wipe(tab->key_pool, sizeof(tab->key_pool));
+    free(tab->regs);
+    free(tab->gen);
+    free(tab);
+}
+
 /* Fills secret with random bytes, drawn from the system's source
  * (rt_auth_random) a pool at a time. */
 static int draw_secret(tcp_module_t *mod, uint8_t *secret)
 {
-    if (mod->key_pool_left < TCP_KEY_SECRET) {
-        int rc = rt_auth_random(mod->key_pool, sizeof(mod->key_pool));
+    tcp_regtab_t *tab = mod->tab;
+    if (tab->key_pool_left < TCP_KEY_SECRET) {
+        int rc = rt_auth_random(tab->key_pool, sizeof(tab->key_pool));
         if (rc != FERRY_OK) {
             rt_log(&mod->super.ctx->log, RT_LOG_ERROR, "tcp: no random bytes for a key");
             return rc;
         }
-        mod->key_pool_left = sizeof(mod->key_pool);
+        tab->key_pool_left = sizeof(tab->key_pool);
     }
-    mod->key_pool_left -= TCP_KEY_SECRET;
-    uint8_t *src = mod->key_pool + mod->key_pool_left;
+    tab->key_pool_left -= TCP_KEY_SECRET;
+    uint8_t *src = tab->key_pool + tab->key_pool_left;
     memcpy(secret, src, TCP_KEY_SECRET);
     /* No byte of a key stays behind once handed out. */
     rt_auth_wipe(src, TCP_KEY_SECRET);
     return FERRY_OK;
+}
+
+static bool holds(const tcp_reg_t *reg, int index)
+{
+    return (reg->holders[index / 64] >> (index % 64)) & 1u;
+}
+
+static void hold(tcp_reg_t *reg, int index)
+{
+    reg->holders[index / 64] |= (uint64_t)1 << (index % 64);
+    reg->nholders++;
+}
+
+/* The newest registration of exactly this range and these rights that mod
+ * does not hold yet: the one another module has just made for the same
+ * ferry_mem_register (the API registers with every module in turn), or its
+ * registration cache's of the same range. NULL when there is none. */
+static tcp_reg_t *find_shared(const tcp_module_t *mod, const void *base, size_t len,
+                              uint32_t access)
+{
+    const tcp_regtab_t *tab = mod->tab;
+    tcp_reg_t *best = NULL;
+    for (size_t i = 0; i < tab->hi; i++) {
+        tcp_reg_t *reg = tab->regs[i];
+        if (reg != NULL && reg->base.base == base && reg->base.len == len &&
+            reg->base.access == access && !holds(reg, mod->index) &&
+            (best == NULL || reg->serial > best->serial))
+            best = reg;
+    }
+    return best;
 }
 
 int tcp_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *base, size_t len,
@@ -43,13 +119,20 @@ int tcp_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *ba
     int rc = btl_base_check_register(btl, base, len, access, reg_out);
     if (rc != FERRY_OK)
         return rc;
+    tcp_regtab_t *tab = mod->tab;
+    tcp_reg_t *shared = tab->live > 0 ? find_shared(mod, base, len, access) : NULL;
+    if (shared != NULL) {
+        hold(shared, mod->index);
+        *reg_out = &shared->base;
+        return FERRY_OK;
+    }
     uint32_t slot = 0;
-    while (slot < mod->p.reg_slots && mod->regs[slot] != NULL)
+    while (slot < tab->slots && tab->regs[slot] != NULL)
         slot++;
-    if (slot == mod->p.reg_slots) {
+    if (slot == tab->slots) {
         rt_log(&btl->ctx->log, RT_LOG_ERROR,
                "tcp: all %zu registration slots in use (raise FERRY_TCP_REG_SLOTS)",
-               mod->p.reg_slots);
+               tab->slots);
         return FERRY_ERR_NO_RESOURCE;
     }
     tcp_reg_t *reg = calloc(1, sizeof(*reg));
@@ -61,47 +144,88 @@ int tcp_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *ba
         return rc;
     }
     /* Generations are odd while a slot is in use, so 0 never names one. */
-    mod->reg_gen[slot] += (mod->reg_gen[slot] & 1) ? 2 : 1;
+    tab->gen[slot] += (tab->gen[slot] & 1) ? 2 : 1;
     reg->magic = TCP_REG_MAGIC;
     reg->key.slot = slot;
-    reg->key.gen = mod->reg_gen[slot];
+    reg->key.gen = tab->gen[slot];
     reg->base.base = base;
     reg->base.len = len;
     reg->base.access = access;
+    reg->serial = ++tab->made;
     memcpy(reg->base.key, &reg->key, sizeof(reg->key));
-    mod->regs[slot] = reg;
+    hold(reg, mod->index);
+    tab->regs[slot] = reg;
+    tab->live++;
+    if (slot >= tab->hi)
+        tab->hi = (size_t)slot + 1;
     *reg_out = &reg->base;
     return FERRY_OK;
 }
 
-/* A put being read into the registration is discarded from here on (and
- * answered with FERRY_ERR_ACCESS). Get answers need nothing: they look the
- * registration up again for every byte they write. */
-static void detach_slot(tcp_module_t *mod, uint32_t slot)
+/* A put being read into the registration, through any module, is discarded
+ * from here on (and answered with FERRY_ERR_ACCESS). Get answers need
+ * nothing: they look the registration up again for every byte they
+ * write. */
+static void detach_slot(tcp_regtab_t *tab, uint32_t slot)
 {
-    for (int r = 0; r < mod->nranks; r++) {
-        ferry_btl_endpoint_t *ep = mod->eps[r];
-        if (ep != NULL && ep->rx_mode == TCP_RX_DIRECT && ep->rx_type == TCP_T_PUT &&
-            ep->rx_slot == slot) {
-            ep->rx_mode = TCP_RX_DISCARD;
-            ep->rx_status = FERRY_ERR_ACCESS;
+    for (int k = 0; k < TCP_MAX_MODULES; k++) {
+        tcp_module_t *mod = tab->mods[k];
+        if (mod == NULL || mod->eps == NULL)
+            continue;
+        for (int r = 0; r < mod->nranks; r++) {
+            ferry_btl_endpoint_t *ep = mod->eps[r];
+            if (ep != NULL && ep->rx_mode == TCP_RX_DIRECT && ep->rx_type == TCP_T_PUT &&
+                ep->rx_slot == slot) {
+                ep->rx_mode = TCP_RX_DISCARD;
+                ep->rx_status = FERRY_ERR_ACCESS;
+            }
         }
     }
+}
+
+/* Drops module index's hold on reg; the last frees it and its slot. */
+static void drop(tcp_regtab_t *tab, tcp_reg_t *reg, int index)
+{
+    reg->holders[index / 64] &= ~((uint64_t)1 << (index % 64));
+    if (--reg->nholders > 0)
+        return;
+    uint32_t slot = reg->key.slot;
+    detach_slot(tab, slot);
+    tab->gen[slot]++; /* even: matches no key */
+    tab->regs[slot] = NULL;
+    tab->live--;
+    rt_auth_wipe(reg, sizeof(*reg));
+    free(reg);
 }
 
 int tcp_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *breg)
 {
     tcp_module_t *mod = (tcp_module_t *)btl;
     tcp_reg_t *reg = (tcp_reg_t *)breg;
-    if (btl == NULL || reg == NULL || reg->magic != TCP_REG_MAGIC ||
-        reg->key.slot >= mod->p.reg_slots || mod->regs[reg->key.slot] != reg)
+    if (btl == NULL || reg == NULL || mod->tab == NULL)
         return FERRY_ERR_INVALID;
-    detach_slot(mod, reg->key.slot);
-    mod->reg_gen[reg->key.slot]++; /* even: matches no key */
-    mod->regs[reg->key.slot] = NULL;
-    rt_auth_wipe(reg, sizeof(*reg));
-    free(reg);
+    tcp_regtab_t *tab = mod->tab;
+    /* A handle this module does not hold (deregistered twice, or only
+     * another module's) is refused, and the others' holds stay. */
+    if (reg->magic != TCP_REG_MAGIC || reg->key.slot >= tab->slots ||
+        tab->regs[reg->key.slot] != reg || !holds(reg, mod->index))
+        return FERRY_ERR_INVALID;
+    drop(tab, reg, mod->index);
     return FERRY_OK;
+}
+
+void tcp_regtab_detach(tcp_regtab_t *tab, tcp_module_t *mod)
+{
+    if (tab == NULL || tab->mods[mod->index] != mod)
+        return;
+    /* What this module still holds (registrations nobody deregistered
+     * before finalize) is dropped; what others hold stays theirs. */
+    for (size_t i = 0; i < tab->hi; i++)
+        if (tab->regs[i] != NULL && holds(tab->regs[i], mod->index))
+            drop(tab, tab->regs[i], mod->index);
+    tab->mods[mod->index] = NULL;
+    mod->tab = NULL;
+    tcp_regtab_release(tab);
 }
 
 int tcp_reg_lookup(tcp_module_t *mod, const tcp_key_t *key, uint64_t addr, size_t len,
@@ -109,10 +233,15 @@ int tcp_reg_lookup(tcp_module_t *mod, const tcp_key_t *key, uint64_t addr, size_
 {
     if ((key->gen & 1) == 0 || !tcp_reg_alive(mod, key->slot, key->gen))
         return FERRY_ERR_ACCESS;
-    tcp_reg_t *reg = mod->regs[key->slot];
+    tcp_reg_t *reg = mod->tab->regs[key->slot];
     /* In constant time: how long it takes does not tell how much of a
      * guessed secret was right. */
     if (!rt_auth_equal(reg->key.secret, key->secret, TCP_KEY_SECRET))
+        return FERRY_ERR_ACCESS;
+    /* Only a module that registered the range answers for it: a key
+     * reaches no more memory through the process's other modules than it
+     * did when each had a table of its own. */
+    if (!holds(reg, mod->index))
         return FERRY_ERR_ACCESS;
     int rc = btl_base_check_access(&reg->base, addr, len, need);
     if (rc == FERRY_OK)
@@ -178,7 +307,7 @@ int tcp_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t 
 
 /* ---- atomics, executed by the target ---- */
 
-static int amo_resolve(ferry_btl_module_t *btl, const uint8_t *keybytes, uint64_t addr,
+int tcp_target_resolve(ferry_btl_module_t *btl, const uint8_t *keybytes, uint64_t addr,
                        size_t len, uint32_t need, void **ptr_out)
 {
     tcp_key_t key;
@@ -198,7 +327,7 @@ static btl_amo_ep_t *amo_ep(ferry_btl_endpoint_t *ep)
 
 const btl_amo_hooks_t tcp_amo_hooks = {
     .send = tcp_amo_send,
-    .resolve = amo_resolve,
+    .resolve = tcp_target_resolve,
     .ep_state = amo_ep,
 };
 

@@ -105,9 +105,11 @@ static inline void fx_init(fx_t *f, int epfd)
     mod->eps = calloc(2, sizeof(*mod->eps));
     mod->hot = calloc(2, sizeof(*mod->hot));
     mod->same_host = calloc(2, sizeof(*mod->same_host));
-    mod->regs = calloc(mod->p.reg_slots, sizeof(*mod->regs));
-    mod->reg_gen = calloc(mod->p.reg_slots, sizeof(*mod->reg_gen));
-    FX_ABORT_UNLESS(mod->eps && mod->hot && mod->same_host && mod->regs && mod->reg_gen);
+    FX_ABORT_UNLESS(mod->eps && mod->hot && mod->same_host);
+    tcp_regtab_t *tab = NULL;
+    FX_ABORT_UNLESS(tcp_regtab_create(mod->p.reg_slots, &tab) == FERRY_OK);
+    tcp_regtab_attach(tab, mod);
+    tcp_regtab_release(tab); /* the module's reference keeps it */
     /* The job and its key, fixed. */
     mod->job_id = "fuzz-job";
     mod->job_hash = tcp_job_hash(mod->job_id);
@@ -200,8 +202,7 @@ static inline void fx_fini(fx_t *f)
     free(mod->eps);
     free(mod->hot);
     free(mod->same_host);
-    free(mod->regs);
-    free(mod->reg_gen);
+    tcp_regtab_detach(mod->tab, mod);
     btl_base_reports_fini(&mod->super);
     free(mod);
 }

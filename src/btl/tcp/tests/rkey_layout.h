@@ -24,8 +24,10 @@ typedef struct rkey_header {
 
 typedef struct rkey_entry {
     uint32_t name_hash; /* FNV-1a of the transport's name */
-    uint8_t instance;
+    uint8_t first;      /* the modules [first, first + count) of the transport */
+    uint8_t count;
     uint8_t key_len;
+    uint8_t zero;
 } rkey_entry_t;
 
 static inline uint32_t rkey_name_hash(const char *s)
@@ -36,8 +38,8 @@ static inline uint32_t rkey_name_hash(const char *s)
     return h;
 }
 
-/* Where the tcp key sits in a packed remote key, and its length; exits when
- * the key has none. */
+/* Where the key of tcp module 0 (and of the others, which share it) sits in
+ * a packed remote key, and its length; exits when the key has none. */
 static inline size_t rkey_tcp_offset(const ferry_rkey_t *rk, size_t *len_out)
 {
     rkey_header_t h;
@@ -48,7 +50,7 @@ static inline size_t rkey_tcp_offset(const ferry_rkey_t *rk, size_t *len_out)
         if (off + sizeof(e) > sizeof(rk->bytes))
             break;
         memcpy(&e, rk->bytes + off, sizeof(e));
-        if (e.name_hash == rkey_name_hash("tcp") && e.instance == 0 &&
+        if (e.name_hash == rkey_name_hash("tcp") && e.first == 0 &&
             off + sizeof(e) + e.key_len <= sizeof(rk->bytes)) {
             *len_out = e.key_len;
             return off + sizeof(e);
