@@ -24,11 +24,16 @@
  * or atomic the transport has no room for is held by ferry (the message
  * copied) and leaves with progress, in order with what the callback sends
  * to that peer afterwards (later sends to the peer from outside a callback
- * return FERRY_ERR_NO_RESOURCE until it has left). What ferry holds is
- * bounded by FERRY_CB_QUEUE_MAX bytes (default 4 MiB, counting each
- * message's length and a small header): past it such a send returns
- * FERRY_ERR_NO_RESOURCE as it would outside a callback. Puts and gets never
- * return FERRY_ERR_NO_RESOURCE: ferry queues them anywhere.
+ * return FERRY_ERR_NO_RESOURCE until it has left). The same holds for
+ * ferry_am_send_nb above ferry_am_max_size (ferry holds the announcement of
+ * the rendezvous, not the data, which stays in the caller's buffer until
+ * the callback) and for the tagged layer's non-blocking sends (ferry/msg.h).
+ * What ferry holds is bounded by FERRY_CB_QUEUE_MAX bytes (default 4 MiB,
+ * counting each message's length, or a large one's announcement, and a
+ * small header): past it such a send returns FERRY_ERR_NO_RESOURCE as it
+ * would outside a callback, and nothing of it was sent. Puts and gets never
+ * return FERRY_ERR_NO_RESOURCE: ferry queues them anywhere, and so it does
+ * the answers a rendezvous needs (ferry_am_recv_data from a handler).
  *
  * Every function returns a ferry status: FERRY_OK (0) or a negative
  * FERRY_ERR_* code; ferry_strerror() names it.
@@ -678,7 +683,10 @@ int ferry_am_data_drop(ferry_ctx_t *ctx, ferry_am_data_t *data);
  * failed, FERRY_ERR_TRUNCATE or FERRY_ERR_CANCELED when the receiver
  * refused or dropped it). FERRY_ERR_NO_RESOURCE: nothing was sent, progress
  * and retry. cb may be NULL. Handler order as for ferry_am_send, in the
- * order the calls were accepted.
+ * order the calls were accepted. Inside a callback, at any size, a message
+ * the transport has no room for is held by ferry and FERRY_OK returned;
+ * FERRY_ERR_NO_RESOURCE there means FERRY_CB_QUEUE_MAX is reached (see the
+ * top of this file).
  */
 int ferry_am_send_nb(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t len,
                      ferry_comp_cb_t cb, void *arg);

@@ -29,7 +29,16 @@
  * Called from inside a ferry callback (an active-message handler, a
  * completion), where progress does nothing, ferry_msg_send and
  * ferry_msg_recv are FERRY_ERR_BUSY, and so are wait, waitany and probe
- * when they would have to wait; the non-blocking calls work there.
+ * when they would have to wait; the non-blocking calls work there. A send
+ * started there that the transport has no room for is held in ferry's
+ * callback queue, as an active message is (ferry.h): a small one copied
+ * (its request is complete at once), a large one's announcement only; it
+ * leaves with ferry_progress, in order with what is sent to that peer
+ * afterwards, and past FERRY_CB_QUEUE_MAX the send is refused with
+ * FERRY_ERR_NO_RESOURCE (no request made, nothing sent). A receive posted
+ * there is never refused for lack of resources, nor is any answer of the
+ * rendezvous it starts lost: ferry queues those without a bound, one per
+ * message received.
  *
  * Threading: as the context it was made from.
  */
@@ -89,7 +98,10 @@ int ferry_msg_fini(ferry_msg_t **msg_p);
  * untouched until it completes. dst outside [0, size) is
  * FERRY_ERR_INVALID; an unreachable dst FERRY_ERR_UNREACH. A message that
  * cannot leave at once for lack of resources waits, in order, and leaves
- * from progress.
+ * from progress. Inside a ferry callback it waits in ferry's callback
+ * queue instead (see the top of this file), and FERRY_ERR_NO_RESOURCE
+ * means that queue is at FERRY_CB_QUEUE_MAX: nothing was sent, *req_out
+ * is untouched.
  */
 int ferry_msg_isend(ferry_msg_t *msg, int dst, uint32_t ctx_id, uint64_t tag, const void *buf,
                     size_t len, ferry_msg_req_t **req_out);

@@ -222,6 +222,8 @@ static struct api_am_large *large_get(ferry_ctx_t *ctx, int *status_out)
     return lg;
 }
 
+static int due_add(ferry_ctx_t *ctx, ferry_comp_cb_t cb, void *arg, int status);
+
 static void run_cb(ferry_ctx_t *ctx, ferry_comp_cb_t cb, void *arg, int status)
 {
     if (cb == NULL)
@@ -325,11 +327,52 @@ static am_send_t *find_send(struct api_am_large *lg, int peer, uint64_t id)
     return NULL;
 }
 
+void api_am_large_rts_lost(ferry_ctx_t *ctx, int dst, const void *data, size_t len, int status)
+{
+    struct api_am_large *lg = ctx->api->large;
+    am_rts_t rts;
+    if (lg == NULL || len < sizeof(rts))
+        return;
+    memcpy(&rts, data, sizeof(rts));
+    am_send_t *s = find_send(lg, dst, rts.id);
+    if (s == NULL)
+        return;
+    /* Its callback is due from progress: this runs inside the drain of the
+     * queue it was in. */
+    send_finish(ctx, lg, s, status);
+    if (!s->blocking) {
+        if (due_add(ctx, s->cb, s->arg, status) != FERRY_OK)
+            rt_log(&ctx->log, RT_LOG_ERROR, "out of memory: a send's completion is lost");
+        free(s);
+    }
+}
+
 static uint8_t proto_for(const struct api_am_large *lg, const ferry_btl_module_t *btl)
 {
     if (lg->rndv_mode == RNDV_GET || lg->rndv_mode == RNDV_PUT)
         return (uint8_t)lg->rndv_mode;
     return (btl->attr.flags & FERRY_BTL_FLAG_GET) ? RNDV_GET : RNDV_PUT;
+}
+
+/*
+ * Sends a large message's announcement (rts, then hlen header bytes). It
+ * goes behind what waits in ferry's callback queue for dst, so that it
+ * overtakes no message sent before it. Inside a callback, when it cannot go
+ * now, it waits in that queue itself and leaves with progress, in order with
+ * what the callback sends afterwards; FERRY_ERR_NO_RESOURCE only past
+ * FERRY_CB_QUEUE_MAX (or, outside a callback, whenever it cannot go now).
+ */
+static int rts_send(ferry_ctx_t *ctx, int dst, const am_rts_t *rts, const void *hdr,
+                    size_t hlen)
+{
+    if (sizeof(*rts) + hlen > ctx->modules[ctx->peers[dst].module_idx]->attr.max_send_size)
+        return FERRY_ERR_INVALID;
+    int rc = api_cbq_waiting(ctx, dst)
+                 ? FERRY_ERR_NO_RESOURCE
+                 : send_once(ctx, dst, API_TAG_AM_RTS, rts, sizeof(*rts), hdr, hlen);
+    if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0)
+        rc = api_cbq_push_hdr(ctx, dst, API_TAG_AM_RTS, rts, sizeof(*rts), hdr, NULL, hlen);
+    return rc;
 }
 
 /*
@@ -394,7 +437,7 @@ static int large_start(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, 
         rts.raddr = (uint64_t)(uintptr_t)s->buf;
     }
     if (rc == FERRY_OK)
-        rc = send_once(ctx, dst, API_TAG_AM_RTS, &rts, sizeof(rts), hdr, hlen);
+        rc = rts_send(ctx, dst, &rts, hdr, hlen);
     if (rc != FERRY_OK) {
         if (s->mem != NULL)
             ferry_mem_deregister(ctx, s->mem);
@@ -550,7 +593,10 @@ int api_am_send_flat_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t
     const ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
     if (len > btl->attr.max_send_size || hlen > btl->attr.max_send_size - len)
         return 1;
-    rc = send_once(ctx, dst, API_TAG_MSG, hdr, hlen, data, len);
+    rc = api_cbq_waiting(ctx, dst) ? FERRY_ERR_NO_RESOURCE
+                                   : send_once(ctx, dst, API_TAG_MSG, hdr, hlen, data, len);
+    if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0)
+        rc = api_cbq_push_hdr(ctx, dst, API_TAG_MSG, hdr, hlen, data, NULL, len);
     if (rc == FERRY_OK)
         api_am_sent(ctx, dst); /* a flush to dst covers it */
     return rc;
@@ -568,7 +614,10 @@ int api_am_send_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen
     ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
     size_t len = ferry_convertor_remaining(conv);
     if (len <= btl->attr.max_send_size && hlen <= btl->attr.max_send_size - len) {
-        if (!ferry_convertor_need_buffers(conv)) {
+        bool contig = !ferry_convertor_need_buffers(conv);
+        if (api_cbq_waiting(ctx, dst)) {
+            rc = FERRY_ERR_NO_RESOURCE; /* behind what a callback queued */
+        } else if (contig) {
             rc = send_once(ctx, dst, API_TAG_MSG, hdr, hlen, ferry_convertor_contig_ptr(conv), len);
         } else {
             size_t start = conv->pos, size = len;
@@ -587,6 +636,13 @@ int api_am_send_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen
             if (rc != FERRY_OK)
                 ferry_convertor_set_position(conv, start);
         }
+        /* Inside a callback, a fragment the transport has no room for is
+         * copied into ferry's callback queue, as an application message
+         * would be. */
+        if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0)
+            rc = api_cbq_push_hdr(ctx, dst, API_TAG_MSG, hdr, hlen,
+                                  contig ? ferry_convertor_contig_ptr(conv) : NULL,
+                                  contig ? NULL : conv, len);
         if (rc == FERRY_OK) {
             *done_out = true;
             api_am_sent(ctx, dst);

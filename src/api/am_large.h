@@ -103,6 +103,11 @@ void api_am_large_hold(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data,
  * progresses until the receiver has it: ferry_am_send and its variants. */
 int api_am_send_large_blocking(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *conv);
 
+/* A large message's announcement to dst (data, len: as queued from a
+ * callback) could not be sent (status): its send ends with status, its
+ * callback due from progress. */
+void api_am_large_rts_lost(ferry_ctx_t *ctx, int dst, const void *data, size_t len, int status);
+
 /* Runs the application handler of tag (from am.c). */
 void api_am_deliver(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len);
 

@@ -259,6 +259,12 @@ int api_onesided_register_params(ferry_ctx_t *ctx, size_t *max_out, uint64_t *fl
 int api_cbq_push(ferry_ctx_t *ctx, int dst, int tag, const void *data, ferry_convertor_t *conv,
                  size_t len);
 
+/* api_cbq_push of one message made of hlen bytes at hdr, then the len
+ * bytes of data (or of conv, from its cursor): ferry's own messages with a
+ * header (a large message's announcement, a tagged fragment). */
+int api_cbq_push_hdr(ferry_ctx_t *ctx, int dst, int tag, const void *hdr, size_t hlen,
+                     const void *data, ferry_convertor_t *conv, size_t len);
+
 /* Messages to dst wait in ferry's queue: a later send must go behind them. */
 static inline bool api_cbq_waiting(const ferry_ctx_t *ctx, int dst)
 {

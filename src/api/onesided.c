@@ -399,7 +399,8 @@ int api_onesided_register_params(ferry_ctx_t *ctx, size_t *max_out, uint64_t *fl
     long long flush_ms;
     int rc = rt_param_register_size(&ctx->params, "cb_queue_max", API_CB_QUEUE_MAX_DEFAULT, 0,
                                     SIZE_MAX / 2,
-                                    "Bytes of active messages and atomics started inside "
+                                    "Bytes of active messages, tagged sends (large ones: "
+                                    "their announcements) and atomics started inside "
                                     "callbacks that ferry holds when the transport has no room, "
                                     "to send with progress; past it they return "
                                     "FERRY_ERR_NO_RESOURCE",
@@ -429,19 +430,29 @@ typedef struct api_cbq_msg {
 int api_cbq_push(ferry_ctx_t *ctx, int dst, int tag, const void *data, ferry_convertor_t *conv,
                  size_t len)
 {
+    return api_cbq_push_hdr(ctx, dst, tag, NULL, 0, data, conv, len);
+}
+
+int api_cbq_push_hdr(ferry_ctx_t *ctx, int dst, int tag, const void *hdr, size_t hlen,
+                     const void *data, ferry_convertor_t *conv, size_t len)
+{
     struct api_state *api = ctx->api;
-    size_t cost = sizeof(api_cbq_msg_t) + len;
+    if (len > SIZE_MAX / 2 || hlen > SIZE_MAX / 2 - len)
+        return FERRY_ERR_NO_RESOURCE;
+    size_t cost = sizeof(api_cbq_msg_t) + hlen + len;
     if (api->cbq_bytes > api->cbq_max || cost > api->cbq_max - api->cbq_bytes)
         return FERRY_ERR_NO_RESOURCE;
     api_cbq_msg_t *m = malloc(cost);
     if (m == NULL)
         return FERRY_ERR_NO_MEMORY;
     m->tag = (uint8_t)tag;
-    m->len = len;
+    m->len = hlen + len;
+    if (hlen > 0)
+        memcpy(m->data, hdr, hlen);
     if (conv != NULL)
-        ferry_convertor_pack(conv, m->data, len);
+        ferry_convertor_pack(conv, m->data + hlen, len);
     else if (len > 0)
-        memcpy(m->data, data, len);
+        memcpy(m->data + hlen, data, len);
     util_list_append(&api->cbq[dst], &m->link);
     api->cbq_bytes += cost;
     api->cbq_count++;
@@ -472,6 +483,10 @@ static int cbq_drain(ferry_ctx_t *ctx)
                        m->len, r, ferry_strerror(rc));
                 if (api->first_error[r] == FERRY_OK)
                     api->first_error[r] = rc;
+                /* A large message's announcement: its send ends with the
+                 * error instead of waiting for an answer. */
+                if (m->tag == API_TAG_AM_RTS)
+                    api_am_large_rts_lost(ctx, r, m->data, m->len, rc);
             }
             util_list_remove(&api->cbq[r], it);
             api->cbq_bytes -= sizeof(*m) + m->len;

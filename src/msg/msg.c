@@ -461,26 +461,34 @@ static int send_try(ferry_msg_t *m, ferry_msg_req_t *r)
     return FERRY_OK;
 }
 
+/* The sends waiting for resources to peer p go on, in order, while they
+ * can. */
+static int drain_peer(ferry_msg_t *m, int p)
+{
+    int events = 0;
+    util_list_item_t *it;
+    while ((it = util_list_first(&m->queued[p])) != NULL) {
+        ferry_msg_req_t *r = UTIL_CONTAINER_OF(it, ferry_msg_req_t, link);
+        int rc = send_try(m, r);
+        if (rc == FERRY_ERR_NO_RESOURCE)
+            break;
+        util_list_remove(&m->queued[p], it);
+        m->n_queued--;
+        if (rc != FERRY_OK) {
+            r->status.error = rc;
+            r->state = REQ_DONE;
+        }
+        events++;
+    }
+    return events;
+}
+
 /* Sends waiting for resources go on, in order per peer. */
 static int drain_queued(ferry_msg_t *m)
 {
     int events = 0;
-    for (int p = 0; p < m->size && m->n_queued > 0; p++) {
-        util_list_item_t *it;
-        while ((it = util_list_first(&m->queued[p])) != NULL) {
-            ferry_msg_req_t *r = UTIL_CONTAINER_OF(it, ferry_msg_req_t, link);
-            int rc = send_try(m, r);
-            if (rc == FERRY_ERR_NO_RESOURCE)
-                break;
-            util_list_remove(&m->queued[p], it);
-            m->n_queued--;
-            if (rc != FERRY_OK) {
-                r->status.error = rc;
-                r->state = REQ_DONE;
-            }
-            events++;
-        }
-    }
+    for (int p = 0; p < m->size && m->n_queued > 0; p++)
+        events += drain_peer(m, p);
     return events;
 }
 
@@ -508,7 +516,20 @@ int ferry_msg_isend_conv(ferry_msg_t *m, int dst, uint32_t ctx_id, uint64_t tag,
         return FERRY_ERR_NO_MEMORY;
     r->hdr = (msg_wire_t){.tag = tag, .ctx_id = ctx_id};
     r->status.len = r->status.received = ferry_convertor_remaining(conv);
+    /* Inside a callback a send the transport has no room for is held in
+     * ferry's callback queue (eager: copied; large: its announcement),
+     * which leaves with ferry_progress and is bounded by
+     * FERRY_CB_QUEUE_MAX; the sends already waiting here for dst go there
+     * first, so that order holds. Past the bound the send is refused, as
+     * the API's own sends are there. */
+    bool in_callback = m->ctx->in_callback > 0;
+    if (in_callback && !util_list_empty(&m->queued[dst]))
+        drain_peer(m, dst);
     int rc = util_list_empty(&m->queued[dst]) ? send_try(m, r) : FERRY_ERR_NO_RESOURCE;
+    if (rc == FERRY_ERR_NO_RESOURCE && in_callback) {
+        req_free(m, r);
+        return rc;
+    }
     if (rc == FERRY_ERR_NO_RESOURCE) {
         r->state = REQ_QUEUED;
         util_list_append(&m->queued[dst], &r->link);
