@@ -174,7 +174,10 @@ secret)
             >"$OUT" 2>"$ERR" &
         job=$!
         i=0
-        while [ "$(grep -c ' secret ' "$OUT" 2>/dev/null || true)" != 3 ] && [ $i -lt 100 ]; do
+        # Whole lines only: ferryrun forwards a rank's output as it comes,
+        # so a line may be seen before its end has arrived.
+        while [ "$(grep -c '^rank [0-9] secret [0-9a-f]\{64\}$' "$OUT" 2>/dev/null || true)" != 3 ] &&
+            [ $i -lt 300 ]; do
             sleep 0.1
             i=$((i + 1))
         done
