@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -45,6 +46,44 @@ static inline int fuzz_next_record(const uint8_t *data, size_t size, size_t *off
     *len_out = end - start;
     *off = end < size ? end + 1 : end;
     return 1;
+}
+
+/* A harness's input read from the front: fuzz_u8 .. fuzz_u64 take bytes
+ * little endian, zeros once they run out; fuzz_bytes copies up to n and
+ * returns how many it copied. */
+typedef struct fuzz_in {
+    const uint8_t *data;
+    size_t size, pos;
+} fuzz_in_t;
+
+static inline uint8_t fuzz_u8(fuzz_in_t *in)
+{
+    return in->pos < in->size ? in->data[in->pos++] : 0;
+}
+
+static inline uint16_t fuzz_u16(fuzz_in_t *in)
+{
+    return (uint16_t)(fuzz_u8(in) | (uint16_t)fuzz_u8(in) << 8);
+}
+
+static inline uint32_t fuzz_u32(fuzz_in_t *in)
+{
+    return fuzz_u16(in) | (uint32_t)fuzz_u16(in) << 16;
+}
+
+static inline uint64_t fuzz_u64(fuzz_in_t *in)
+{
+    return fuzz_u32(in) | (uint64_t)fuzz_u32(in) << 32;
+}
+
+static inline size_t fuzz_bytes(fuzz_in_t *in, void *out, size_t n)
+{
+    size_t left = in->size - in->pos;
+    if (n > left)
+        n = left;
+    memcpy(out, in->data + in->pos, n);
+    in->pos += n;
+    return n;
 }
 
 #endif /* FERRY_FUZZ_H */

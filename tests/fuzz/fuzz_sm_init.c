@@ -72,32 +72,6 @@
         abort();                                                                                   \
     } while (0)
 
-/* The fuzzer's bytes of one record, from the front; zeros once they run out. */
-typedef struct in {
-    const uint8_t *data;
-    size_t size, pos;
-} in_t;
-
-static uint8_t u8(in_t *in)
-{
-    return in->pos < in->size ? in->data[in->pos++] : 0;
-}
-
-static uint16_t u16(in_t *in)
-{
-    return (uint16_t)(u8(in) | (uint16_t)u8(in) << 8);
-}
-
-static uint32_t u32(in_t *in)
-{
-    return u16(in) | (uint32_t)u16(in) << 16;
-}
-
-static uint64_t u64(in_t *in)
-{
-    return u32(in) | (uint64_t)u32(in) << 32;
-}
-
 /* What the table said of a (slot, generation) at some moment: the peer may
  * say different things under one generation, and sm may have believed any
  * of them. */
@@ -426,68 +400,68 @@ static void peer_new(void)
 
 /* ---- records ---- */
 
-static void pick_key(in_t *in, fkey_t *key)
+static void pick_key(fuzz_in_t *in, fkey_t *key)
 {
-    uint8_t how = u8(in);
+    uint8_t how = fuzz_u8(in);
     memset(key, 0, sizeof(*key));
     if (how & 0x80) {
         for (size_t i = 0; i < sizeof(sm_key_t); i++)
-            key->bytes[i] = u8(in);
+            key->bytes[i] = fuzz_u8(in);
     } else {
         sm_key_t k = {.slot = how % (w.nslots + 1u)};
         k.gen = k.slot < w.nslots ? atomic_load(&w.table[k.slot].gen) : 2;
         if (how & 0x40)
-            k.gen += u8(in);
-        k.nonce = u64(in);
+            k.gen += fuzz_u8(in);
+        k.nonce = fuzz_u64(in);
         memcpy(key->bytes, &k, sizeof(k));
     }
     memcpy(&key->k, key->bytes, sizeof(key->k));
 }
 
 /* An address: relative to the entry the key names, or raw. */
-static uint64_t pick_addr(in_t *in, const fkey_t *key)
+static uint64_t pick_addr(fuzz_in_t *in, const fkey_t *key)
 {
-    uint8_t how = u8(in);
+    uint8_t how = fuzz_u8(in);
     if (how % 8 == 7 || key->k.slot >= w.nslots)
-        return u64(in);
-    int32_t off = (int16_t)u16(in);
+        return fuzz_u64(in);
+    int32_t off = (int16_t)fuzz_u16(in);
     if (how & 8)
         off &= ~7;
     return w.table[key->k.slot].base + (uint64_t)(int64_t)off;
 }
 
-static void schedule_rewrite(in_t *in);
+static void schedule_rewrite(fuzz_in_t *in);
 
-static void rec_table(in_t *in)
+static void rec_table(fuzz_in_t *in)
 {
-    uint32_t slot = u8(in) % w.nslots;
-    uint8_t how = u8(in);
+    uint32_t slot = fuzz_u8(in) % w.nslots;
+    uint8_t how = fuzz_u8(in);
     sm_reg_entry_t *e = &w.table[slot];
     sm_reg_entry_t n = {0};
     uint32_t gen;
     if (how & 1) {
-        gen = u32(in);
-        n.access = u32(in);
-        n.base = u64(in);
-        n.len = u64(in);
-        n.heap_id = u32(in);
-        n.heap_off = u64(in);
-        n.heap_len = u64(in);
+        gen = fuzz_u32(in);
+        n.access = fuzz_u32(in);
+        n.base = fuzz_u64(in);
+        n.len = fuzz_u64(in);
+        n.heap_id = fuzz_u32(in);
+        n.heap_off = fuzz_u64(in);
+        n.heap_len = fuzz_u64(in);
     } else {
         /* Plausible: an entry of a heap object (or none), every right. */
         uint32_t old = atomic_load(&e->gen);
         gen = how & 2 ? old : (old | 1) + 1; /* the same generation, or the next */
-        n.access = (how & 4) ? u8(in) : FERRY_ACCESS_LOCAL | FERRY_ACCESS_REMOTE_READ |
+        n.access = (how & 4) ? fuzz_u8(in) : FERRY_ACCESS_LOCAL | FERRY_ACCESS_REMOTE_READ |
                                             FERRY_ACCESS_REMOTE_WRITE |
                                             FERRY_ACCESS_REMOTE_ATOMIC;
-        n.heap_id = u8(in) % (NOBJ + 1);
-        n.heap_len = (uint64_t)(u8(in) + 1) * 32;
-        n.heap_off = u16(in) % (n.heap_len + 8);
-        n.len = u16(in) % (n.heap_len + 8);
+        n.heap_id = fuzz_u8(in) % (NOBJ + 1);
+        n.heap_len = (uint64_t)(fuzz_u8(in) + 1) * 32;
+        n.heap_off = fuzz_u16(in) % (n.heap_len + 8);
+        n.len = fuzz_u16(in) % (n.heap_len + 8);
         /* At the heap's offset within a page, as the owner's would be, or
          * a few bytes off. */
-        n.base = 0x7f0000100000ull + (uint64_t)u8(in) * SM_HEAP_PAGE + n.heap_off +
-                 (how & 8 ? 1 + u8(in) % 15 : 0);
+        n.base = 0x7f0000100000ull + (uint64_t)fuzz_u8(in) * SM_HEAP_PAGE + n.heap_off +
+                 (how & 8 ? 1 + fuzz_u8(in) % 15 : 0);
     }
     atomic_store(&e->gen, gen);
     e->access = n.access;
@@ -503,10 +477,10 @@ static void rec_table(in_t *in)
 }
 
 /* The peer will rewrite an entry when sm next maps a heap. */
-static void schedule_rewrite(in_t *in)
+static void schedule_rewrite(fuzz_in_t *in)
 {
-    w.rewrite_slot = u8(in) % w.nslots;
-    uint8_t how = u8(in);
+    w.rewrite_slot = fuzz_u8(in) % w.nslots;
+    uint8_t how = fuzz_u8(in);
     sm_reg_entry_t *e = &w.table[w.rewrite_slot];
     w.rewrite_entry = (sm_reg_entry_t){.access = how & 1 ? 0 : e->access,
                                        .base = e->base + (how & 2 ? 64 : 0),
@@ -525,21 +499,21 @@ static void check_refusal(int rc, const char *what)
         FINDING("%s returned %d", what, rc);
 }
 
-static void rec_direct(in_t *in)
+static void rec_direct(fuzz_in_t *in)
 {
     fkey_t key;
     pick_key(in, &key);
     uint64_t addr = pick_addr(in, &key);
-    uint8_t how = u8(in);
+    uint8_t how = fuzz_u8(in);
     bool put = how & 1;
-    size_t size = u16(in) % (MAX_SIZE + 1);
+    size_t size = fuzz_u16(in) % (MAX_SIZE + 1);
     if (how & 2)
         schedule_rewrite(in);
     unsigned char *local = malloc(size + 1), *data = malloc(size + 1);
     if (local == NULL || data == NULL)
         abort();
     for (size_t i = 0; i < size; i++)
-        local[i] = data[i] = (unsigned char)(u8(in) ^ 0x5a ^ i);
+        local[i] = data[i] = (unsigned char)(fuzz_u8(in) ^ 0x5a ^ i);
     uint32_t need = put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ;
     bool must = !(how & 2) && size > 0 && w.ep->state == SM_EP_CONNECTED &&
                 must_succeed(&key, addr, size, need);
@@ -583,17 +557,17 @@ static void on_amo(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *loca
     o->status = status;
 }
 
-static void rec_atomic(in_t *in)
+static void rec_atomic(fuzz_in_t *in)
 {
     fkey_t key;
     pick_key(in, &key);
     uint64_t addr = pick_addr(in, &key);
-    uint8_t how = u8(in);
+    uint8_t how = fuzz_u8(in);
     bool w32 = how & 1, cswap = (how & 6) == 6, fetch = cswap || (how & 2);
-    uint32_t op = (how & 6) == 4 ? amo_ops[u8(in) % 10] : FERRY_BTL_ATOMIC_ADD;
+    uint32_t op = (how & 6) == 4 ? amo_ops[fuzz_u8(in) % 10] : FERRY_BTL_ATOMIC_ADD;
     if (how & 0x80)
-        op = u8(in);
-    uint64_t operand = u64(in), compare = u64(in);
+        op = fuzz_u8(in);
+    uint64_t operand = fuzz_u64(in), compare = fuzz_u64(in);
     uint32_t flags = w32 ? FERRY_BTL_ATOMIC_FLAG_32BIT : 0;
     size_t size = w32 ? 4 : 8;
     if (how & 8)
@@ -688,14 +662,14 @@ static void on_rdma(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl
     o->des = NULL;
 }
 
-static void rec_rdma(in_t *in)
+static void rec_rdma(fuzz_in_t *in)
 {
     fkey_t key;
     pick_key(in, &key);
     uint64_t addr = pick_addr(in, &key);
-    uint8_t how = u8(in);
+    uint8_t how = fuzz_u8(in);
     bool put = how & 1;
-    size_t size = 1 + u16(in) % (2 * MAX_SEND);
+    size_t size = 1 + fuzz_u16(in) % (2 * MAX_SEND);
     if (how & 2)
         schedule_rewrite(in);
     op_t *o = op_slot();
@@ -799,23 +773,23 @@ static void puts_passed(uint64_t tail)
     }
 }
 
-static void rec_tail(in_t *in)
+static void rec_tail(fuzz_in_t *in)
 {
     ferry_btl_endpoint_t *ep = w.ep;
-    uint8_t how = u8(in);
+    uint8_t how = fuzz_u8(in);
     uint64_t tail;
     switch (how % 4) {
     case 0:
-        tail = u64(in);
+        tail = fuzz_u64(in);
         break;
     case 1:
-        tail = ep->head - u16(in) % 64 * SM_ALIGN;
+        tail = ep->head - fuzz_u16(in) % 64 * SM_ALIGN;
         break;
     case 2:
-        tail = ep->head + u8(in);
+        tail = ep->head + fuzz_u8(in);
         break;
     default:
-        tail = ep->cached_tail - u8(in);
+        tail = ep->cached_tail - fuzz_u8(in);
         break;
     }
     bool was_connected = ep->state == SM_EP_CONNECTED;
@@ -848,13 +822,13 @@ static op_t *op_of_frag(const btl_frag_t *frag)
     return NULL;
 }
 
-static void rec_put_status(in_t *in)
+static void rec_put_status(fuzz_in_t *in)
 {
     util_list_item_t *it = util_list_first(&w.ep->ring_puts);
     if (it == NULL)
         return;
     btl_frag_t *frag = UTIL_CONTAINER_OF(it, btl_frag_t, link);
-    int32_t status = u8(in) & 1 ? (int32_t)u32(in) : FERRY_ERR_ACCESS;
+    int32_t status = fuzz_u8(in) & 1 ? (int32_t)fuzz_u32(in) : FERRY_ERR_ACCESS;
     if (frag->cookie > RING - sizeof(status))
         FINDING("a ring put's status word lies outside the ring");
     memcpy(w.ep->out->ring + frag->cookie, &status, sizeof(status));
@@ -873,10 +847,10 @@ static void rec_consume(void)
     }
 }
 
-static void rec_get_resp(in_t *in)
+static void rec_get_resp(fuzz_in_t *in)
 {
     ferry_btl_endpoint_t *ep = w.ep;
-    uint8_t how = u8(in);
+    uint8_t how = fuzz_u8(in);
     op_t *o = NULL;
     btl_frag_t *frag = NULL;
     util_list_item_t *it = util_list_first(&ep->gets);
@@ -886,17 +860,17 @@ static void rec_get_resp(in_t *in)
         frag = UTIL_CONTAINER_OF(it, btl_frag_t, link);
         o = op_of_frag(frag);
     }
-    sm_get_resp_t resp = {.cookie = frag != NULL && !(how & 4) ? frag->cookie : u64(in)};
-    resp.offset = frag != NULL && !(how & 8) ? frag->done : u64(in);
-    resp.status = how & 0x10 ? (int32_t)u32(in) : FERRY_OK;
-    size_t n = u16(in) % (MAX_SEND - sizeof(resp) + 1);
+    sm_get_resp_t resp = {.cookie = frag != NULL && !(how & 4) ? frag->cookie : fuzz_u64(in)};
+    resp.offset = frag != NULL && !(how & 8) ? frag->done : fuzz_u64(in);
+    resp.status = how & 0x10 ? (int32_t)fuzz_u32(in) : FERRY_OK;
+    size_t n = fuzz_u16(in) % (MAX_SEND - sizeof(resp) + 1);
     unsigned char msg[MAX_SEND];
     memcpy(msg, &resp, sizeof(resp));
     for (size_t i = 0; i < n; i++)
-        msg[sizeof(resp) + i] = u8(in);
+        msg[sizeof(resp) + i] = fuzz_u8(in);
     uint32_t len = (uint32_t)(sizeof(resp) + n);
     if (how & 0x20)
-        len = u8(in) % (sizeof(resp) + 1);
+        len = fuzz_u8(in) % (sizeof(resp) + 1);
     bool connected = ep->state == SM_EP_CONNECTED;
     size_t done_before = frag != NULL ? frag->done : 0;
     bool taken = sm_rdma_handle(w.mod, ep, SM_T_GET_RESP, msg, len);
@@ -936,10 +910,10 @@ static void rec_get_resp(in_t *in)
     }
 }
 
-static void rec_amo_answer(in_t *in)
+static void rec_amo_answer(fuzz_in_t *in)
 {
     ferry_btl_endpoint_t *ep = w.ep;
-    uint8_t how = u8(in);
+    uint8_t how = fuzz_u8(in);
     op_t *o = NULL;
     for (int i = 0, skip = how % 4; i < MAX_OPS; i++)
         if (w.ops[i].used && w.ops[i].atomic && !w.ops[i].done && w.ops[i].want_status == 1 &&
@@ -948,16 +922,16 @@ static void rec_amo_answer(in_t *in)
             break;
         }
     btl_amo_msg_t m = {.magic = BTL_AMO_MAGIC, .kind = BTL_AMO_ANSWER};
-    m.cookie = o != NULL && !(how & 4) ? o->cookie : u64(in);
-    m.status = how & 8 ? (int32_t)u32(in) : FERRY_OK;
-    m.operand = how & 0x10 ? u64(in) : u32(in);
+    m.cookie = o != NULL && !(how & 4) ? o->cookie : fuzz_u64(in);
+    m.status = how & 8 ? (int32_t)fuzz_u32(in) : FERRY_OK;
+    m.operand = how & 0x10 ? fuzz_u64(in) : fuzz_u32(in);
     if (how & 0x20) {
-        m.magic ^= u8(in);
-        m.kind = u16(in);
-        m.flags = u8(in);
-        m.op = u8(in);
+        m.magic ^= fuzz_u8(in);
+        m.kind = fuzz_u16(in);
+        m.flags = fuzz_u8(in);
+        m.op = fuzz_u8(in);
     }
-    uint32_t len = how & 0x40 ? u8(in) % (sizeof(m) + 1) : sizeof(m);
+    uint32_t len = how & 0x40 ? fuzz_u8(in) % (sizeof(m) + 1) : sizeof(m);
     bool connected = ep->state == SM_EP_CONNECTED;
     if (!sm_rdma_handle(w.mod, ep, SM_T_AMO_ANSWER, (unsigned char *)&m, len))
         FINDING("an atomic's answer was left in the ring");
@@ -1070,7 +1044,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int n = 0; n < 256 && fuzz_next_record(data, size, &off, &rec, &len); n++) {
         if (len == 0)
             continue;
-        in_t in = {.data = rec + 1, .size = len - 1};
+        fuzz_in_t in = {.data = rec + 1, .size = len - 1};
         switch (rec[0] % 11) {
         case 0:
             rec_table(&in);

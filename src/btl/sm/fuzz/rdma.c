@@ -61,9 +61,9 @@ typedef struct world {
         abort();                                                                                   \
     } while (0)
 
-static void buffers_make(world_t *w, smf_in_t *in)
+static void buffers_make(world_t *w, fuzz_in_t *in)
 {
-    size_t sizes[NBUF] = {1 + smf_u16(in) % 8192, 64, 2 * w->page, w->page};
+    size_t sizes[NBUF] = {1 + fuzz_u16(in) % 8192, 64, 2 * w->page, w->page};
     for (int i = 0; i < NBUF; i++) {
         buf_t *b = &w->bufs[i];
         memset(b, 0, sizeof(*b));
@@ -129,9 +129,9 @@ static void check_memory(world_t *w, const char *after)
 }
 
 /* A key for an operation: current, stale, forged or raw. */
-static void pick_key(world_t *w, smf_in_t *in, uint8_t *key, buf_t **b_out)
+static void pick_key(world_t *w, fuzz_in_t *in, uint8_t *key, buf_t **b_out)
 {
-    uint8_t sel = smf_u8(in);
+    uint8_t sel = fuzz_u8(in);
     buf_t *b = &w->bufs[sel % NBUF];
     *b_out = b;
     memset(key, 0, FERRY_BTL_KEY_MAX);
@@ -149,32 +149,32 @@ static void pick_key(world_t *w, smf_in_t *in, uint8_t *key, buf_t **b_out)
         if (b->reg != NULL) {
             sm_key_t k;
             memcpy(&k, b->reg->key, sizeof(k));
-            k.nonce = smf_u8(in) & 1 ? smf_u64(in) : 0;
+            k.nonce = fuzz_u8(in) & 1 ? fuzz_u64(in) : 0;
             memcpy(key, &k, sizeof(k));
         }
         break;
     default: /* anything */
-        smf_bytes(in, key, sizeof(sm_key_t));
+        fuzz_bytes(in, key, sizeof(sm_key_t));
         break;
     }
 }
 
 /* An address: relative to the buffer (inside, at its edges, outside) or raw. */
-static uint64_t pick_addr(smf_in_t *in, const buf_t *b)
+static uint64_t pick_addr(fuzz_in_t *in, const buf_t *b)
 {
-    uint8_t how = smf_u8(in);
+    uint8_t how = fuzz_u8(in);
     if (how % 8 == 7)
-        return smf_u64(in);
-    int32_t off = (int16_t)smf_u16(in);
+        return fuzz_u64(in);
+    int32_t off = (int16_t)fuzz_u16(in);
     return (uint64_t)(uintptr_t)b->mem + (uint64_t)(int64_t)off;
 }
 
-static void op_register(world_t *w, smf_in_t *in)
+static void op_register(world_t *w, fuzz_in_t *in)
 {
-    buf_t *b = &w->bufs[smf_u8(in) % NBUF];
-    uint8_t rights = smf_u8(in);
-    size_t off = smf_u16(in) % b->size;
-    size_t len = 1 + smf_u16(in) % (b->size - off);
+    buf_t *b = &w->bufs[fuzz_u8(in) % NBUF];
+    uint8_t rights = fuzz_u8(in);
+    size_t off = fuzz_u16(in) % b->size;
+    size_t len = 1 + fuzz_u16(in) % (b->size - off);
     if (b->reg != NULL || !b->mapped)
         return;
     uint32_t access = FERRY_ACCESS_LOCAL;
@@ -187,9 +187,9 @@ static void op_register(world_t *w, smf_in_t *in)
         FINDING("register_mem of a mapped buffer failed");
 }
 
-static void op_deregister(world_t *w, smf_in_t *in)
+static void op_deregister(world_t *w, fuzz_in_t *in)
 {
-    buf_t *b = &w->bufs[smf_u8(in) % NBUF];
+    buf_t *b = &w->bufs[fuzz_u8(in) % NBUF];
     if (b->reg == NULL)
         return;
     memcpy(b->stale, b->reg->key, sizeof(sm_key_t));
@@ -204,9 +204,9 @@ static void op_deregister(world_t *w, smf_in_t *in)
  * inaccessible mapping takes its place (the kernel reports that as an
  * unmap too), so that nothing else lands at the address while a stale
  * registration still points there. */
-static void op_unmap(world_t *w, smf_in_t *in)
+static void op_unmap(world_t *w, fuzz_in_t *in)
 {
-    buf_t *b = &w->bufs[2 + smf_u8(in) % 2];
+    buf_t *b = &w->bufs[2 + fuzz_u8(in) % 2];
     if (!b->mapped)
         return;
     if (mmap(b->mem, b->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
@@ -225,7 +225,7 @@ static void restart(world_t *w)
     w->rpos = w->f->ep->head;
 }
 
-static void op_put(world_t *w, smf_in_t *in)
+static void op_put(world_t *w, fuzz_in_t *in)
 {
     unsigned char msg[SMF_MAX_SEND];
     sm_put_hdr_t hdr;
@@ -235,16 +235,16 @@ static void op_put(world_t *w, smf_in_t *in)
     memset(&hdr, 0, sizeof(hdr));
     memcpy(&hdr.key, keybytes, sizeof(hdr.key));
     hdr.raddr = pick_addr(in, b);
-    uint8_t flags = smf_u8(in);
+    uint8_t flags = fuzz_u8(in);
     hdr.flags = flags & 1 ? SM_PUT_LAST : 0;
-    hdr.status = (int32_t)smf_u32(in); /* the target overwrites it on the last chunk */
-    size_t n = smf_u16(in) % (sizeof(msg) - sizeof(hdr) + 1);
+    hdr.status = (int32_t)fuzz_u32(in); /* the target overwrites it on the last chunk */
+    size_t n = fuzz_u16(in) % (sizeof(msg) - sizeof(hdr) + 1);
     memcpy(msg, &hdr, sizeof(hdr));
-    n = smf_bytes(in, msg + sizeof(hdr), n);
+    n = fuzz_bytes(in, msg + sizeof(hdr), n);
     uint32_t len = (uint32_t)(sizeof(hdr) + n);
     if (flags & 2) {
         /* Truncated: the peer is cut off. */
-        sm_rdma_handle(w->f->mod, w->f->ep, SM_T_PUT, msg, (uint32_t)(smf_u8(in) % sizeof(hdr)));
+        sm_rdma_handle(w->f->mod, w->f->ep, SM_T_PUT, msg, (uint32_t)(fuzz_u8(in) % sizeof(hdr)));
         if (w->f->ep->state != SM_EP_FAILED)
             FINDING("a truncated put did not fail the peer");
         restart(w);
@@ -271,7 +271,7 @@ static void op_put(world_t *w, smf_in_t *in)
     check_memory(w, "a put");
 }
 
-static void op_get_req(world_t *w, smf_in_t *in)
+static void op_get_req(world_t *w, fuzz_in_t *in)
 {
     sm_get_req_t req;
     buf_t *b;
@@ -279,13 +279,13 @@ static void op_get_req(world_t *w, smf_in_t *in)
     pick_key(w, in, key, &b);
     memcpy(&req.key, key, sizeof(req.key));
     req.raddr = pick_addr(in, b);
-    uint8_t how = smf_u8(in);
-    req.len = how % 8 == 7 ? smf_u64(in) : smf_u16(in) % (3 * SMF_MAX_SEND);
-    req.cookie = smf_u64(in);
+    uint8_t how = fuzz_u8(in);
+    req.len = how % 8 == 7 ? fuzz_u64(in) : fuzz_u16(in) % (3 * SMF_MAX_SEND);
+    req.cookie = fuzz_u64(in);
     if (how & 0x40) {
         /* Malformed: the peer is cut off. */
         sm_rdma_handle(w->f->mod, w->f->ep, SM_T_GET_REQ, (unsigned char *)&req,
-                       (uint32_t)(smf_u8(in) % sizeof(req)));
+                       (uint32_t)(fuzz_u8(in) % sizeof(req)));
         if (w->f->ep->state != SM_EP_FAILED)
             FINDING("a malformed get request did not fail the peer");
         restart(w);
@@ -363,14 +363,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         w.f = smf_get();
         w.page = (size_t)sysconf(_SC_PAGESIZE);
     }
-    smf_in_t in = {.data = data, .size = size};
-    smf_reset(w.f, (uint64_t)smf_u16(&in) * SM_ALIGN * 7);
+    fuzz_in_t in = {.data = data, .size = size};
+    smf_reset(w.f, (uint64_t)fuzz_u16(&in) * SM_ALIGN * 7);
     w.njobs = w.job_head = 0;
     w.put_refused = false;
     w.rpos = w.f->ep->head;
     buffers_make(&w, &in);
     for (int steps = 0; steps < 64 && in.pos < in.size; steps++) {
-        switch (smf_u8(&in) % 7) {
+        switch (fuzz_u8(&in) % 7) {
         case 0:
             op_register(&w, &in);
             break;

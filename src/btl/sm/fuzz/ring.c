@@ -91,11 +91,11 @@ static void world_init(world_t *w)
 }
 
 /* Pretends to wait for two ring gets (cookies 1 and 2) of the given sizes. */
-static void pending_gets(world_t *w, smf_in_t *in)
+static void pending_gets(world_t *w, fuzz_in_t *in)
 {
     smf_t *f = w->f;
     for (int i = 0; i < NGETS; i++) {
-        size_t len = 1 + smf_u16(in) % (3 * SMF_MAX_SEND);
+        size_t len = 1 + fuzz_u16(in) % (3 * SMF_MAX_SEND);
         btl_frag_t *frag = btl_frag_get(&f->mod->frags, BTL_FRAG_USER);
         w->get_buf[i] = malloc(len);
         if (frag == NULL || w->get_buf[i] == NULL)
@@ -120,103 +120,103 @@ static void pending_gets(world_t *w, smf_in_t *in)
 
 /* One message from the input into the ring; false when the ring is full or
  * the input is over. */
-static bool one_message(world_t *w, smf_in_t *in)
+static bool one_message(world_t *w, fuzz_in_t *in)
 {
     if (in->pos >= in->size)
         return false;
-    uint8_t kind = smf_u8(in);
-    uint8_t tag = smf_u8(in);
-    uint8_t mode = smf_u8(in);
+    uint8_t kind = fuzz_u8(in);
+    uint8_t tag = fuzz_u8(in);
+    uint8_t mode = fuzz_u8(in);
     unsigned char msg[SMF_MAX_SEND];
     uint32_t len = 0;
     uint8_t type;
     switch (kind % 8) {
     case 0: /* an active message */
         type = SM_T_DATA;
-        len = (uint32_t)smf_bytes(in, msg, smf_u16(in) % (SMF_MAX_SEND + 1));
+        len = (uint32_t)fuzz_bytes(in, msg, fuzz_u16(in) % (SMF_MAX_SEND + 1));
         break;
     case 1: { /* a chunk of a put */
         sm_put_hdr_t h;
-        uint8_t k = smf_u8(in) % NKEYS;
+        uint8_t k = fuzz_u8(in) % NKEYS;
         memcpy(&h.key, w->keys[k], sizeof(h.key));
-        h.raddr = w->addrs[k] + (uint64_t)(int64_t)(int16_t)smf_u16(in);
-        h.flags = smf_u8(in) & 1 ? SM_PUT_LAST : 0;
+        h.raddr = w->addrs[k] + (uint64_t)(int64_t)(int16_t)fuzz_u16(in);
+        h.flags = fuzz_u8(in) & 1 ? SM_PUT_LAST : 0;
         h.status = 0;
         memcpy(msg, &h, sizeof(h));
         len = (uint32_t)(sizeof(h) +
-                         smf_bytes(in, msg + sizeof(h), smf_u16(in) % (SMF_MAX_SEND - sizeof(h))));
+                         fuzz_bytes(in, msg + sizeof(h), fuzz_u16(in) % (SMF_MAX_SEND - sizeof(h))));
         type = SM_T_PUT;
         break;
     }
     case 2: { /* a get request */
         sm_get_req_t r;
-        uint8_t k = smf_u8(in) % NKEYS;
+        uint8_t k = fuzz_u8(in) % NKEYS;
         memcpy(&r.key, w->keys[k], sizeof(r.key));
-        r.raddr = w->addrs[k] + (uint64_t)(int64_t)(int16_t)smf_u16(in);
-        r.len = smf_u8(in) & 1 ? smf_u64(in) : smf_u16(in) % (2 * SMF_MAX_SEND);
+        r.raddr = w->addrs[k] + (uint64_t)(int64_t)(int16_t)fuzz_u16(in);
+        r.len = fuzz_u8(in) & 1 ? fuzz_u64(in) : fuzz_u16(in) % (2 * SMF_MAX_SEND);
         /* Its answers come back into this very ring: cookies 1 and 2 match
          * the gets we wait for. */
-        r.cookie = smf_u8(in) % 4;
+        r.cookie = fuzz_u8(in) % 4;
         memcpy(msg, &r, sizeof(r));
         len = sizeof(r);
         type = SM_T_GET_REQ;
         break;
     }
     case 3: { /* an answer to a get */
-        sm_get_resp_t r = {.cookie = smf_u8(in) % 4,
-                           .offset = smf_u8(in) & 1 ? smf_u64(in) : smf_u16(in),
-                           .status = smf_u8(in) & 1 ? (int32_t)smf_u32(in) : 0};
+        sm_get_resp_t r = {.cookie = fuzz_u8(in) % 4,
+                           .offset = fuzz_u8(in) & 1 ? fuzz_u64(in) : fuzz_u16(in),
+                           .status = fuzz_u8(in) & 1 ? (int32_t)fuzz_u32(in) : 0};
         memcpy(msg, &r, sizeof(r));
         len = (uint32_t)(sizeof(r) +
-                         smf_bytes(in, msg + sizeof(r), smf_u16(in) % (SMF_MAX_SEND - sizeof(r))));
+                         fuzz_bytes(in, msg + sizeof(r), fuzz_u16(in) % (SMF_MAX_SEND - sizeof(r))));
         type = SM_T_GET_RESP;
         break;
     }
     case 6: { /* an atomic for this process to execute: mostly well formed */
-        btl_amo_msg_t a = {.magic = smf_u8(in) & 7 ? BTL_AMO_MAGIC : smf_u32(in),
-                           .kind = smf_u8(in) & 7 ? BTL_AMO_REQ : smf_u16(in),
-                           .op = smf_u8(in) % 0x30,
-                           .flags = smf_u8(in) & 7 ? (uint32_t)(smf_u8(in) & 1) |
-                                                         (uint32_t)(smf_u8(in) & 3) << 8
-                                                   : smf_u32(in),
-                           .status = smf_u8(in) & 7 ? 0 : (int32_t)smf_u32(in),
-                           .cookie = smf_u64(in),
-                           .operand = smf_u64(in),
-                           .compare = smf_u64(in)};
-        uint8_t k = smf_u8(in) % NKEYS;
+        btl_amo_msg_t a = {.magic = fuzz_u8(in) & 7 ? BTL_AMO_MAGIC : fuzz_u32(in),
+                           .kind = fuzz_u8(in) & 7 ? BTL_AMO_REQ : fuzz_u16(in),
+                           .op = fuzz_u8(in) % 0x30,
+                           .flags = fuzz_u8(in) & 7 ? (uint32_t)(fuzz_u8(in) & 1) |
+                                                         (uint32_t)(fuzz_u8(in) & 3) << 8
+                                                   : fuzz_u32(in),
+                           .status = fuzz_u8(in) & 7 ? 0 : (int32_t)fuzz_u32(in),
+                           .cookie = fuzz_u64(in),
+                           .operand = fuzz_u64(in),
+                           .compare = fuzz_u64(in)};
+        uint8_t k = fuzz_u8(in) % NKEYS;
         memcpy(a.key, w->keys[k], sizeof(sm_key_t));
         /* Aligned for either width inside the buffer, or anywhere. */
-        a.raddr = w->addrs[k] + (smf_u8(in) & 1 ? (uint64_t)(smf_u16(in) % 512) * 8
-                                                : (uint64_t)(int64_t)(int16_t)smf_u16(in));
+        a.raddr = w->addrs[k] + (fuzz_u8(in) & 1 ? (uint64_t)(fuzz_u16(in) % 512) * 8
+                                                : (uint64_t)(int64_t)(int16_t)fuzz_u16(in));
         memcpy(msg, &a, sizeof(a));
-        len = smf_u8(in) & 7 ? sizeof(a) : (uint32_t)(smf_u16(in) % (sizeof(a) + 16));
+        len = fuzz_u8(in) & 7 ? sizeof(a) : (uint32_t)(fuzz_u16(in) % (sizeof(a) + 16));
         type = SM_T_AMO_REQ;
         break;
     }
     case 7: { /* an answer to an atomic nobody asked for, or garbled */
         btl_amo_msg_t a = {.magic = BTL_AMO_MAGIC,
-                           .kind = smf_u8(in) & 3 ? BTL_AMO_ANSWER : smf_u16(in),
-                           .status = (int32_t)smf_u32(in),
-                           .cookie = smf_u64(in),
-                           .operand = smf_u64(in)};
+                           .kind = fuzz_u8(in) & 3 ? BTL_AMO_ANSWER : fuzz_u16(in),
+                           .status = (int32_t)fuzz_u32(in),
+                           .cookie = fuzz_u64(in),
+                           .operand = fuzz_u64(in)};
         memcpy(msg, &a, sizeof(a));
-        len = smf_u8(in) & 7 ? sizeof(a) : (uint32_t)(smf_u16(in) % (sizeof(a) + 16));
+        len = fuzz_u8(in) & 7 ? sizeof(a) : (uint32_t)(fuzz_u16(in) % (sizeof(a) + 16));
         type = SM_T_AMO_ANSWER;
         break;
     }
     case 4: /* a skip where none is due */
         type = SM_T_SKIP;
-        len = smf_u16(in) % 512;
+        len = fuzz_u16(in) % 512;
         memset(msg, 0, len);
         break;
     default: /* the fuzzer's own type */
-        type = smf_u8(in);
-        len = (uint32_t)smf_bytes(in, msg, smf_u16(in) % 256);
+        type = fuzz_u8(in);
+        len = (uint32_t)fuzz_bytes(in, msg, fuzz_u16(in) % 256);
         break;
     }
     /* The header says what the fuzzer likes, now and then. */
-    uint32_t hdr_len = mode & 1 ? smf_u32(in) : len;
-    uint16_t lap_off = mode & 2 ? smf_u16(in) : 0;
+    uint32_t hdr_len = mode & 1 ? fuzz_u32(in) : len;
+    uint16_t lap_off = mode & 2 ? fuzz_u16(in) : 0;
     return smf_write(w->f, type, tag, msg, len, hdr_len, lap_off) != NULL;
 }
 
@@ -238,10 +238,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         w.f = smf_get();
         world_init(&w);
     }
-    smf_in_t in = {.data = data, .size = size};
+    fuzz_in_t in = {.data = data, .size = size};
     static const uint64_t laps[] = {0, 1, 2, 65533, 65534, 65535, 65536, 131071};
-    uint8_t lap = smf_u8(&in);
-    uint64_t start = laps[lap % 8] * SMF_RING + (uint64_t)smf_u8(&in) * SM_ALIGN;
+    uint8_t lap = fuzz_u8(&in);
+    uint64_t start = laps[lap % 8] * SMF_RING + (uint64_t)fuzz_u8(&in) * SM_ALIGN;
     smf_reset(w.f, start);
     pending_gets(&w, &in);
     /* Batches: write what fits, let sm read and answer, write more. */

@@ -5,8 +5,7 @@
  * sender would (or, when asked, where it would not), and a reader for what
  * sm writes back. Header-only: each harness is one program of one file.
  *
- * smf_u8 .. smf_bytes take the fuzzer's bytes from the front (zeros once
- * they run out; smf_bytes returns how many it copied). smf_get makes the
+ * The fuzzer's bytes are read with fuzz.h's fuzz_in_t. smf_get makes the
  * process and its endpoint once (aborting if sm cannot open). smf_reset
  * empties the ring and starts both ends at a position (any lap);
  * smf_settle fails what is pending and runs the completions. smf_write puts
@@ -30,6 +29,7 @@
 #include <ferry/ferry.h>
 
 #include "btl/sm/sm.h"
+#include "fuzz.h"
 #include "btl/ctx.h"
 
 /* The ring the harnesses use (FERRY_SM_RING_SIZE) and the largest message. */
@@ -42,42 +42,6 @@ typedef struct smf {
     ferry_btl_endpoint_t *ep;
     uint64_t wpos; /* where the writer puts the next message */
 } smf_t;
-
-/* The fuzzer's bytes, taken from the front; zeros once they run out. */
-typedef struct smf_in {
-    const uint8_t *data;
-    size_t size, pos;
-} smf_in_t;
-
-static inline uint8_t smf_u8(smf_in_t *in)
-{
-    return in->pos < in->size ? in->data[in->pos++] : 0;
-}
-
-static inline uint16_t smf_u16(smf_in_t *in)
-{
-    return (uint16_t)(smf_u8(in) | (uint16_t)smf_u8(in) << 8);
-}
-
-static inline uint32_t smf_u32(smf_in_t *in)
-{
-    return smf_u16(in) | (uint32_t)smf_u16(in) << 16;
-}
-
-static inline uint64_t smf_u64(smf_in_t *in)
-{
-    return smf_u32(in) | (uint64_t)smf_u32(in) << 32;
-}
-
-static inline size_t smf_bytes(smf_in_t *in, void *out, size_t n)
-{
-    size_t left = in->size - in->pos;
-    if (n > left)
-        n = left;
-    memcpy(out, in->data + in->pos, n);
-    in->pos += n;
-    return n;
-}
 
 static inline void smf_on_am(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd,
                              void *cbdata)
