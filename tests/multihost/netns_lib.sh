@@ -86,12 +86,18 @@ mh_setup() {
     done
     # Each link has carrier before anything uses it.
     for ns in $MH_HOSTS; do
-        tries=0
-        until ip -n "$ns" -o link show eth0 | grep -q "state UP"; do
-            tries=$((tries + 1))
-            [ "$tries" -lt 100 ] || { echo "eth0 of $ns did not come up"; exit 1; }
-            sleep 0.1
-        done
+        mh_wait_up "$ns" eth0
+    done
+}
+
+# mh_wait_up NS IF: waits until IF in NS is up (has carrier); exits 1 after
+# 10 s.
+mh_wait_up() {
+    tries=0
+    until ip -n "$1" -o link show "$2" | grep -q "state UP"; do
+        tries=$((tries + 1))
+        [ "$tries" -lt 100 ] || { echo "$2 of $1 did not come up"; exit 1; }
+        sleep 0.1
     done
 }
 
@@ -115,14 +121,8 @@ mh_link() {
     ip -n "$2" addr add "10.$4.0.2/24" dev "$3"
     ip -n "$1" link set "$3" up
     ip -n "$2" link set "$3" up
-    for ns in "$1" "$2"; do
-        tries=0
-        until ip -n "$ns" -o link show "$3" | grep -q "state UP"; do
-            tries=$((tries + 1))
-            [ "$tries" -lt 100 ] || { echo "$3 of $ns did not come up"; exit 1; }
-            sleep 0.1
-        done
-    done
+    mh_wait_up "$1" "$3"
+    mh_wait_up "$2" "$3"
 }
 
 # mh_wait_ready JOB OUT: waits (60 s at most) until both ranks of the
