@@ -73,23 +73,9 @@ static void on_note(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t
 /* Sends len bytes on ferry's tag as they are, through the peer's path. */
 static void raw_send(ferry_ctx_t *ctx, int dst, const void *msg, size_t len)
 {
-    btl_peer_t *peer = &ctx->peers[dst];
-    ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
     int rc;
-    for (;;) {
-        rc = btl->ops->sendi(btl, peer->ep, msg, len, NULL, 0, API_TAG_PUTN);
-        if (rc == FERRY_ERR_NOT_SUPPORTED) {
-            ferry_btl_desc_t *des;
-            rc = btl->ops->alloc(btl, peer->ep, len, FERRY_BTL_DES_OWNERSHIP, &des);
-            if (rc == FERRY_OK) {
-                memcpy(ferry_btl_seg_ptr(&des->src[0]), msg, len);
-                rc = btl->ops->send(btl, peer->ep, des, API_TAG_PUTN);
-            }
-        }
-        if (rc != FERRY_ERR_NO_RESOURCE)
-            break;
+    while ((rc = btl_ctx_send_small(ctx, dst, API_TAG_PUTN, msg, len)) == FERRY_ERR_NO_RESOURCE)
         ferry_progress(ctx);
-    }
     CHECK(rc == FERRY_OK);
     api_am_sent(ctx, dst); /* as ferry's own sends: the next flush sends a marker */
 }

@@ -381,23 +381,10 @@ static void send_raw_rts(ferry_ctx_t *ctx, int dst, uint8_t tag, uint64_t len)
     rts.tag = tag;
     rts.proto = FERRY_AM_RNDV_GET;
     memset(&rts.rkey, 0x41, sizeof(rts.rkey));
-    btl_peer_t *peer = &ctx->peers[dst];
-    ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
     int rc;
-    for (;;) {
-        rc = btl->ops->sendi(btl, peer->ep, &rts, sizeof(rts), NULL, 0, API_TAG_AM_RTS);
-        if (rc == FERRY_ERR_NOT_SUPPORTED) {
-            ferry_btl_desc_t *des;
-            rc = btl->ops->alloc(btl, peer->ep, sizeof(rts), FERRY_BTL_DES_OWNERSHIP, &des);
-            if (rc == FERRY_OK) {
-                memcpy(ferry_btl_seg_ptr(&des->src[0]), &rts, sizeof(rts));
-                rc = btl->ops->send(btl, peer->ep, des, API_TAG_AM_RTS);
-            }
-        }
-        if (rc != FERRY_ERR_NO_RESOURCE)
-            break;
+    while ((rc = btl_ctx_send_small(ctx, dst, API_TAG_AM_RTS, &rts, sizeof(rts))) ==
+           FERRY_ERR_NO_RESOURCE)
         ferry_progress(ctx);
-    }
     CHECK(rc == FERRY_OK);
 }
 
