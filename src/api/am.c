@@ -175,36 +175,30 @@ void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, v
         data = joined;
     }
 
-    if (rd->tag == API_TAG_BARRIER)
+    if (rd->tag <= FERRY_AM_TAG_MAX || rd->tag == API_TAG_FLUSH || rd->tag == API_TAG_PUTN) {
+        /* The application's messages, and ferry's that are ordered with
+         * them (a flush marker is answered after what it follows, a
+         * notification runs in its place): behind a large message they
+         * wait for it. */
+        if (ctx->api->large != NULL && api_am_large_holding(ctx, rd->peer))
+            api_am_large_hold(ctx, rd->peer, rd->tag, data, len);
+        else
+            api_am_deliver(ctx, rd->peer, rd->tag, data, len);
+    } else if (rd->tag == API_TAG_BARRIER) {
         api_barrier_recv(ctx, data, len);
-    else if (rd->tag == API_TAG_PUTN && ctx->api->large != NULL &&
-             api_am_large_holding(ctx, rd->peer))
-        api_am_large_hold(ctx, rd->peer, rd->tag, data, len); /* its notification waits too */
-    else if (rd->tag == API_TAG_PUTN)
-        api_putn_recv(ctx, rd->peer, data, len);
-    else if (rd->tag == API_TAG_FLUSH && ctx->api->large != NULL &&
-             api_am_large_holding(ctx, rd->peer))
-        api_am_large_hold(ctx, rd->peer, rd->tag, data, len); /* answered after what it follows */
-    else if (rd->tag == API_TAG_FLUSH)
-        api_flush_recv(ctx, rd->peer, data, len);
-    else if (rd->tag > FERRY_AM_TAG_MAX)
+    } else {
         api_am_large_recv(ctx, rd->peer, rd->tag, data, len);
-    else if (ctx->api->large != NULL && api_am_large_holding(ctx, rd->peer))
-        api_am_large_hold(ctx, rd->peer, rd->tag, data, len); /* behind a large message */
-    else
-        api_am_deliver(ctx, rd->peer, rd->tag, data, len);
+    }
     free(joined);
 }
 
 void api_am_deliver(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len)
 {
-    if (tag == API_TAG_FLUSH) {
-        /* A flush marker held behind a large message, now released. */
-        api_flush_recv(ctx, src, data, len);
-        return;
-    }
-    if (tag == API_TAG_PUTN) {
-        api_putn_recv(ctx, src, data, len); /* the same */
+    if (tag > FERRY_AM_TAG_MAX) {
+        if (tag == API_TAG_FLUSH)
+            api_flush_recv(ctx, src, data, len);
+        else if (tag == API_TAG_PUTN)
+            api_putn_recv(ctx, src, data, len);
         return;
     }
     if (ctx->api->am[tag].cb != NULL) {

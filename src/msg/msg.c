@@ -40,17 +40,17 @@ typedef struct msg_wire {
     uint32_t flags; /* 0: no flag is defined yet */
 } msg_wire_t;
 
-/* A message's header as kept here: the wire header and the data's length. */
+/* What a receive matches and reports of a message: its tag and context
+ * (its flags, all 0, are checked on arrival) and the data's length. */
 typedef struct msg_hdr {
     uint64_t tag;
     uint32_t ctx_id;
-    uint32_t flags;
     uint64_t len;
 } msg_hdr_t;
 
 static msg_hdr_t hdr_of(const msg_wire_t *w, uint64_t len)
 {
-    return (msg_hdr_t){.tag = w->tag, .ctx_id = w->ctx_id, .flags = w->flags, .len = len};
+    return (msg_hdr_t){.tag = w->tag, .ctx_id = w->ctx_id, .len = len};
 }
 
 enum { REQ_SEND, REQ_RECV };
