@@ -169,6 +169,11 @@ secret)
     # process's command line holds it.
     for via in env stdin; do
         echo "+ ferryrun --agent-secret $via ... (in the background)"
+        # Emptied here, not only by the background job's redirection, which
+        # may come after the first look below: that look would find the
+        # last iteration's three lines and go on with a file about to be
+        # emptied.
+        : >"$OUT"
         "$FERRYRUN" --host localhost:1,fakeA:1,fakeB:1 --launch-agent "$AGENT" \
             --agent-secret "$via" --pmi-addr 127.0.0.1 --timeout 60 "$HELPER" secret 3 \
             >"$OUT" 2>"$ERR" &
