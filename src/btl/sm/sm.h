@@ -305,9 +305,10 @@ struct sm_reg {
     /* Watched by the unmap monitor (watch is not NULL): node is in the
      * module's tree of watched ranges, and revoked is set (by the monitor
      * thread, under the monitor lock) once the memory is unmapped or
-     * moved. */
+     * moved. Atomic: a target resolving a key for a copy it makes itself
+     * reads it without the lock. */
     mem_monitor_watch_t *watch;
-    bool revoked;
+    atomic_bool revoked;
     mem_itree_node_t node;
 };
 

@@ -70,7 +70,7 @@ static bool revoke_one(mem_itree_node_t *node, void *arg)
 {
     sm_module_t *mod = arg;
     sm_reg_t *reg = UTIL_CONTAINER_OF(node, sm_reg_t, node);
-    reg->revoked = true;
+    atomic_store_explicit(&reg->revoked, true, memory_order_release);
     /* Peers' own checks refuse it from now on too: an odd generation
      * matches no key. */
     atomic_fetch_or_explicit(&mod->reg_table[reg->slot].gen, 1u, memory_order_release);
@@ -349,11 +349,10 @@ int sm_target_resolve(ferry_btl_module_t *btl, const uint8_t *keybytes, uint64_t
     if (reg == NULL)
         return FERRY_ERR_ACCESS;
     if (reg->watch != NULL) {
-        /* The monitor marks a registration whose memory went away. */
-        mem_monitor_lock();
-        bool live = !reg->revoked;
-        mem_monitor_unlock();
-        if (!live)
+        /* The monitor marks a registration whose memory went away. As
+         * under its lock, the copy the caller makes after this is not
+         * covered (README.md, Limits). */
+        if (atomic_load_explicit(&reg->revoked, memory_order_acquire))
             return FERRY_ERR_ACCESS;
     } else if (!range_mapped(addr, len)) {
         return FERRY_ERR_ACCESS;
@@ -380,7 +379,7 @@ int sm_target_copy(sm_module_t *mod, const sm_key_t *key, uint64_t addr, void *b
          * unmapped before now is marked. */
         bool copied = false;
         mem_monitor_lock();
-        bool live = !reg->revoked;
+        bool live = !atomic_load_explicit(&reg->revoked, memory_order_relaxed);
         if (live && len > 0 && !mod->p.copy_checked) {
             if (to_mem)
                 memcpy(mem, buf, len);
