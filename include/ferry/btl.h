@@ -503,7 +503,9 @@ typedef struct ferry_btl_ops {
      * this op does its peers' mem_alloc memory so; the contract's
      * rdma_direct case holds it to that). Returns FERRY_BTL_DONE (complete at both ends),
      * FERRY_ERR_NOT_SUPPORTED when it cannot do this one so (nothing done:
-     * use put/get), or an error with nothing to complete: FERRY_ERR_ACCESS
+     * use put/get; for size > 0 a caller may take it as final for ep and
+     * rkey and not ask again for that key: put and get serve it as well),
+     * or an error with nothing to complete: FERRY_ERR_ACCESS
      * (the key refuses the range or the right, or was released during the
      * copy, which then does not count), FERRY_ERR_UNREACH, FERRY_ERR_INVALID
      * (size above max_rdma_size). */

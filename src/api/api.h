@@ -30,19 +30,20 @@ enum {
 
 /* The message of API_TAG_PUTN (onesided.c): this header, then key_len key
  * bytes, plen payload bytes and len data bytes (PUTN_DATA); the header
- * alone sent back (PUTN_REFUSED). */
+ * alone sent back (PUTN_REFUSED). The key is of the module that carries the
+ * traffic between the two (the initiator sends this way only to a peer on
+ * one path), so the target resolves it with the module of its own path to
+ * the sender. 16 bytes: with sm's ring header, an 8-byte put's key and
+ * data, 48 bytes, which fit a cache line in half the ring positions. */
 enum { API_PUTN_DATA = 1, API_PUTN_REFUSED = 2 };
 
 typedef struct api_putn_hdr {
-    uint32_t name_hash; /* the key's module, as the target names it ... */
-    uint8_t instance;   /* ... (api_rkey_name_hash, instance) */
-    uint8_t kind;       /* API_PUTN_DATA or API_PUTN_REFUSED */
-    uint8_t tag;        /* the notification's, an application tag */
-    uint8_t key_len;    /* at most FERRY_BTL_KEY_MAX */
-    uint32_t plen;      /* the notification's payload, at most FERRY_PUT_NOTIFY_MAX */
-    uint32_t zero;      /* must be 0 */
+    uint8_t kind;    /* API_PUTN_DATA or API_PUTN_REFUSED */
+    uint8_t tag;     /* the notification's, an application tag */
+    uint8_t key_len; /* at most FERRY_BTL_KEY_MAX */
+    uint8_t plen;    /* the notification's payload, at most FERRY_PUT_NOTIFY_MAX */
+    uint32_t len;    /* the data's, at most API_PUTN_INLINE_MAX */
     uint64_t raddr;
-    uint64_t len; /* the data's */
 } api_putn_hdr_t;
 
 /* The most dissemination rounds a barrier needs: log2 of the largest job. */
@@ -207,14 +208,15 @@ static inline bool api_rdma_pending(const struct api_state *api)
  * req untouched: the caller completes it), or an error with nothing
  * started. raw is the remote key key came from, when the caller has it:
  * to a peer with several rails, the operation is then striped across them
- * (large ones) and moves to another when its rail is lost. With accepted_out, on FERRY_OK it says whether the transport
- * took every piece in the call (none is waiting in ferry's queue).
+ * (large ones) and moves to another when its rail is lost. With accepted_out, on FERRY_OK it
+ * says whether the transport took every piece in the call (none is waiting in ferry's queue).
+ * With direct_no (a key handle's), the transport's rdma_direct is not asked when *direct_no,
+ * and *direct_no is set once it declines the key (taken as final, btl.h).
  */
 int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint8_t *key,
                        const ferry_rkey_t *raw, void *buf, size_t len, ferry_mem_t *local,
-                       uint64_t raddr,
-                       ferry_comp_cb_t cb, void *arg, struct ferry_req *req,
-                       bool *accepted_out);
+                       uint64_t raddr, ferry_comp_cb_t cb, void *arg, struct ferry_req *req,
+                       bool *accepted_out, bool *direct_no);
 
 /* Is [buf, buf + len) inside local (a registration of ctx)? */
 bool api_mem_covers(const ferry_ctx_t *ctx, const ferry_mem_t *local, const void *buf,

@@ -254,6 +254,9 @@ struct ferry_rkey_handle {
      * peer's traffic moves over (src/bml), and multi-rail operations take
      * it along. */
     ferry_rkey_t raw;
+    /* The module's rdma_direct declined this key (taken as final, btl.h):
+     * puts and gets take the ordinary path without asking again. */
+    bool direct_no;
 };
 
 int ferry_rkey_unpack(ferry_ctx_t *ctx, int dst, const ferry_rkey_t *rkey, ferry_rkey_h **rh_out)
@@ -281,6 +284,7 @@ int ferry_rkey_unpack(ferry_ctx_t *ctx, int dst, const ferry_rkey_t *rkey, ferry
     rh->len = hdr.len;
     memcpy(rh->key, key, sizeof(rh->key));
     rh->raw = *rkey;
+    rh->direct_no = false;
     *rh_out = rh;
     return FERRY_OK;
 }
@@ -347,6 +351,7 @@ static btl_peer_t *op_peer(ferry_ctx_t *ctx, ferry_rkey_h *rh, const ferry_op_pa
         }
         rh->module = peer->module_idx;
         memcpy(rh->key, key, sizeof(rh->key));
+        rh->direct_no = false;
     }
     return peer;
 }
@@ -368,7 +373,8 @@ static int rdma_nb(ferry_ctx_t *ctx, bool is_put, ferry_rkey_h *rh, uint64_t rad
     if (rc != FERRY_OK)
         return rc;
     rc = api_rdma_start_key(ctx, is_put, rh->dst, rh->module, rh->key, &rh->raw, buf, len,
-                            p != NULL ? p->local : NULL, raddr, NULL, NULL, req, NULL);
+                            p != NULL ? p->local : NULL, raddr, NULL, NULL, req, NULL,
+                            &rh->direct_no);
     if (rc == FERRY_BTL_DONE)
         return req_done_now(ctx, p, req);
     if (rc != FERRY_OK)
@@ -771,14 +777,12 @@ static int putn_inline(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const
     size_t hlen = sizeof(api_putn_hdr_t) + key_len + plen;
     if (hlen + len > btl->attr.max_send_size)
         return 1;
-    api_putn_hdr_t h = {.name_hash = api->rkey_id[m].name_hash,
-                        .instance = api->rkey_id[m].instance,
-                        .kind = API_PUTN_DATA,
+    api_putn_hdr_t h = {.kind = API_PUTN_DATA,
                         .tag = (uint8_t)tag,
                         .key_len = (uint8_t)key_len,
-                        .plen = (uint32_t)plen,
-                        .raddr = raddr,
-                        .len = len};
+                        .plen = (uint8_t)plen,
+                        .len = (uint32_t)len,
+                        .raddr = raddr};
     memcpy(hdr, &h, sizeof(h));
     memcpy(hdr + sizeof(h), rh->key, key_len);
     if (plen > 0)
@@ -791,15 +795,9 @@ static int putn_inline(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const
     return rc;
 }
 
-/* The module of ours a peer's (name hash, instance) names, or -1. */
-static int putn_module(const ferry_ctx_t *ctx, uint32_t name_hash, uint8_t instance)
-{
-    for (int m = 0; m < ctx->n_modules; m++)
-        if (ctx->api->rkey_id[m].name_hash == name_hash &&
-            ctx->api->rkey_id[m].instance == instance)
-            return m;
-    return -1;
-}
+_Static_assert(sizeof(api_putn_hdr_t) == 16, "the header of a put with notification");
+_Static_assert(FERRY_PUT_NOTIFY_MAX <= UINT8_MAX && API_PUTN_INLINE_MAX <= UINT32_MAX,
+               "the header's fields hold the largest payload and data");
 
 void api_putn_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len)
 {
@@ -815,7 +813,7 @@ void api_putn_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len)
     memcpy(&h, data, sizeof(h));
     const unsigned char *p = (const unsigned char *)data + sizeof(h);
     size_t rest = len - sizeof(h);
-    if (h.kind == API_PUTN_REFUSED && rest == 0 && h.zero == 0) {
+    if (h.kind == API_PUTN_REFUSED && rest == 0) {
         rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
                        "rank %d refused a %llu-byte put with notification at 0x%llx: its "
                        "registration does not cover it (any more)",
@@ -824,7 +822,7 @@ void api_putn_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len)
             api->first_error[src] = FERRY_ERR_ACCESS;
         return;
     }
-    if (h.kind != API_PUTN_DATA || h.zero != 0 || h.key_len > FERRY_BTL_KEY_MAX ||
+    if (h.kind != API_PUTN_DATA || h.key_len > FERRY_BTL_KEY_MAX ||
         h.plen > FERRY_PUT_NOTIFY_MAX || h.tag > FERRY_AM_TAG_MAX ||
         rest < (size_t)h.key_len + h.plen || h.len != rest - h.key_len - h.plen) {
         rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
@@ -834,11 +832,12 @@ void api_putn_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len)
                        (unsigned long long)h.len, len);
         return;
     }
-    uint8_t key[FERRY_BTL_KEY_MAX] = {0};
-    memcpy(key, p, h.key_len);
+    const unsigned char *key = p; /* the module reads its own key's bytes, unaligned */
     const unsigned char *payload = p + h.key_len;
     const unsigned char *body = payload + h.plen;
-    int m = putn_module(ctx, h.name_hash, h.instance);
+    /* The key is of the module of the path between us (see api.h); a key
+     * of any other is refused by this one's registrations. */
+    int m = ctx->peers != NULL && src >= 0 && src < ctx->size ? ctx->peers[src].module_idx : -1;
     ferry_btl_module_t *btl = m >= 0 ? ctx->modules[m] : NULL;
     void *there = NULL;
     int rc = btl != NULL && btl->ops->target_resolve != NULL &&
@@ -895,10 +894,12 @@ int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const v
         return rc;
     bool put_done = false;
     rc = FERRY_ERR_NOT_SUPPORTED;
-    if (btl->ops->rdma_direct != NULL && len > 0 && len <= btl->attr.max_rdma_size &&
-        util_list_empty(&ctx->api->notify_q))
+    if (btl->ops->rdma_direct != NULL && !rh->direct_no && len > 0 &&
+        len <= btl->attr.max_rdma_size && util_list_empty(&ctx->api->notify_q)) {
         rc = btl->ops->rdma_direct(btl, ctx->peers[rh->dst].ep, true, (void *)buf, raddr, rh->key,
                                    len);
+        rh->direct_no = rc == FERRY_ERR_NOT_SUPPORTED;
+    }
     if (rc == FERRY_ERR_NOT_SUPPORTED && req == NULL) {
         /* Nothing observes the put's own completion: one message, where
          * it fits. */
@@ -950,7 +951,7 @@ int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const v
     bool accepted = false;
     rc = api_rdma_start_key(ctx, true, rh->dst, rh->module, rh->key, &rh->raw, (void *)buf,
                             len, p != NULL ? p->local : NULL, raddr, notify_put_done, n, NULL,
-                            &accepted);
+                            &accepted, &rh->direct_no);
     if (rc != FERRY_OK) {
         free(n);
         return req_abandon(ctx, req, rc);

@@ -724,10 +724,11 @@ int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint
                        const ferry_rkey_t *raw, void *buf, size_t len, ferry_mem_t *local,
                        uint64_t raddr,
                        ferry_comp_cb_t cb, void *arg, struct ferry_req *req,
-                       bool *accepted_out)
+                       bool *accepted_out, bool *direct_no)
 {
     ferry_btl_module_t *btl = ctx->modules[m];
-    if (btl->ops->rdma_direct != NULL && len > 0 && len <= btl->attr.max_rdma_size) {
+    if (btl->ops->rdma_direct != NULL && (direct_no == NULL || !*direct_no) && len > 0 &&
+        len <= btl->attr.max_rdma_size) {
         /* Done inside the call where the transport can (a peer's heap on
          * sm): no descriptor, nothing queued, nothing left for flush. A
          * callback's record is taken first: once done, the operation must
@@ -757,6 +758,8 @@ int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint
             util_pool_put(&ctx->api->ops, op);
         if (rc != FERRY_ERR_NOT_SUPPORTED)
             return rc;
+        if (direct_no != NULL)
+            *direct_no = true;
     }
     api_rdma_op_t *op = util_pool_get(&ctx->api->ops);
     if (op == NULL)
@@ -837,7 +840,7 @@ static int rdma_start(ferry_ctx_t *ctx, bool is_put, int dst, void *buf, size_t 
     if (rc != FERRY_OK)
         return rc;
     rc = api_rdma_start_key(ctx, is_put, dst, m, key, rkey, buf, len, local, raddr, cb, arg,
-                            NULL, NULL);
+                            NULL, NULL, NULL);
     return rc == FERRY_BTL_DONE ? FERRY_OK : rc;
 }
 

@@ -138,9 +138,7 @@ static void attacker(ferry_ctx_t *ctx, target_t *t)
     CHECK(api_rkey_resolve(ctx, m, 1, &g_keys.rw, g_keys.rw_base, 8, 0, key) == FERRY_OK);
     CHECK(api_rkey_resolve(ctx, m, 1, &g_keys.ro, g_keys.ro_base, 8, 0, rokey) == FERRY_OK);
     memset(junk, 0x41, sizeof(junk));
-    const api_putn_hdr_t good = {.name_hash = api_rkey_name_hash(btl->attr.name),
-                                 .instance = btl_ctx_module_instance(ctx, m),
-                                 .kind = API_PUTN_DATA,
+    const api_putn_hdr_t good = {.kind = API_PUTN_DATA,
                                  .tag = TAG_NOTE,
                                  .key_len = (uint8_t)klen,
                                  .plen = 4,
@@ -159,18 +157,18 @@ static void attacker(ferry_ctx_t *ctx, target_t *t)
     send_crafted(ctx, &h, key, klen, junk, FERRY_PUT_NOTIFY_MAX + 1, &evil, 8); /* payload */
     h = good, h.len = 100;
     send_crafted(ctx, &h, key, klen, "bad", 4, &evil, 8); /* says 100 bytes, carries 8 */
-    h = good, h.len = UINT64_MAX;
+    h = good, h.len = UINT32_MAX;
     send_crafted(ctx, &h, key, klen, "bad", 4, &evil, 8); /* a length that wraps */
     h = good, h.plen = 200;
     send_crafted(ctx, &h, key, klen, "bad", 4, &evil, 8); /* payload past the message */
     h = good, h.tag = FERRY_AM_TAG_MAX + 1;
     send_crafted(ctx, &h, key, klen, "bad", 4, &evil, 8); /* ferry's own tag */
-    h = good, h.zero = 1;
-    send_crafted(ctx, &h, key, klen, "bad", 4, &evil, 8); /* reserved field set */
+    h = good, h.plen = FERRY_PUT_NOTIFY_MAX;
+    send_crafted(ctx, &h, key, klen, "bad", 4, &evil, 8); /* a payload the message lacks */
 
     /* Refused: nothing written, the handler runs, a refusal comes back. */
-    h = good, h.name_hash ^= 1;
-    send_crafted(ctx, &h, key, klen, "ref", 4, &evil, 8); /* no such module */
+    h = good;
+    send_crafted(ctx, &h, rokey, klen, "ref", 4, &evil, 8); /* another registration's key */
     h = good;
     send_crafted(ctx, &h, junk, klen, "ref", 4, &evil, 8); /* a key that is no key */
     h = good, h.raddr = g_keys.ro_base;
