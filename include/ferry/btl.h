@@ -532,6 +532,17 @@ typedef struct ferry_btl_ops {
     int (*target_resolve)(ferry_btl_module_t *btl, const uint8_t *key, uint64_t addr, size_t len,
                           uint32_t need, void **ptr_out);
 
+    /* Optional (NULL: the caller resolves with target_resolve and copies).
+     * The same put's copy made by the module: len bytes of data written at
+     * [addr, addr + len) under key with FERRY_ACCESS_REMOTE_WRITE, checked
+     * and copied as the module's own puts into its memory are (sm: under
+     * its unmap monitor's lock, or through the kernel with
+     * FERRY_SM_COPY_CHECKED). FERRY_OK, or FERRY_ERR_ACCESS as for
+     * target_resolve with nothing (or, for memory that vanished during the
+     * copy, part) written. */
+    int (*target_write)(ferry_btl_module_t *btl, const uint8_t *key, uint64_t addr,
+                        const void *data, size_t len);
+
     /* Registers memory for RDMA with FERRY_ACCESS_* rights. ep may be NULL. */
     int (*register_mem)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *base,
                         size_t len, uint32_t access, ferry_btl_reg_t **reg_out);

@@ -846,16 +846,18 @@ void api_putn_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len)
      * of any other is refused by this one's registrations. */
     int m = ctx->peers != NULL && src >= 0 && src < ctx->size ? ctx->peers[src].module_idx : -1;
     ferry_btl_module_t *btl = m >= 0 ? ctx->modules[m] : NULL;
-    void *there = NULL;
-    int rc = btl != NULL && btl->ops->target_resolve != NULL &&
-                     h.key_len == btl->attr.reg_handle_size
-                 ? btl->ops->target_resolve(btl, key, h.raddr, (size_t)h.len,
-                                            FERRY_ACCESS_REMOTE_WRITE, &there)
-                 : FERRY_ERR_ACCESS;
-    if (rc == FERRY_OK) {
-        if (h.len > 0)
+    int rc = FERRY_ERR_ACCESS;
+    if (btl != NULL && btl->ops->target_resolve != NULL &&
+        h.key_len == btl->attr.reg_handle_size) {
+        void *there = NULL;
+        if (btl->ops->target_write != NULL)
+            rc = btl->ops->target_write(btl, key, h.raddr, body, (size_t)h.len);
+        else if ((rc = btl->ops->target_resolve(btl, key, h.raddr, (size_t)h.len,
+                                                FERRY_ACCESS_REMOTE_WRITE, &there)) == FERRY_OK &&
+                 h.len > 0)
             memcpy(there, body, (size_t)h.len);
-    } else {
+    }
+    if (rc != FERRY_OK) {
         rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
                        "put in one message from rank %d refused: %llu bytes at 0x%llx are "
                        "not in a registration of ours with remote write",

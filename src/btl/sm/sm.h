@@ -509,6 +509,9 @@ int sm_target_resolve(ferry_btl_module_t *btl, const uint8_t *key, uint64_t addr
  * copy, part) copied. */
 int sm_target_copy(sm_module_t *mod, const sm_key_t *key, uint64_t addr, void *buf, size_t len,
                    bool to_mem);
+/* ferry_btl_ops.target_write: sm_target_copy into our memory. */
+int sm_target_write(ferry_btl_module_t *btl, const uint8_t *key, uint64_t addr, const void *data,
+                    size_t len);
 /* The key, bounds and rights part of sm_target_copy alone (for sizing an
  * answer before the copy, which checks again). */
 int sm_target_check(const sm_module_t *mod, const sm_key_t *key, uint64_t addr, size_t len,

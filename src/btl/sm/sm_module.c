@@ -325,6 +325,7 @@ static const ferry_btl_ops_t sm_ops = {
     .atomic_cswap = sm_atomic_cswap,
     .rdma_direct = sm_rdma_direct,
     .target_resolve = sm_target_resolve,
+    .target_write = sm_target_write,
     .flush = sm_flush,
     .progress = sm_progress,
     .dump = sm_dump,

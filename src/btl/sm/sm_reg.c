@@ -409,6 +409,15 @@ int sm_target_copy(sm_module_t *mod, const sm_key_t *key, uint64_t addr, void *b
     return FERRY_OK;
 }
 
+int sm_target_write(ferry_btl_module_t *btl, const uint8_t *keybytes, uint64_t addr,
+                    const void *data, size_t len)
+{
+    sm_key_t key;
+    memcpy(&key, keybytes, sizeof(key));
+    /* Only read from: sm_target_copy writes into data for a get alone. */
+    return sm_target_copy((sm_module_t *)btl, &key, addr, (void *)(uintptr_t)data, len, true);
+}
+
 /* ---- a peer's table ---- */
 
 int sm_check_peer_key(const sm_reg_entry_t *table, uint32_t nslots, const uint8_t *keybytes,
