@@ -94,6 +94,16 @@ struct ferry_bitmap;
     X(PUT_BY_TARGET, 10, "put_by_target",                                                 \
       "the target's CPU writes a put into ordinary memory as it progresses")
 
+/* A register_mem access bit beside FERRY_ACCESS_*: atomics on the
+ * registration are executed by its owner's CPU as it progresses, never
+ * applied to the memory by a peer's CPU directly (sm's heap otherwise is).
+ * A host whose own accesses to the memory are plain loads and stores made
+ * while it does not progress needs it: Open MPI's osc/rdma does its own
+ * window's accumulates and compare-and-swaps so, and counts on the others'
+ * network atomics being executed by the target. sm honours it; tcp's
+ * atomics are always the target's; ofi's are the provider's. */
+#define FERRY_BTL_ACCESS_TARGET_ATOMICS (1u << 8)
+
 #define FERRY_BTL_FLAG_ENUM_(name, bit, text, help) FERRY_BTL_FLAG_##name = 1u << (bit),
 #define FERRY_BTL_FLAG_BIT_(name, bit, text, help) | (1u << (bit))
 enum {
@@ -543,7 +553,8 @@ typedef struct ferry_btl_ops {
     int (*target_write)(ferry_btl_module_t *btl, const uint8_t *key, uint64_t addr,
                         const void *data, size_t len);
 
-    /* Registers memory for RDMA with FERRY_ACCESS_* rights. ep may be NULL. */
+    /* Registers memory for RDMA with FERRY_ACCESS_* rights (and
+     * FERRY_BTL_ACCESS_TARGET_ATOMICS). ep may be NULL. */
     int (*register_mem)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *base,
                         size_t len, uint32_t access, ferry_btl_reg_t **reg_out);
 

@@ -133,7 +133,8 @@ int btl_base_check_register(const ferry_btl_module_t *btl, const void *base, siz
                             uint32_t access, ferry_btl_reg_t **reg_out)
 {
     const uint32_t known = FERRY_ACCESS_LOCAL | FERRY_ACCESS_REMOTE_READ |
-                           FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_ATOMIC;
+                           FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_ATOMIC |
+                           FERRY_BTL_ACCESS_TARGET_ATOMICS;
     if (btl == NULL || base == NULL || len == 0 || (access & ~known) != 0 || reg_out == NULL ||
         (uintptr_t)base > UINTPTR_MAX - len)
         return FERRY_ERR_INVALID;

@@ -41,6 +41,7 @@ static const ct_case_t ct_cases[] = {
     {"atomic_ops", ct_case_atomic_ops},
     {"atomic_refusals", ct_case_atomic_refusals},
     {"atomic_revoke", ct_case_atomic_revoke},
+    {"atomic_by_owner", ct_case_atomic_by_owner},
 };
 #define CT_NCASES (sizeof(ct_cases) / sizeof(ct_cases[0]))
 

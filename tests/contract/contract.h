@@ -335,6 +335,7 @@ ct_result_t ct_case_invalid_args(ct_suite_t *s);
 ct_result_t ct_case_flush(ct_suite_t *s);
 ct_result_t ct_case_atomic_counter(ct_suite_t *s);
 ct_result_t ct_case_atomic_lock(ct_suite_t *s);
+ct_result_t ct_case_atomic_by_owner(ct_suite_t *s);
 ct_result_t ct_case_atomic_ops(ct_suite_t *s);
 ct_result_t ct_case_atomic_refusals(ct_suite_t *s);
 ct_result_t ct_case_atomic_revoke(ct_suite_t *s);

@@ -20,6 +20,12 @@
  *   endpoint still working.
  * - atomic_revoke: a key that worked (and may be cached) is refused once
  *   its registration is released, and writes nothing.
+ * - atomic_by_owner (modules with mem_alloc): memory from mem_alloc also
+ *   registered with FERRY_BTL_ACCESS_TARGET_ATOMICS; every peer's
+ *   fetch-and-adds to a counter in it are executed by its owner, so the
+ *   owner's own plain (not atomic) increments between its progress calls
+ *   lose none of them: the sum is exact, and no peer's atomic was done
+ *   inside the call (FERRY_BTL_DONE).
  * A module without atomics skips them saying so; an operation a module does
  * not list in attr.atomic_flags is skipped by name.
  */
@@ -853,5 +859,115 @@ ct_result_t ct_case_atomic_revoke(ct_suite_t *s)
     rv_run(s, false);
     if (ct_has(s, FERRY_BTL_FLAG_MEM_ALLOC))
         rv_run(s, true);
+    return CT_RESULT_RUN;
+}
+
+/* ---- atomic_by_owner -------------------------------------------------------------------- */
+
+#define AB_ADDS 300  /* fetch-and-adds of each rank to each target */
+#define AB_LOCAL 300 /* the owner's plain increments */
+
+static void ab_run(ct_suite_t *s)
+{
+    at_win_t w;
+    if (!at_win_open(s, &w, 4096, FERRY_ACCESS_REMOTE_ATOMIC, true))
+        return;
+    memset(w.base, 0, w.len);
+    ferry_btl_reg_t *reg = NULL;
+    int rc = s->btl->ops->register_mem(
+        s->btl, NULL, w.base, 64, FERRY_ACCESS_REMOTE_ATOMIC | FERRY_BTL_ACCESS_TARGET_ATOMICS,
+        &reg);
+    if (!CT_CHECK(s, rc == FERRY_OK, "register_mem of mem_alloc memory with "
+                                     "FERRY_BTL_ACCESS_TARGET_ATOMICS: %d (%s)",
+                  rc, ferry_strerror(rc))) {
+        at_win_close(s, &w);
+        return;
+    }
+    volatile uint64_t *counter = (volatile uint64_t *)w.base;
+    uint64_t *fetched = calloc(AB_ADDS, sizeof(*fetched));
+    at_done_t *done = calloc(AB_ADDS, sizeof(*done));
+    if (fetched == NULL || done == NULL) {
+        fprintf(stderr, "contract: out of memory\n");
+        exit(1);
+    }
+    int local_done = 0;
+    ct_case_begin(s, ct_seq_rx, NULL);
+    if (!ct_exchange_rkey(s, 0, reg))
+        goto finish;
+    for (int i = 0; i < s->nreach; i++) {
+        int r = s->reach[i];
+        const ct_rkey_t *rk = &s->peer[r].rkey[0];
+        int pending = 0;
+        size_t next = 0;
+        ct_deadline_t dl = ct_deadline();
+        memset(done, 0, AB_ADDS * sizeof(*done));
+        while (next < AB_ADDS || pending > 0) {
+            while (next < AB_ADDS && pending < 16) {
+                at_req_t q = {.kind = AT_FOP, .op = FERRY_BTL_ATOMIC_ADD, .operand = 1,
+                              .raddr = rk->addr, .key = rk->key, .local = &fetched[next]};
+                done[next] = (at_done_t){.s = s, .pending = &pending};
+                rc = at_start(s, r, &q, &done[next]);
+                if (rc == FERRY_ERR_NO_RESOURCE)
+                    break;
+                if (rc == FERRY_OK) {
+                    pending++;
+                } else if (!CT_CHECK(s, rc == FERRY_BTL_DONE && r == s->rank,
+                                     "fetch-and-add %zu to rank %d: %d (%s)%s", next, r, rc,
+                                     ferry_strerror(rc),
+                                     rc == FERRY_BTL_DONE ? ": done by this CPU on the "
+                                                            "owner's memory"
+                                                          : "")) {
+                    goto finish;
+                }
+                next++;
+            }
+            /* A plain read and write, between two progress calls, with a
+             * pause between them: a peer's atomic applied directly to the
+             * memory meanwhile would be lost. */
+            if (local_done < AB_LOCAL) {
+                uint64_t v = *counter;
+                for (volatile int spin = 0; spin < 2000; spin++)
+                    ;
+                *counter = v + 1;
+                local_done++;
+            }
+            if (!ct_step(s, &dl, "fetch-and-adds"))
+                goto finish;
+        }
+        for (size_t k = 0; k < AB_ADDS; k++)
+            if (!CT_CHECK(s, done[k].status == FERRY_OK,
+                          "fetch-and-add %zu to rank %d completed with %d (%s)", k, r,
+                          done[k].status, ferry_strerror(done[k].status)))
+                break;
+    }
+    while (local_done < AB_LOCAL) {
+        *counter = *counter + 1;
+        local_done++;
+    }
+finish:
+    ct_case_finish(s);
+    if (s->case_failures == 0) {
+        uint64_t want = (uint64_t)s->nreach * AB_ADDS + AB_LOCAL;
+        CT_CHECK(s, *counter == want,
+                 "the owner-executed counter is %llu, not %llu: a peer's atomic was applied "
+                 "beside the owner's plain increments",
+                 (unsigned long long)*counter, (unsigned long long)want);
+    }
+    CT_CHECK_RC(s, s->btl->ops->deregister_mem(s->btl, reg), FERRY_OK, "deregister_mem");
+    free(fetched);
+    free(done);
+    at_win_close(s, &w);
+}
+
+ct_result_t ct_case_atomic_by_owner(ct_suite_t *s)
+{
+    if (at_skip(s))
+        return CT_RESULT_SKIP;
+    if (!ct_has(s, FERRY_BTL_FLAG_MEM_ALLOC) ||
+        !at_supports(s, FERRY_BTL_ATOMIC_SUPPORTS_ADD)) {
+        printf("skip %s: no mem_alloc memory, or no add\n", s->case_name);
+        return CT_RESULT_SKIP;
+    }
+    ab_run(s);
     return CT_RESULT_RUN;
 }

@@ -688,7 +688,8 @@ static int heap_resolve(sm_module_t *mod, ferry_btl_endpoint_t *ep, const uint8_
     if (ep->hcache.valid && memcmp(&key, &ep->hcache.key, sizeof(key)) == 0 &&
         atomic_load_explicit(&table[key.slot].gen, memory_order_acquire) == key.gen) {
         /* Only the range and the right are new. */
-        if (ep->hcache.there == NULL)
+        if (ep->hcache.there == NULL || ((need & FERRY_ACCESS_REMOTE_ATOMIC) &&
+                                         (ep->hcache.access & FERRY_BTL_ACCESS_TARGET_ATOMICS)))
             return FERRY_ERR_NOT_SUPPORTED;
         if ((ep->hcache.access & need) != need || raddr < ep->hcache.base ||
             ep->hcache.len < size || raddr - ep->hcache.base > ep->hcache.len - size)
@@ -709,7 +710,9 @@ static int heap_resolve(sm_module_t *mod, ferry_btl_endpoint_t *ep, const uint8_
     ep->hcache.access = view.reg.access;
     ep->hcache.there = heap != NULL ? heap + view.heap_off : NULL;
     ep->hcache.valid = true;
-    if (heap == NULL)
+    /* Its owner executes its atomics (FERRY_BTL_ACCESS_TARGET_ATOMICS). */
+    bool by_owner = (view.reg.access & FERRY_BTL_ACCESS_TARGET_ATOMICS) != 0;
+    if (heap == NULL || ((need & FERRY_ACCESS_REMOTE_ATOMIC) && by_owner))
         return FERRY_ERR_NOT_SUPPORTED;
     *there = ep->hcache.there + (raddr - rbase);
     return FERRY_OK;
