@@ -173,6 +173,10 @@ extern mca_btl_ferry_state_t mca_btl_ferry;
 /* OMPI_MODULE_DECLSPEC: the one symbol the loader looks for. */
 OPAL_MODULE_DECLSPEC extern mca_btl_base_component_t mca_btl_ferry_component;
 
+/* btl_ferry_mpool.c: ferry's pool for MPI_Alloc_mem lets go of what it
+ * still holds, before ferry closes. */
+void mca_btl_ferry_mpool_fini(void);
+
 /* A ferry status as Open MPI's. */
 int mca_btl_ferry_status(int ferry_status);
 

@@ -485,6 +485,7 @@ static int mod_finalize(struct mca_btl_base_module_t *btl)
         mca_btl_ferry_rdma_run_waiting(true);
         mca_btl_ferry_rdma_run_done();
         mca_btl_ferry_reg_cache_stop();
+        mca_btl_ferry_mpool_fini();
         rc = mca_btl_ferry_status(ferry_finalize(&st->ctx));
     }
     for (int i = 0; i < st->n_modules; i++) {

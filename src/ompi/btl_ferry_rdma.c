@@ -863,8 +863,12 @@ rdma_register_mem(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoin
         access |= FERRY_ACCESS_REMOTE_READ;
     if (flags & MCA_BTL_REG_FLAG_REMOTE_WRITE)
         access |= FERRY_ACCESS_REMOTE_WRITE;
+    /* osc/rdma does its own window's accumulates and compare-and-swaps
+     * with plain loads and stores, and relies on the others' atomics being
+     * executed by the target (so, between its own accesses): never by a
+     * peer's CPU on memory it maps (sm's heap, from ferry's mpool). */
     if (flags & MCA_BTL_REG_FLAG_REMOTE_ATOMIC)
-        access |= FERRY_ACCESS_REMOTE_ATOMIC;
+        access |= FERRY_ACCESS_REMOTE_ATOMIC | FERRY_BTL_ACCESS_TARGET_ATOMICS;
     ferry_btl_endpoint_t *ep = endpoint == MCA_BTL_ENDPOINT_ANY ? NULL : fep_of(endpoint);
     mod->stats.regs++;
     if (cache) {

@@ -1,12 +1,15 @@
 /*
- * One-sided MPI, every result checked, on three windows in turn: one from
+ * One-sided MPI, every result checked, on four windows in turn: one from
  * MPI_Win_allocate, one from MPI_Win_create over memory of the program's
- * own, and a second MPI_Win_create window whose info promises accumulates
- * of one element only ("ompi_single_accumulate": osc/rdma then does every
- * fetch_and_op and accumulate as one BTL atomic). On one host osc/rdma maps
- * an allocated window's memory directly and uses the CPU's atomics on it;
- * a created window's data are reached through the BTL's put, get and
- * atomics, so the program exercises both.
+ * own, a second MPI_Win_create window whose info promises accumulates of
+ * one element only ("ompi_single_accumulate": osc/rdma then does every
+ * fetch_and_op and accumulate as one BTL atomic), and one created over
+ * memory from MPI_Alloc_mem with the info key mpool_hints "ferry" (ferry's
+ * pool, btl_ferry_mpool.c: on one host, sm's heap, which the peers map;
+ * the program says whether the memory lies in a mapping of /dev/shm). On
+ * one host osc/rdma maps an allocated window's memory directly and uses
+ * the CPU's atomics on it; a created window's data are reached through the
+ * BTL's put, get and atomics, so the program exercises both.
  *
  * On each window: put and get under fences, accumulate, fetch_and_op (a
  * shared counter whose fetched values must all differ), compare_and_swap
@@ -280,6 +283,23 @@ static void stress(int64_t *base, MPI_Win win, int rounds)
 
 /* The window's name, which the one-sided component gives it ("rdma window
  * 3" for osc/rdma): run_ompi.sh checks that osc/rdma made every window. */
+/* Does p lie in a mapping of a file in /dev/shm? */
+static int in_shm(const void *p)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    int found = 0;
+    while (f != NULL && !found && fgets(line, sizeof(line), f) != NULL) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (unsigned long)p >= lo &&
+            (unsigned long)p < hi)
+            found = strstr(line, " /dev/shm/") != NULL;
+    }
+    if (f != NULL)
+        fclose(f);
+    return found;
+}
+
 static void say_name(MPI_Win win)
 {
     char name[MPI_MAX_OBJECT_NAME] = "";
@@ -346,6 +366,29 @@ int main(int argc, char **argv)
         MPI_Win_free(&win);
         free(mem);
     }
+
+    /* A window over MPI_Alloc_mem memory asked of ferry's pool. */
+    flavor = "alloc_mem";
+    MPI_Info hints;
+    MPI_Info_create(&hints);
+    MPI_Info_set(hints, "mpool_hints", "ferry");
+    int64_t *pooled;
+    if (MPI_Alloc_mem((MPI_Aint)bytes, hints, &pooled) != MPI_SUCCESS) {
+        fprintf(stderr, "rank %d: MPI_Alloc_mem failed\n", rank);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    MPI_Info_free(&hints);
+    memset(pooled, 0, bytes);
+    int shared = in_shm(pooled), all_shared = 0;
+    MPI_Allreduce(&shared, &all_shared, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("osc: alloc_mem memory in /dev/shm on every rank: %s\n", all_shared ? "yes" : "no");
+    MPI_Win_create(pooled, (MPI_Aint)bytes, sizeof(int64_t), MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    say_name(win);
+    basic(pooled, win);
+    stress(pooled, win, rounds);
+    MPI_Win_free(&win);
+    MPI_Free_mem(pooled);
 
     if (rank == 0)
         printf("osc: all checks passed (%d ranks)\n", nranks);

@@ -318,7 +318,14 @@ osc)
     [ "$STATUS" -eq 0 ] || fail "exit status $STATUS"
     grep -q "osc: all checks passed ($np ranks)" "$OUT" || fail "mpi_osc did not pass"
     check_btls
-    for w in allocated created "created single-accumulate"; do
+    # MPI_Alloc_mem with mpool_hints "ferry": over sm, ferry's pool serves
+    # it from sm's heap (a mapping of /dev/shm); elsewhere Open MPI's
+    # default pool does.
+    if [ "$MODULE" = sm ]; then
+        grep -q "^osc: alloc_mem memory in /dev/shm on every rank: yes" "$OUT" ||
+            fail "MPI_Alloc_mem with mpool_hints ferry did not come from ferry's sm heap"
+    fi
+    for w in allocated created "created single-accumulate" alloc_mem; do
         grep -q "^osc: $w window is 'rdma window [0-9]*'" "$OUT" ||
             fail "the $w window was not made by osc/rdma: $(grep "^osc: $w window is" "$OUT")"
         grep -q "^osc: $w window: stress of $rounds rounds per rank passed" "$OUT" ||
