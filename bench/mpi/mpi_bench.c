@@ -79,7 +79,9 @@ typedef struct opts {
     size_t min_size, max_size;
     double time_ms;
     int reps;
-    bool win_create; /* -w create: MPI_Win_create, else MPI_Win_allocate */
+    /* -w: MPI_Win_allocate (WIN_ALLOCATE), MPI_Win_create over the program's
+     * memory (WIN_CREATE) or over MPI_Alloc_mem's (WIN_ALLOC_MEM) */
+    enum { WIN_ALLOCATE, WIN_CREATE, WIN_ALLOC_MEM } win;
     const char *out_path;
 } opts_t;
 
@@ -89,6 +91,7 @@ typedef struct bench {
     char *sbuf, *rbuf; /* WINDOW * max_size each: a window of messages */
     char *wbase;       /* the one-sided window's memory on this rank */
     char *wmem;        /* that memory when the program allocated it (-w create) */
+    char *wpool;       /* or MPI_Alloc_mem gave it (-w alloc_mem) */
     MPI_Win win;
     bool win_open;
     FILE *out; /* rank 0 */
@@ -102,8 +105,10 @@ static const char usage_text[] =
     "              default 1:1M); fop-lat is 8 bytes only\n"
     "  -T MS       time one timed repetition takes, milliseconds (20)\n"
     "  -r REPS     timed repetitions per figure; the median is printed (3)\n"
-    "  -w FLAVOR   one-sided window: allocate (MPI_Win_allocate, the default) or\n"
-    "              create (MPI_Win_create over the program's own memory)\n"
+    "  -w FLAVOR   one-sided window: allocate (MPI_Win_allocate, the default),\n"
+    "              create (MPI_Win_create over the program's own memory) or\n"
+    "              alloc_mem (MPI_Win_create over MPI_Alloc_mem memory, info\n"
+    "              mpool_hints ferry)\n"
     "  -o FILE     write the output into FILE rather than standard output\n"
     "  -h          this text\n"
     "output: '#' comment lines, then CSV rows metric,size,value,unit\n";
@@ -229,11 +234,16 @@ static int parse_args(int argc, char **argv, opts_t *o, char *err, size_t errlen
             }
             o->reps = (int)v;
         } else if (strcmp(a, "-w") == 0) {
-            if (strcmp(val, "allocate") != 0 && strcmp(val, "create") != 0) {
-                snprintf(err, errlen, "-w '%s': expected allocate or create", val);
+            if (strcmp(val, "allocate") == 0) {
+                o->win = WIN_ALLOCATE;
+            } else if (strcmp(val, "create") == 0) {
+                o->win = WIN_CREATE;
+            } else if (strcmp(val, "alloc_mem") == 0) {
+                o->win = WIN_ALLOC_MEM;
+            } else {
+                snprintf(err, errlen, "-w '%s': expected allocate, create or alloc_mem", val);
                 return 2;
             }
-            o->win_create = strcmp(val, "create") == 0;
         } else {
             if (val[0] == '\0') {
                 snprintf(err, errlen, "-o: empty file name");
@@ -422,7 +432,21 @@ static int setup(bench_t *b)
     if (!need_win)
         return 0;
     size_t wlen = b->o.max_size > 8 ? b->o.max_size : 8;
-    if (b->o.win_create) {
+    if (b->o.win == WIN_ALLOC_MEM) {
+        /* The hint names ferry's pool (Open MPI with btl ferry: sm's heap,
+         * which the peers map); other pools and MPIs ignore it. */
+        MPI_Info info;
+        MPI_Info_create(&info);
+        MPI_Info_set(info, "mpool_hints", "ferry");
+        int rc = MPI_Alloc_mem((MPI_Aint)wlen, info, &b->wpool);
+        MPI_Info_free(&info);
+        if (rc != MPI_SUCCESS)
+            return 1;
+        b->wbase = b->wpool;
+        if (MPI_Win_create(b->wbase, (MPI_Aint)wlen, 1, MPI_INFO_NULL, MPI_COMM_WORLD,
+                           &b->win) != MPI_SUCCESS)
+            return 1;
+    } else if (b->o.win == WIN_CREATE) {
         /* Page aligned, as an application's buffer of this size would be. */
         if (posix_memalign((void **)&b->wmem, 4096, wlen) != 0) {
             fprintf(stderr, "ferry-mpibench: rank %d: cannot allocate a window of %zu bytes\n",
@@ -457,7 +481,9 @@ static void print_header(bench_t *b)
             b->o.reps, b->o.time_ms, WINDOW);
     if (b->win_open)
         fprintf(b->out, "# one-sided window from %s\n",
-                b->o.win_create ? "MPI_Win_create" : "MPI_Win_allocate");
+                b->o.win == WIN_ALLOC_MEM ? "MPI_Win_create over MPI_Alloc_mem (mpool_hints ferry)"
+                : b->o.win == WIN_CREATE  ? "MPI_Win_create"
+                                          : "MPI_Win_allocate");
     fprintf(b->out, "metric,size,value,unit\n");
     fflush(b->out);
 }
@@ -534,6 +560,8 @@ int main(int argc, char **argv)
     free(b.sbuf);
     free(b.rbuf);
     free(b.wmem);
+    if (b.wpool != NULL)
+        MPI_Free_mem(b.wpool);
     MPI_Finalize();
     return rc;
 }

@@ -22,7 +22,8 @@
 #     --ferry-component DIR  folder holding mca_btl_ferry.so (default
 #                 $FERRY_OMPI_COMPONENT_DIR, then the build's src/ompi)
 #     --ferry-window FLAVOR  window of ferry's one-sided jobs: create (the
-#                 default) or allocate (ferry-mpibench -w)
+#                 default), alloc_mem (created over MPI_Alloc_mem memory from
+#                 ferry's pool: sm's heap) or allocate (ferry-mpibench -w)
 #     --list      print the configurations and whether each can run, then exit
 #
 # Configurations (Open MPI's mpirun or MPICH's mpiexec.hydra, 2 ranks,
@@ -89,8 +90,9 @@ while [ $# -gt 0 ]; do
     *) echo "run_mpi_compare: unknown argument '$1'" >&2; usage 2 ;;
     esac
 done
-if [ "$ferry_window" != create ] && [ "$ferry_window" != allocate ]; then
-    echo "run_mpi_compare: --ferry-window '$ferry_window': expected create or allocate" >&2
+if [ "$ferry_window" != create ] && [ "$ferry_window" != allocate ] &&
+    [ "$ferry_window" != alloc_mem ]; then
+    echo "run_mpi_compare: --ferry-window '$ferry_window': expected create, allocate or alloc_mem" >&2
     exit 2
 fi
 if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
