@@ -434,7 +434,7 @@ netns)
         if [ -n "$osc" ]; then
             # osc/rdma does the local ranks' atomics with the CPU on its
             # shared segment, the other host's through ferry's tcp.
-            grep -c "^osc: .* window is 'rdma window" "$OUT" | grep -qx 3 ||
+            grep -c "^osc: .* window is 'rdma window" "$OUT" | grep -qx 4 ||
                 fail "not every window was made by osc/rdma"
             [ "$(sum atomics tcp)" -gt 0 ] || fail "osc/rdma did no atomic over ferry's tcp"
             echo "module tcp: atomics $(sum atomics tcp)"
