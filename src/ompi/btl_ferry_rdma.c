@@ -298,6 +298,7 @@ static int op_issue(mca_btl_ferry_rdma_op_t *op)
 static void op_wait(mca_btl_ferry_rdma_op_t *op)
 {
     mca_btl_ferry_state_t *st = &mca_btl_ferry;
+    op->mod->stats.waited++;
     op->next_wait = NULL;
     if (st->rdma_wait_tail != NULL)
         st->rdma_wait_tail->next_wait = op;
