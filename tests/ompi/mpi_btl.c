@@ -593,7 +593,8 @@ static void run_wait(void)
     int rc = b->btl_flush(b, ep);
     CHECK(rc == OPAL_SUCCESS, "flush returned %d", rc);
     check_order("puts completed by flush", NOPS);
-    CHECK(mod->stats.put - puts == NOPS, "%llu puts counted", (unsigned long long)(mod->stats.put - puts));
+    CHECK(mod->stats.put - puts == NOPS, "%llu puts counted",
+          (unsigned long long)(mod->stats.put - puts));
     MPI_Barrier(MPI_COMM_WORLD);
     for (int i = 0; i < NOPS; i++)
         for (size_t k = 0; k < CHUNK; k++)
