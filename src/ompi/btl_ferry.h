@@ -96,6 +96,7 @@ typedef struct mca_btl_ferry_stats {
     uint64_t put, get;    /* RDMA operations started */
     uint64_t put_bytes, get_bytes;
     uint64_t atomics;
+    uint64_t waited;      /* puts and gets that waited for the transport (btl_ferry_rdma.c) */
     uint64_t own;         /* puts, gets, atomics on this process's own memory (no endpoint) */
     uint64_t regs;        /* register_mem calls */
     uint64_t reg_hits;    /* of which served by the registration cache */

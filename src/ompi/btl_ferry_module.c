@@ -452,14 +452,16 @@ static void print_stats(const mca_btl_ferry_module_t *mod)
     opal_output_verbose(40, opal_btl_base_framework.framework_output,
                         "btl ferry: rank %d module %s: sendi %llu, send inline %llu, send "
                         "queued %llu, put %llu (%llu bytes), get %llu (%llu bytes), atomics "
-                        "%llu, own %llu, registrations %llu (cached %llu), received %llu, failed %llu",
+                        "%llu, waited %llu, own %llu, registrations %llu (cached %llu), "
+                        "received %llu, failed %llu",
                         mca_btl_ferry.rank, mod->fbtl->attr.name, (unsigned long long)s->sendi,
                         (unsigned long long)s->send_inline, (unsigned long long)s->send_queued,
                         (unsigned long long)s->put, (unsigned long long)s->put_bytes,
                         (unsigned long long)s->get, (unsigned long long)s->get_bytes,
-                        (unsigned long long)s->atomics, (unsigned long long)s->own,
-                        (unsigned long long)s->regs, (unsigned long long)s->reg_hits,
-                        (unsigned long long)s->recv, (unsigned long long)s->rdma_failed);
+                        (unsigned long long)s->atomics, (unsigned long long)s->waited,
+                        (unsigned long long)s->own, (unsigned long long)s->regs,
+                        (unsigned long long)s->reg_hits, (unsigned long long)s->recv,
+                        (unsigned long long)s->rdma_failed);
 }
 
 /* The last module to finalize closes ferry: every transport finalized,

@@ -145,8 +145,9 @@ static ferry_btl_reg_t *lreg_of(mca_btl_base_registration_handle_t *h)
  * found for itself, none. Ferry's modules do not reach their own process
  * (self does), so these are done here, on this process's memory: the
  * remote handle must be the key of one of the module's live registrations
- * and the range inside it, with the right the operation needs; anything
- * else is refused (OPAL_ERR_BAD_PARAM, OPAL_ERR_PERM), never touched. */
+ * and the range inside it, with the right the operation needs, its memory
+ * not released (the cache's stale mark); anything else is refused
+ * (OPAL_ERR_BAD_PARAM, OPAL_ERR_PERM), never touched. */
 
 /* Guards the modules' lists of live registrations and the cache's marks
  * against Open MPI's memory hooks, which run in whatever thread releases
@@ -186,6 +187,10 @@ static int own_target(const mca_btl_ferry_module_t *mod,
     for (const mca_btl_base_registration_handle_t *h = mod->regs; h != NULL; h = h->next) {
         if (memcmp(h->key, rh->key, klen) != 0)
             continue;
+        /* A cached registration whose memory was released stays on the
+         * list until it is trimmed: its key no longer stands for memory. */
+        if (h->stale)
+            return OPAL_ERR_BAD_PARAM;
         uint64_t base = (uint64_t)(uintptr_t)h->reg->base;
         if (addr < base || size > h->reg->len || addr - base > h->reg->len - size)
             return OPAL_ERR_BAD_PARAM;
@@ -298,6 +303,7 @@ static int op_issue(mca_btl_ferry_rdma_op_t *op)
 static void op_wait(mca_btl_ferry_rdma_op_t *op)
 {
     mca_btl_ferry_state_t *st = &mca_btl_ferry;
+    op->mod->stats.waited++;
     op->next_wait = NULL;
     if (st->rdma_wait_tail != NULL)
         st->rdma_wait_tail->next_wait = op;

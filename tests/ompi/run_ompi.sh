@@ -21,6 +21,20 @@
 #                                 ROUNDS rounds, default 1000): every window
 #                                 made by osc/rdma, atomics, puts and gets
 #                                 carried by the transport's ferry module
+#   own TRANSPORT NP [off]        mpi_btl -o: the modules' put, get and atomics
+#                                 called directly on the process's own memory
+#                                 (no endpoint), every hostile handle and
+#                                 range refused, memory and guards checked;
+#                                 "off" runs with mpi_leave_pinned 0 (no
+#                                 registration cache), else the cache must be on
+#   wait TRANSPORT                mpi_btl -w on 2 ranks with the transport's
+#                                 in-flight RDMA limit at 1 (tcp's
+#                                 FERRY_TCP_RDMA_MAX_INFLIGHT): puts and gets
+#                                 wait in the component and all arrive right;
+#                                 the modules' "waited" counts say so too
+#   dead TRANSPORT                mpi_btl -d on 2 ranks, the same limit, the
+#                                 last rank under kill_wrap.sh killing itself:
+#                                 rank 0's waiting gets all end, with an error
 #   kill TRANSPORT NP             a rank SIGKILLed mid-traffic: the job ends with
 #                                 an error within 120 s (mpirun's report of the
 #                                 signal, or ferry's report of the lost rank
@@ -41,7 +55,7 @@
 # initialized, carried the traffic, and that vader and tcp did not load.
 # VARs: MPIRUN OMPI_INFO COMPONENT (mca_btl_ferry.so's folder) P2P COLL OSC
 # CMAKE BUILD_DIR (for installed)
-# KILL (the programs) INFO_TOOL (ferry_info) MH_DIR (tests/multihost).
+# KILL BTL (the programs) INFO_TOOL (ferry_info) MH_DIR (tests/multihost).
 # Exit 0 passed, 1 failed, 77 skipped (the reason printed).
 set -u
 CASE=$1
@@ -184,6 +198,13 @@ same_as_vader() {
     got=$(grep "^$name: digest " "$OUT") || fail "$name printed no digest over vader"
     [ "$want" = "$got" ] || fail "ferry's run gave '$want', vader's '$got'"
     echo "same as over vader: $want"
+}
+
+# mpi_btl's skip (no ferry module initialized), passed on.
+program_skipped() {
+    if grep -q "^SKIPPED: " "$OUT"; then
+        skip "$(grep "^SKIPPED: " "$OUT" | head -1 | sed 's/^SKIPPED: //')"
+    fi
 }
 
 expect_counts() {
@@ -338,6 +359,61 @@ osc)
     echo "module $MODULE: atomics $atomics, put $puts, get $gets"
     [ "$atomics" -gt 0 ] || fail "osc/rdma did no atomic over ferry's $MODULE module"
     [ "$puts" -gt 0 ] && [ "$gets" -gt 0 ] || fail "osc/rdma did no put or get over ferry's $MODULE module"
+    ;;
+own)
+    transport_env "$1"
+    np=$2
+    cache=${3:-on}
+    extra=""
+    [ "$cache" = off ] && extra="--mca mpi_leave_pinned 0"
+    # shellcheck disable=SC2086
+    run "$MPIRUN" -n "$np" $MPI_OPTS $XOPTS $extra "$BTL" -o
+    program_skipped
+    [ "$STATUS" -eq 0 ] || fail "exit status $STATUS"
+    grep -q "^btl: own memory: all checks passed ($np ranks" "$OUT" ||
+        fail "mpi_btl -o did not pass"
+    grep -q "^btl: module $MODULE: [0-9]* own operations done" "$OUT" ||
+        fail "the $MODULE module was not tested"
+    grep -q "^btl: module $MODULE: registration cache $cache" "$OUT" ||
+        fail "module $MODULE's registration cache was not $cache: $(grep "cache" "$OUT")"
+    grep -q "select: init of component ferry returned success" "$ERR" ||
+        fail "the ferry BTL did not initialize"
+    echo "own: $(grep -c "own operations done" "$OUT") modules," \
+        "$(sum own "$MODULE") own operations on module $MODULE"
+    ;;
+wait | dead)
+    transport_env "$1"
+    [ "$MODULE" = tcp ] || { echo "run_ompi.sh: $CASE needs tcp"; exit 2; }
+    # One put, get or atomic in flight to a peer: the second waits.
+    export FERRY_TCP_RDMA_MAX_INFLIGHT=1
+    XOPTS="$XOPTS -x FERRY_TCP_RDMA_MAX_INFLIGHT"
+    if [ "$CASE" = wait ]; then
+        # shellcheck disable=SC2086
+        run "$MPIRUN" -n 2 $MPI_OPTS $XOPTS "$BTL" -w
+        program_skipped
+        [ "$STATUS" -eq 0 ] || fail "exit status $STATUS"
+        grep -q "^btl: wait queue: all checks passed (2 ranks" "$OUT" ||
+            fail "mpi_btl -w did not pass"
+        check_btls
+        waited=$(sum waited tcp) failed=$(sum failed tcp)
+        [ "$waited" -ge 30 ] ||
+            fail "the tcp modules' statistics count $waited waited puts and gets, not 30 or more"
+        [ "$failed" -eq 0 ] || fail "module tcp: $failed puts, gets or atomics failed"
+        echo "module tcp: waited $waited, put $(sum put tcp), get $(sum get tcp)"
+    else
+        export FERRY_JOB_LABEL="${FERRY_JOB_LABEL:-ompi}d$$" KILL_WRAP_STAY=60
+        start=$(date +%s)
+        # shellcheck disable=SC2086
+        run "$MPIRUN" -n 2 $MPI_OPTS $XOPTS -x KILL_WRAP_STAY sh "$HERE/kill_wrap.sh" "$BTL" -d
+        took=$(($(date +%s) - start))
+        program_skipped
+        grep -q "killing itself" "$OUT" || fail "rank 1 did not get to kill itself"
+        # Rank 0 leaves without MPI_Finalize (its peer is gone): mpirun's
+        # status is not 0, and the job ends before kill_wrap.sh's 60 s.
+        grep -q "^btl: dead peer: all checks passed" "$OUT" || fail "mpi_btl -d did not pass"
+        [ "$took" -lt 50 ] || fail "the job took $took s to end"
+        echo "$(grep "^btl: dead peer:" "$OUT"), job ended in $took s"
+    fi
     ;;
 kill)
     transport_env "$1"
