@@ -338,6 +338,10 @@ typedef struct ferry_btl_attr {
     size_t reg_handle_size;         /* bytes of key a registration needs (<= KEY_MAX) */
     size_t mem_per_peer;            /* bytes of memory each reachable peer costs */
     uint32_t atomic_flags;          /* FERRY_BTL_ATOMIC_SUPPORTS_*; 0 without atomics */
+    /* Rendezvous of up to this many bytes is faster as a stream of sends
+     * (both ends copying at once) than by put or get: FERRY_AM_RNDV=auto
+     * takes the PIPE protocol there. 0: never. */
+    size_t rndv_pipe_max;
 } ferry_btl_attr_t;
 
 /* A piece of memory. Local segments hold a pointer (ferry_btl_seg_ptr);

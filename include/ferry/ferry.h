@@ -623,9 +623,14 @@ int ferry_get_conv(ferry_ctx_t *ctx, int dst, ferry_convertor_t *conv, uint64_t 
  * data; other layouts are packed first) and sends a small announcement;
  * the receiver pulls the data with get where the path has GET, otherwise
  * it registers the destination and the sender puts into it after a
- * clear-to-send (FERRY_AM_RNDV chooses: auto, get or put). When the
+ * clear-to-send (FERRY_AM_RNDV chooses: auto, get, put or pipe). When the
  * transfer is over the receiver says so, the sender releases the
- * registration, and its key is dead: a get through it is refused.
+ * registration, and its key is dead: a get through it is refused. With
+ * pipe nothing is registered: after the clear-to-send the sender streams
+ * the data as ordinary messages (packed fragment by fragment from any
+ * layout) and the receiver copies each into place; auto takes pipe up to
+ * the size the path reports as faster that way (its rndv_pipe_max; none of
+ * ferry's transports does today), get or put above it.
  *
  * At the receiver a large message reaches, in the order sent:
  * - the tag's data handler (ferry_am_register_data), when it has one, at
@@ -696,7 +701,11 @@ int ferry_am_send_conv_nb(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t 
 /* How rendezvous moves the data to a peer. */
 typedef enum {
     FERRY_AM_RNDV_GET = 1, /* the receiver gets from the sender's registered buffer */
-    FERRY_AM_RNDV_PUT = 2  /* the sender puts after the receiver's clear-to-send */
+    FERRY_AM_RNDV_PUT = 2, /* the sender puts after the receiver's clear-to-send */
+    /* After the receiver's clear-to-send the sender copies the data into
+     * ordinary messages of the path's max send size while the receiver
+     * copies the earlier ones out: two copies, by both processes at once. */
+    FERRY_AM_RNDV_PIPE = 3
 } ferry_am_rndv_t;
 
 /* The sizes at which the active-message protocols change, for one peer. */
@@ -704,7 +713,12 @@ typedef struct ferry_am_sizes {
     size_t eager_max; /* up to this (ferry_am_max_size): one fragment, copied */
     size_t rndv_min;  /* from this (eager_max + 1) on: rendezvous */
     size_t large_max; /* the most a receiver without a data handler takes */
-    ferry_am_rndv_t rndv; /* how rendezvous moves the data */
+    ferry_am_rndv_t rndv; /* how rendezvous moves rndv_min bytes */
+    /* With FERRY_AM_RNDV=auto, rendezvous messages up to this go by
+     * FERRY_AM_RNDV_PIPE and larger ones as rndv says for GET or PUT (0: no
+     * message goes by PIPE unless asked for; with a protocol asked for,
+     * every message uses it and this is 0). */
+    size_t pipe_max;
 } ferry_am_sizes_t;
 
 /* Fills *out for dst; FERRY_ERR_INVALID or FERRY_ERR_UNREACH as

@@ -9,7 +9,15 @@
  * is complete. PUT: the announcement carries no key; the receiver
  * registers its destination (REMOTE_WRITE, for the duration) and answers
  * CTS; the sender puts and, once the put is complete at both ends, says
- * PUT_DONE; the receiver deregisters.
+ * PUT_DONE; the receiver deregisters. PIPE: the announcement carries no
+ * key and nothing is registered; the receiver, once it knows where the data
+ * goes, answers CTS without a key; the sender then streams the data as
+ * FRAG messages of the path's max send size (copied from the caller's
+ * buffer, or packed from its layout, straight into the transport), on the
+ * path of the announcement and so in order; the receiver copies each into
+ * the destination (or unpacks it there) while the sender fills the next,
+ * and answers the last with FIN, as GET does. A sender that cannot go on
+ * says so with PUT_DONE and an error.
  *
  * Order: a receiver that takes a large message into a buffer of ferry's
  * own (no data handler) holds every later message from that sender until
@@ -26,7 +34,12 @@
 #include "bml/bml.h"
 
 /* FERRY_AM_RNDV values. */
-enum { RNDV_AUTO = 0, RNDV_GET = FERRY_AM_RNDV_GET, RNDV_PUT = FERRY_AM_RNDV_PUT };
+enum {
+    RNDV_AUTO = 0,
+    RNDV_GET = FERRY_AM_RNDV_GET,
+    RNDV_PUT = FERRY_AM_RNDV_PUT,
+    RNDV_PIPE = FERRY_AM_RNDV_PIPE
+};
 
 /* A large send in flight. */
 typedef struct am_send {
@@ -39,6 +52,15 @@ typedef struct am_send {
     char *bounce;     /* packed copy of a non-contiguous layout, or NULL */
     ferry_mem_t *mem; /* GET: the buffer's registration, for the duration */
     bool putting;     /* PUT: the put has been started */
+    /* PIPE: the layout packed fragment by fragment (packing), with a copy
+     * of its blocks; the bytes the receiver asked for (after its CTS:
+     * streaming) and those the path has taken. */
+    bool packing;
+    ferry_convertor_t conv;
+    ferry_iov_t *iov;
+    bool streaming;
+    size_t todo;
+    size_t off;
     bool blocking;    /* the caller waits on done and frees the record */
     bool done;
     int status;
@@ -47,7 +69,7 @@ typedef struct am_send {
 } am_send_t;
 
 /* States of an announced message at the receiver. */
-enum { DATA_ANNOUNCED, DATA_MOVING, DATA_WAIT_REG, DATA_WAIT_PUT };
+enum { DATA_ANNOUNCED, DATA_MOVING, DATA_WAIT_REG, DATA_WAIT_PUT, DATA_PIPE };
 
 struct ferry_am_data {
     util_list_item_t link; /* in large->recvs */
@@ -64,7 +86,9 @@ struct ferry_am_data {
     ferry_convertor_t conv; /* the destination, when bounce is used */
     char *bounce;           /* data taken here, then unpacked into conv */
     ferry_mem_t *mem;       /* PUT: the destination's registration */
-    void *dst;              /* PUT: the memory registered */
+    void *dst;              /* PUT: the memory registered; PIPE: the contiguous
+                             * destination, or NULL to unpack into conv */
+    size_t got;             /* PIPE: bytes arrived, all in order */
     /* Delivered to the application handler afterwards (no data handler). */
     char *own;
     ferry_comp_cb_t cb;
@@ -110,12 +134,18 @@ struct api_am_large {
     } data[FERRY_AM_TAG_MAX + 1];
     bool closing; /* at teardown: no more control messages */
     size_t n_waiting; /* recvs in DATA_WAIT_REG or DATA_WAIT_PUT: progress looks at them */
+    /* PIPE: receives under way (progress looks at them only once a peer
+     * has failed), and sends with fragments the path has not taken yet. */
+    size_t n_pipe;
+    size_t n_pushing;
+    ferry_am_data_t *frag_last; /* the PIPE receive the last fragment was for, or NULL */
+    rt_ratelimit_t frag_rl;     /* complaints about bad fragments */
     api_am_frag_cb_t int_frag;
     api_am_hdr_data_cb_t int_data;
     void *int_arg;
 };
 
-static const char *const rndv_names = "auto, get or put";
+static const char *const rndv_names = "auto, get, put or pipe";
 
 static int parse_rndv(ferry_ctx_t *ctx, long long *mode_out)
 {
@@ -129,6 +159,8 @@ static int parse_rndv(ferry_ctx_t *ctx, long long *mode_out)
         *mode_out = RNDV_GET;
     else if (strcmp(mode, "put") == 0)
         *mode_out = RNDV_PUT;
+    else if (strcmp(mode, "pipe") == 0)
+        *mode_out = RNDV_PIPE;
     else {
         rt_log(&ctx->log, RT_LOG_ERROR, "FERRY_AM_RNDV='%.32s' is not one of %s", mode, rndv_names);
         return FERRY_ERR_INVALID;
@@ -150,8 +182,9 @@ int api_am_large_register_params(ferry_ctx_t *ctx)
     const char *mode;
     rc = rt_param_register_string(&ctx->params, "am_rndv", "auto",
                                   "How rendezvous moves active messages above the max send "
-                                  "size: auto (get where the path has GET, else put), get "
-                                  "or put",
+                                  "size: auto (pipe up to the size the path reports, then get "
+                                  "where the path has GET, else put), get, put or pipe (the "
+                                  "data streamed as ordinary messages after a clear-to-send)",
                                   &mode);
     if (rc != FERRY_OK)
         return rc;
@@ -212,6 +245,7 @@ static struct api_am_large *large_get(ferry_ctx_t *ctx, int *status_out)
         return NULL;
     }
     lg->next_id = 1;
+    rt_ratelimit_init(&lg->frag_rl, RT_RATELIMIT_BURST, RT_RATELIMIT_INTERVAL_MS);
     util_list_init(&lg->sends);
     util_list_init(&lg->recvs);
     util_list_init(&lg->due);
@@ -295,12 +329,17 @@ static void send_fin(ferry_ctx_t *ctx, struct api_am_large *lg, int dst, uint64_
 static void send_finish(ferry_ctx_t *ctx, struct api_am_large *lg, am_send_t *s, int status)
 {
     util_list_remove(&lg->sends, &s->link);
+    if (s->streaming && s->off < s->todo)
+        lg->n_pushing--;
+    s->streaming = false;
     if (s->mem != NULL) {
         ferry_mem_deregister(ctx, s->mem);
         s->mem = NULL;
     }
     free(s->bounce);
     s->bounce = NULL;
+    free(s->iov);
+    s->iov = NULL;
     s->status = status;
     s->done = true;
 }
@@ -347,10 +386,15 @@ void api_am_large_rts_lost(ferry_ctx_t *ctx, int dst, const void *data, size_t l
     }
 }
 
-static uint8_t proto_for(const struct api_am_large *lg, const ferry_btl_module_t *btl)
+/* The protocol of a len-byte message through btl: the one asked for, else
+ * PIPE up to the path's rndv_pipe_max, then GET where it has GET, else PUT. */
+static uint8_t proto_for(const struct api_am_large *lg, const ferry_btl_module_t *btl,
+                         size_t len)
 {
-    if (lg->rndv_mode == RNDV_GET || lg->rndv_mode == RNDV_PUT)
+    if (lg->rndv_mode != RNDV_AUTO)
         return (uint8_t)lg->rndv_mode;
+    if (len <= btl->attr.rndv_pipe_max)
+        return RNDV_PIPE;
     return (btl->attr.flags & FERRY_BTL_FLAG_GET) ? RNDV_GET : RNDV_PUT;
 }
 
@@ -391,20 +435,39 @@ static int large_start(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, 
     rc = FERRY_OK;
     btl_peer_t *peer = &ctx->peers[dst];
     ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
-    uint8_t proto = proto_for(lg, btl);
-    if (!(btl->attr.flags & (proto == RNDV_GET ? FERRY_BTL_FLAG_GET : FERRY_BTL_FLAG_PUT))) {
+    size_t len = ferry_convertor_remaining(conv);
+    uint8_t proto = proto_for(lg, btl, len);
+    /* PIPE needs sends only, and room for a fragment's header. */
+    if (proto == RNDV_PIPE ? btl->attr.max_send_size <= sizeof(am_frag_t)
+                           : !(btl->attr.flags &
+                               (proto == RNDV_GET ? FERRY_BTL_FLAG_GET : FERRY_BTL_FLAG_PUT))) {
         rt_log(&ctx->log, RT_LOG_ERROR,
                "a %zu-byte active message to rank %d needs %s, which %s does not have",
-               ferry_convertor_remaining(conv), dst, proto == RNDV_GET ? "get" : "put",
+               len, dst,
+               proto == RNDV_GET ? "get" : proto == RNDV_PUT ? "put" : "a larger max send size",
                btl->attr.name);
         return FERRY_ERR_NOT_SUPPORTED;
     }
     am_send_t *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return FERRY_ERR_NO_MEMORY;
-    size_t len = ferry_convertor_remaining(conv);
     size_t start = conv->pos;
-    if (ferry_convertor_need_buffers(conv)) {
+    if (proto == RNDV_PIPE && ferry_convertor_need_buffers(conv)) {
+        /* Packed fragment by fragment into the transport, never whole: a
+         * copy of the convertor (and of its blocks, which the caller may
+         * reuse once the call returns) keeps the cursor. */
+        s->conv = *conv;
+        if (conv->iov != NULL && conv->iov_cnt > 0) {
+            s->iov = malloc(conv->iov_cnt * sizeof(*s->iov));
+            if (s->iov == NULL) {
+                free(s);
+                return FERRY_ERR_NO_MEMORY;
+            }
+            memcpy(s->iov, conv->iov, conv->iov_cnt * sizeof(*s->iov));
+            s->conv.iov = s->iov;
+        }
+        s->packing = true;
+    } else if (ferry_convertor_need_buffers(conv)) {
         s->bounce = malloc(len);
         if (s->bounce == NULL) {
             free(s);
@@ -442,6 +505,7 @@ static int large_start(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, 
         if (s->mem != NULL)
             ferry_mem_deregister(ctx, s->mem);
         free(s->bounce);
+        free(s->iov);
         free(s);
         ferry_convertor_set_position(conv, start);
         return rc;
@@ -701,7 +765,8 @@ int ferry_am_sizes(ferry_ctx_t *ctx, int dst, ferry_am_sizes_t *out)
     out->eager_max = btl->attr.max_send_size;
     out->rndv_min = btl->attr.max_send_size + 1;
     out->large_max = lg->large_max;
-    out->rndv = (ferry_am_rndv_t)proto_for(lg, btl);
+    out->rndv = (ferry_am_rndv_t)proto_for(lg, btl, out->rndv_min);
+    out->pipe_max = lg->rndv_mode == RNDV_AUTO ? btl->attr.rndv_pipe_max : 0;
     return FERRY_OK;
 }
 
@@ -711,6 +776,10 @@ static void data_free(struct api_am_large *lg, ferry_am_data_t *d)
 {
     if (d->state == DATA_WAIT_REG || d->state == DATA_WAIT_PUT)
         lg->n_waiting--;
+    else if (d->state == DATA_PIPE)
+        lg->n_pipe--;
+    if (lg->frag_last == d)
+        lg->frag_last = NULL;
     util_list_remove(&lg->recvs, &d->link);
     free(d->bounce);
     free(d->own);
@@ -842,6 +911,26 @@ static int data_take(ferry_ctx_t *ctx, ferry_am_data_t *d, ferry_convertor_t *co
     }
     void *dst = NULL;
     bool contig = !ferry_convertor_need_buffers(conv);
+    if (d->proto == RNDV_PIPE) {
+        /* The fragments go straight into place (a copy of conv unpacks
+         * them in order); the sender starts on the clear-to-send. */
+        if (contig) {
+            d->dst = ferry_convertor_contig_ptr(conv);
+        } else {
+            d->conv = *conv;
+            if (conv->iov == &conv->single)
+                d->conv.iov = &d->conv.single;
+        }
+        d->got = 0;
+        d->state = DATA_PIPE;
+        lg->n_pipe++;
+        am_cts_t cts;
+        memset(&cts, 0, sizeof(cts));
+        cts.id = d->id;
+        cts.len = d->n;
+        ctl_send(ctx, lg, d->src, API_TAG_AM_CTS, &cts, sizeof(cts));
+        return FERRY_OK;
+    }
     if (contig) {
         dst = ferry_convertor_contig_ptr(conv);
     } else if (space > d->len || d->proto == RNDV_PUT) {
@@ -947,7 +1036,7 @@ static void rts_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const v
     bool internal = rts.tag == API_TAG_MSG;
     if (rts.hdr_len != hlen || hlen > API_AM_HDR_MAX || (hlen > 0 && !internal) ||
         (!internal && rts.tag > FERRY_AM_TAG_MAX) ||
-        (rts.proto != RNDV_GET && rts.proto != RNDV_PUT)) {
+        (rts.proto != RNDV_GET && rts.proto != RNDV_PUT && rts.proto != RNDV_PIPE)) {
         rt_log(&ctx->log, RT_LOG_WARN,
                "malformed announcement from rank %d (tag %u, protocol %u, header %u of %zu "
                "bytes) refused",
@@ -1048,6 +1137,14 @@ static void fin_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const v
         return;
     }
     int status = fin.status <= 0 && fin.status > FERRY_ERR_LAST ? fin.status : FERRY_ERR_PROTO;
+    if (status == FERRY_OK && s->proto == RNDV_PIPE && (!s->streaming || s->off < s->todo)) {
+        /* Done before it had all the data: not a receiver keeping to the
+         * protocol. */
+        rt_log(&ctx->log, RT_LOG_WARN,
+               "rank %d completed message %llu before it was sent (%zu of %zu bytes)", src,
+               (unsigned long long)fin.id, s->off, s->todo);
+        status = FERRY_ERR_PROTO;
+    }
     send_complete(ctx, lg, s, status);
 }
 
@@ -1075,6 +1172,73 @@ static void put_complete(void *arg, int status)
     put_finish(ctx, ctx->api->large, s, status);
 }
 
+/* PIPE: one fragment of s from its cursor, as much as the path takes in
+ * one message; s->off moves on when it is taken. Contiguous data goes
+ * straight from the caller's buffer into the transport (after the
+ * header), any other layout is packed there by the transport. */
+static int frag_send(ferry_ctx_t *ctx, am_send_t *s)
+{
+    btl_peer_t *peer = &ctx->peers[s->dst];
+    if (peer->module_idx < 0 || peer->failed)
+        return FERRY_ERR_UNREACH;
+    int m = peer->module_idx;
+    ferry_btl_module_t *btl = ctx->modules[m];
+    if (btl->attr.max_send_size <= sizeof(am_frag_t))
+        return FERRY_ERR_NOT_SUPPORTED;
+    am_frag_t h = {.id = s->id, .off = s->off};
+    size_t n = s->todo - s->off, room = btl->attr.max_send_size - sizeof(h);
+    if (n > room)
+        n = room;
+    if (!s->packing) {
+        int rc = send_once(ctx, s->dst, API_TAG_AM_FRAG, &h, sizeof(h), s->buf + s->off, n);
+        if (rc == FERRY_OK)
+            s->off += n;
+        return rc;
+    }
+    size_t start = s->conv.pos, size = n;
+    ferry_btl_desc_t *des;
+    int rc = bml_am_gate(ctx, s->dst);
+    if (rc == FERRY_OK)
+        rc = btl->ops->prepare_src(btl, peer->ep, NULL, &s->conv, sizeof(h), &size, 0, &des);
+    if (rc == FERRY_OK && (size == 0 || size > n)) {
+        btl->ops->free(btl, des);
+        rc = FERRY_ERR;
+    } else if (rc == FERRY_OK) {
+        memcpy(ferry_btl_seg_ptr(&des->src[0]), &h, sizeof(h));
+        rc = api_send_des(ctx, s->dst, m, des, API_TAG_AM_FRAG);
+    }
+    if (rc == FERRY_OK)
+        s->off += size;
+    else
+        ferry_convertor_set_position(&s->conv, start);
+    return rc;
+}
+
+static void put_finish(ferry_ctx_t *ctx, struct api_am_large *lg, am_send_t *s, int status);
+
+/* PIPE: sends s's fragments while the path takes them; the rest waits for
+ * progress. Once all are out s waits for the receiver's FIN. A path that
+ * fails ends s, and the receiver hears of it as of a failed put. Returns
+ * true when s has ended (it may be freed). */
+static bool pipe_push(ferry_ctx_t *ctx, struct api_am_large *lg, am_send_t *s)
+{
+    while (s->off < s->todo) {
+        int rc = frag_send(ctx, s);
+        if (rc == FERRY_OK && s->off == s->todo)
+            lg->n_pushing--;
+        if (rc == FERRY_ERR_NO_RESOURCE)
+            return false;
+        if (rc != FERRY_OK) {
+            rt_log(&ctx->log, RT_LOG_WARN,
+                   "a %zu-byte message to rank %d failed after %zu bytes: %s", s->len, s->dst,
+                   s->off, ferry_strerror(rc));
+            put_finish(ctx, lg, s, rc);
+            return true;
+        }
+    }
+    return false;
+}
+
 static void cts_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const void *msg,
                      size_t len)
 {
@@ -1086,6 +1250,14 @@ static void cts_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const v
     }
     memcpy(&cts, msg, sizeof(cts));
     am_send_t *s = find_send(lg, src, cts.id);
+    if (s != NULL && s->proto == RNDV_PIPE && !s->streaming && cts.len > 0 &&
+        cts.len <= s->len) {
+        s->streaming = true;
+        s->todo = (size_t)cts.len;
+        lg->n_pushing++;
+        pipe_push(ctx, lg, s);
+        return;
+    }
     if (s == NULL || s->proto != RNDV_PUT || s->putting || cts.len > s->len) {
         rt_log(&ctx->log, RT_LOG_WARN,
                "clear-to-send from rank %d for no send of its (id %llu, %llu bytes) ignored", src,
@@ -1120,15 +1292,80 @@ static void put_done_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, co
     for (util_list_item_t *it = util_list_first(&lg->recvs); it != NULL;
          it = util_list_next(&lg->recvs, it)) {
         ferry_am_data_t *d = UTIL_CONTAINER_OF(it, ferry_am_data_t, link);
-        if (d->src == src && d->id == done.id && d->state == DATA_WAIT_PUT) {
+        if (d->src == src && d->id == done.id &&
+            (d->state == DATA_WAIT_PUT || d->state == DATA_PIPE)) {
             int status =
                 done.status <= 0 && done.status > FERRY_ERR_LAST ? done.status : FERRY_ERR_PROTO;
+            /* A PIPE sender says this only when it gives up. */
+            if (d->state == DATA_PIPE && status == FERRY_OK)
+                status = FERRY_ERR_PROTO;
             data_finish(ctx, lg, d, status);
             return;
         }
     }
     rt_log(&ctx->log, RT_LOG_WARN, "put completion from rank %d for no message of its (id %llu)",
            src, (unsigned long long)done.id);
+}
+
+/* A fragment of a PIPE message from src: checked against what was
+ * announced and taken so far, then copied into place; the last one
+ * finishes the message as a get's completion does. One that breaks the
+ * order (its path is FIFO) or the bounds ends its message with
+ * FERRY_ERR_PROTO at both ends; one for no message is dropped. */
+static void frag_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const void *msg,
+                      size_t len)
+{
+    am_frag_t h;
+    if (len < sizeof(h)) {
+        rt_log_limited(&ctx->log, &lg->frag_rl, RT_LOG_WARN,
+                       "malformed fragment of %zu bytes from rank %d dropped", len, src);
+        return;
+    }
+    memcpy(&h, msg, sizeof(h));
+    const char *data = (const char *)msg + sizeof(h);
+    size_t n = len - sizeof(h);
+    ferry_am_data_t *d = lg->frag_last;
+    if (d == NULL || d->src != src || d->id != h.id) {
+        d = NULL;
+        for (util_list_item_t *it = util_list_first(&lg->recvs); it != NULL;
+             it = util_list_next(&lg->recvs, it)) {
+            ferry_am_data_t *e = UTIL_CONTAINER_OF(it, ferry_am_data_t, link);
+            if (e->src == src && e->id == h.id && e->state == DATA_PIPE) {
+                d = e;
+                break;
+            }
+        }
+    }
+    if (d == NULL || d->state != DATA_PIPE) {
+        rt_log_limited(&ctx->log, &lg->frag_rl, RT_LOG_WARN,
+                       "fragment from rank %d for no message of its (id %llu) dropped", src,
+                       (unsigned long long)h.id);
+        return;
+    }
+    if (h.off != d->got || n == 0 || n > d->n - d->got) {
+        rt_log_limited(&ctx->log, &lg->frag_rl, RT_LOG_WARN,
+                       "fragment from rank %d of %zu bytes at %llu for message %llu (%zu of %zu "
+                       "bytes arrived) breaks its order or bounds; the message fails",
+                       src, n, (unsigned long long)h.off, (unsigned long long)h.id, d->got, d->n);
+        send_fin(ctx, lg, src, d->id, FERRY_ERR_PROTO);
+        data_finish(ctx, lg, d, FERRY_ERR_PROTO);
+        return;
+    }
+    if (d->dst != NULL)
+        memcpy((char *)d->dst + d->got, data, n);
+    else if (ferry_convertor_unpack(&d->conv, data, n) != n) {
+        /* d->n is at most the layout's space: cannot happen. */
+        send_fin(ctx, lg, src, d->id, FERRY_ERR);
+        data_finish(ctx, lg, d, FERRY_ERR);
+        return;
+    }
+    d->got += n;
+    if (d->got < d->n) {
+        lg->frag_last = d;
+        return;
+    }
+    send_fin(ctx, lg, src, d->id, FERRY_OK);
+    data_finish(ctx, lg, d, FERRY_OK);
 }
 
 /* A message in sender order from src: delivered, or held behind a large
@@ -1205,6 +1442,10 @@ void api_am_large_recv(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data,
     case API_TAG_AM_PUT_DONE:
         put_done_recv(ctx, lg, src, data, len);
         return;
+    case API_TAG_AM_FRAG:
+        /* For a message already taken in: never held behind it. */
+        frag_recv(ctx, lg, src, data, len);
+        return;
     case API_TAG_AM_RTS:
     case API_TAG_MSG:
         if (lg->hold[src].count > 0)
@@ -1242,27 +1483,38 @@ static int __attribute__((noinline)) large_progress(ferry_ctx_t *ctx, struct api
      * come. (A get or put in flight ends through its own callback.) Each
      * end runs callbacks that may change the lists, so the walk starts
      * again after one. */
-    bool again = true;
+    /* PIPE sends go on with the fragments the path had no room for. */
+    bool again = ctx->n_failed > 0 || lg->n_pushing > 0;
     while (again) {
         again = false;
         for (it = util_list_first(&lg->sends); it != NULL; it = util_list_next(&lg->sends, it)) {
             am_send_t *s = UTIL_CONTAINER_OF(it, am_send_t, link);
             if (ctx->peers[s->dst].failed && !s->putting) {
                 send_complete(ctx, lg, s, FERRY_ERR_UNREACH);
-                events++;
-                again = true;
-                break;
+            } else if (s->streaming && s->off < s->todo) {
+                size_t before = s->off;
+                if (!pipe_push(ctx, lg, s)) {
+                    if (s->off != before)
+                        events++;
+                    continue;
+                }
+            } else {
+                continue;
             }
+            events++;
+            again = true;
+            break;
         }
     }
     /* Only messages waiting for a registration or a put need looking at;
      * the others end through their own callbacks or when taken. */
-    again = lg->n_waiting > 0;
+    again = lg->n_waiting > 0 || (lg->n_pipe > 0 && ctx->n_failed > 0);
     while (again) {
         again = false;
         for (it = util_list_first(&lg->recvs); it != NULL; it = util_list_next(&lg->recvs, it)) {
             ferry_am_data_t *d = UTIL_CONTAINER_OF(it, ferry_am_data_t, link);
-            bool waiting = d->state == DATA_WAIT_PUT || d->state == DATA_WAIT_REG;
+            bool waiting = d->state == DATA_WAIT_PUT || d->state == DATA_WAIT_REG ||
+                           d->state == DATA_PIPE;
             if (ctx->peers[d->src].failed && waiting) {
                 data_finish(ctx, lg, d, FERRY_ERR_UNREACH);
             } else if (d->state == DATA_WAIT_REG) {
@@ -1293,8 +1545,9 @@ int api_am_large_progress(ferry_ctx_t *ctx)
     struct api_am_large *lg = ctx->api->large;
     /* The common case, on every progress once the state exists: nothing
      * to do. */
-    if (lg == NULL || (util_list_empty(&lg->ctl) && util_list_empty(&lg->sends) &&
-                       lg->n_waiting == 0 && util_list_empty(&lg->due)))
+    if (lg == NULL || (util_list_empty(&lg->ctl) && lg->n_waiting == 0 && lg->n_pushing == 0 &&
+                       util_list_empty(&lg->due) &&
+                       (ctx->n_failed == 0 || (util_list_empty(&lg->sends) && lg->n_pipe == 0))))
         return 0;
     return large_progress(ctx, lg);
 }

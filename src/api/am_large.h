@@ -12,7 +12,13 @@
  *            API_AM_HDR_MAX bytes of header for an internal handler;
  *   FIN      receiver -> sender (GET): the receiver is done with id;
  *   CTS      receiver -> sender (PUT): put n bytes of id at this address;
+ *            (PIPE): send n bytes of id as fragments (no address, no key);
  *   PUT_DONE sender -> receiver (PUT): the put of id is over (status);
+ *            (PIPE): the sender gave up streaming id (an error status);
+ *   FRAG     sender -> receiver (PIPE): bytes [off, off + n) of id, after
+ *            an am_frag_t header; all of a message's fragments go on the
+ *            path of its announcement, in order (off is what the receiver
+ *            has so far), and the receiver answers the last with FIN;
  *   MSG      one fragment for src/msg: its header, then its data.
  * Every field a peer writes is checked before use: lengths against the
  * message, inner tags against the table, ids against what this process
@@ -34,7 +40,9 @@ enum {
     API_TAG_AM_CTS = FERRY_BTL_TAG_FERRY_MIN + 3,
     API_TAG_AM_PUT_DONE = FERRY_BTL_TAG_FERRY_MIN + 4,
     /* The tagged-messaging layer's fragments (an internal handler). */
-    API_TAG_MSG = FERRY_BTL_TAG_FERRY_MIN + 5
+    API_TAG_MSG = FERRY_BTL_TAG_FERRY_MIN + 5,
+    /* A fragment of a PIPE-mode message (+ 6 and + 7 are api.h's). */
+    API_TAG_AM_FRAG = FERRY_BTL_TAG_FERRY_MIN + 8
 };
 
 /* The wire messages (tests craft them to attack the checks). */
@@ -43,7 +51,7 @@ typedef struct am_rts {
     uint64_t len;
     uint64_t raddr; /* GET: the sender's buffer */
     uint8_t tag;    /* application tag, or API_TAG_MSG */
-    uint8_t proto;  /* FERRY_AM_RNDV_GET or _PUT */
+    uint8_t proto;  /* FERRY_AM_RNDV_GET, _PUT or _PIPE */
     uint16_t hdr_len;
     uint32_t pad;
     ferry_rkey_t rkey; /* GET: its key */
@@ -57,10 +65,16 @@ typedef struct am_fin {
 
 typedef struct am_cts {
     uint64_t id;
-    uint64_t len; /* bytes to put: at most the message */
-    uint64_t raddr;
-    ferry_rkey_t rkey;
+    uint64_t len; /* bytes to put (or send): at most the message */
+    uint64_t raddr; /* PUT; PIPE: 0 */
+    ferry_rkey_t rkey; /* PUT; PIPE: zeros */
 } am_cts_t;
+
+/* The header of a FRAG; the data follows. */
+typedef struct am_frag {
+    uint64_t id;
+    uint64_t off; /* of the data's first byte in the message */
+} am_frag_t;
 
 /* Largest header an internal sender puts before its data. */
 #define API_AM_HDR_MAX 64

@@ -18,7 +18,7 @@
 enum {
     API_TAG_BARRIER = FERRY_BTL_TAG_FERRY_MIN,
     /* Flush markers and their answers (onesided.c); FERRY_BTL_TAG_FERRY_MIN
-     * + 1 .. + 5 are am_large's. */
+     * + 1 .. + 5 and + 8 are am_large's. */
     API_TAG_FLUSH = FERRY_BTL_TAG_FERRY_MIN + 6,
     /* A small put with notification in one message, and a refusal of one
      * (onesided.c) */

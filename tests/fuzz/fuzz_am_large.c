@@ -13,8 +13,12 @@
  * on tag 2, the tagged layer started with one receive posted, and one real
  * large send in flight to itself (id 1), which the crafted completions may
  * hit. Input: records of [kind: 1 byte][length: 2 bytes, little endian]
- * [bytes], kind modulo 6: announcement, completion, clear-to-send, put
- * completion, tagged fragment, put with notification (or its refusal). After the records the context progresses,
+ * [bytes], kind modulo 7: announcement, completion, clear-to-send, put
+ * completion, tagged fragment, put with notification (or its refusal), and
+ * a PIPE fragment (am_frag_t then data). An input of odd length runs with
+ * FERRY_AM_RNDV=pipe (the real send, and crafted clear-to-sends and
+ * completions, then meet a PIPE send; an announcement with protocol PIPE is
+ * taken either way). After the records the context progresses,
  * the receive is canceled or completed, and everything is torn down: no
  * crash, no hang, no leak.
  */
@@ -29,8 +33,9 @@
 #include "api/api.h"
 #include "fuzz.h"
 
-static const uint8_t tags[5] = {API_TAG_AM_RTS, API_TAG_AM_FIN, API_TAG_AM_CTS, API_TAG_AM_PUT_DONE,
-                                API_TAG_MSG};
+static const uint8_t tags[7] = {API_TAG_AM_RTS,      API_TAG_AM_FIN, API_TAG_AM_CTS,
+                                API_TAG_AM_PUT_DONE, API_TAG_MSG,    0,
+                                API_TAG_AM_FRAG};
 
 typedef struct harness {
     uint8_t sink[64];
@@ -79,6 +84,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     ferry_ctx_t *ctx;
+    setenv("FERRY_AM_RNDV", size % 2 == 1 ? "pipe" : "auto", 1);
     if (ferry_init(NULL, &ctx) != FERRY_OK)
         abort();
     harness_t h = {.done = 0};
@@ -100,7 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     size_t off = 0;
     while (off + 3 <= size) {
-        uint8_t kind = data[off] % 6;
+        uint8_t kind = data[off] % 7;
         size_t len = (size_t)data[off + 1] | (size_t)data[off + 2] << 8;
         off += 3;
         if (len > size - off)

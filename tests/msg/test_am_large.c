@@ -14,13 +14,25 @@
  * - attacks: announcements of 2^63 and 2^40 bytes crafted on the wire
  *   (nothing allocated, the process carries on); a rendezvous key used
  *   after its message completed, and while a newer one is live on the
- *   same buffer, is refused.
+ *   same buffer, is refused;
+ * - with --random: messages of random sizes up to 64 MiB, from contiguous
+ *   and gathered sources, into ferry's buffer, a data handler's buffer, a
+ *   scattered layout, dropped, and taken from later progress; every byte
+ *   checked (run with each FERRY_AM_RNDV);
+ * - with --frag-attack (FERRY_AM_RNDV=pipe): crafted PIPE fragments, short,
+ *   for no message, overlapping, leaving a gap and running past the
+ *   announced length, are refused without a byte written out of place;
+ * - with --pipe-dies-recv / --pipe-dies-send: rank 1 (the receiver) or
+ *   rank 0 (the sender) of a 64 MiB message dies in the middle of its
+ *   stream; the other side's send or receive ends with an error
+ *   (run_pipe_dies.sh).
  */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <ferry/ferry.h>
 
@@ -28,7 +40,16 @@
 #include "api/am_large.h"
 #include "api/api.h"
 
-enum { TAG_ORD = 1, TAG_DATA = 2, TAG_KEY = 3, TAG_NOTE = 4, TAG_WIN = 5, TAG_WIN_DATA = 6 };
+enum {
+    TAG_ORD = 1,
+    TAG_DATA = 2,
+    TAG_KEY = 3,
+    TAG_NOTE = 4,
+    TAG_WIN = 5,
+    TAG_WIN_DATA = 6,
+    TAG_RAND_ORD = 7,
+    TAG_RAND_DATA = 8
+};
 
 /* The window phase: messages in flight at once. */
 #define WIN 40
@@ -79,6 +100,11 @@ typedef struct state {
     size_t win_len;
     uint8_t *win_buf; /* WIN slices of win_len */
     int win_taken, win_arrived;
+    /* random sizes */
+    int r_mode;
+    size_t r_len;
+    uint64_t r_seq;
+    int r_got;
 } state_t;
 
 static void on_ord(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len, void *arg)
@@ -577,6 +603,301 @@ static void phase_key(state_t *st, size_t max)
     free(dst);
 }
 
+/* ---- --random ---- */
+
+enum { R_OWN, R_CONTIG, R_SCATTER, R_DROP, R_DEFER, R_MODES };
+
+/* Into ferry's own buffer (the ordinary handler). */
+static void on_rand_ord(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len,
+                        void *arg)
+{
+    state_t *st = arg;
+    (void)ctx, (void)tag;
+    CHECK(src == st->prev);
+    CHECK(len == st->r_len);
+    uint64_t seq = st->r_seq;
+    if (len >= 8)
+        CHECK(memcmp(data, &seq, 8) == 0);
+    CHECK(good(data, len, seq, len >= 8 ? 8 : 0));
+    st->r_got++;
+}
+
+/* The scattered layout: two halves of dbuf with a 64-byte gap. */
+static ferry_iov_t g_scatter[2];
+
+static void on_rand_data(ferry_ctx_t *ctx, int src, int tag, ferry_am_data_t *data, size_t len,
+                         void *arg)
+{
+    state_t *st = arg;
+    (void)tag;
+    CHECK(src == st->prev && len == st->r_len && len + 64 <= st->dcap);
+    switch (st->r_mode) {
+    case R_CONTIG:
+        CHECK(ferry_am_recv_data(ctx, data, st->dbuf, len, data_cb_done, st) == FERRY_OK);
+        break;
+    case R_SCATTER: {
+        g_scatter[0] = (ferry_iov_t){st->dbuf, len / 2};
+        g_scatter[1] = (ferry_iov_t){st->dbuf + len / 2 + 64, len - len / 2};
+        ferry_convertor_t conv;
+        CHECK(ferry_convertor_init_iov(&conv, g_scatter, 2) == FERRY_OK);
+        CHECK(ferry_am_recv_data_conv(ctx, data, &conv, data_cb_done, st) == FERRY_OK);
+        break;
+    }
+    case R_DROP:
+        CHECK(ferry_am_data_drop(ctx, data) == FERRY_OK);
+        st->dstatus = FERRY_ERR_CANCELED;
+        st->ddone++;
+        break;
+    case R_DEFER:
+        st->kept = data;
+        st->kept_len = len;
+        break;
+    }
+}
+
+/* A size from 0 to 64 MiB, spread over the powers of two. */
+static size_t rand_size(uint64_t *x)
+{
+    *x = *x * 6364136223846793005u + 1442695040888963407u;
+    unsigned bits = (unsigned)(*x >> 59) % 27; /* 0 .. 26 */
+    *x = *x * 6364136223846793005u + 1442695040888963407u;
+    return bits == 0 ? 0 : (size_t)(*x >> 20) % ((size_t)1 << bits);
+}
+
+static void phase_random(state_t *st, size_t max)
+{
+    ferry_ctx_t *ctx = st->ctx;
+    const size_t cap = (size_t)64 << 20;
+    st->dcap = cap + 64;
+    st->dbuf = malloc(st->dcap);
+    uint8_t *src = malloc(cap);
+    CHECK(st->dbuf != NULL && src != NULL);
+    CHECK(ferry_am_register(ctx, TAG_RAND_ORD, on_rand_ord, st) == FERRY_OK);
+    CHECK(ferry_am_register_data(ctx, TAG_RAND_DATA, on_rand_data, st) == FERRY_OK);
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    /* The same sequence on every rank: each receives what its prev sends. */
+    uint64_t x = 20261202;
+    const int n = 30;
+    for (int k = 0; k < n; k++) {
+        size_t len = k == n - 1 ? cap : k == 1 ? max + 1 : rand_size(&x);
+        int mode = k % R_MODES;
+        bool gather = (k / R_MODES) % 2 == 1;
+        if (mode != R_OWN && len <= max)
+            len += max + 1; /* a data handler sees only rendezvous */
+        if (len > cap)
+            len = cap;
+        st->r_len = len;
+        st->r_mode = mode;
+        st->r_seq = 1000 + (uint64_t)k;
+        st->ddone = 0;
+        st->dstatus = 1;
+        int got = st->r_got;
+        fill(src, len, st->r_seq);
+        memset(st->dbuf, 0x5a, len + 64);
+        CHECK(ferry_barrier(ctx) == FERRY_OK);
+        int tag = mode == R_OWN ? TAG_RAND_ORD : TAG_RAND_DATA;
+        nb_t done = {0, 1};
+        ferry_convertor_t conv;
+        ferry_iov_t iov[3] = {{src, len / 3}, {src + len / 3, len / 3 + 1}, {NULL, 0}};
+        if (len < 3) {
+            iov[0] = (ferry_iov_t){src, len};
+            iov[1] = (ferry_iov_t){src + len, 0};
+        }
+        iov[2] = (ferry_iov_t){src + iov[0].len + iov[1].len, len - iov[0].len - iov[1].len};
+        if (gather)
+            CHECK(ferry_convertor_init_iov(&conv, iov, 3) == FERRY_OK);
+        else
+            ferry_convertor_init_contig(&conv, src, len);
+        int rc;
+        while ((rc = ferry_am_send_conv_nb(ctx, st->next, tag, &conv, nb_done, &done)) ==
+               FERRY_ERR_NO_RESOURCE)
+            CHECK(ferry_progress(ctx) >= 0);
+        CHECK(rc == FERRY_OK);
+        /* The blocks of a gathered source are the caller's again at once. */
+        memset(iov, 0, sizeof(iov));
+        if (mode == R_DEFER) {
+            while (st->kept == NULL)
+                CHECK(ferry_progress(ctx) >= 0);
+            for (int i = 0; i < 10; i++)
+                CHECK(ferry_progress(ctx) >= 0);
+            CHECK(ferry_am_recv_data(ctx, st->kept, st->dbuf, st->kept_len, data_cb_done, st) ==
+                  FERRY_OK);
+            st->kept = NULL;
+        }
+        while (done.done == 0 || (mode == R_OWN ? st->r_got == got : st->ddone == 0))
+            CHECK(ferry_progress(ctx) >= 0);
+        if (mode == R_DROP) {
+            CHECK(done.status == FERRY_ERR_CANCELED);
+        } else {
+            if (done.status != FERRY_OK)
+                fprintf(stderr, "rank %d: message %d (%zu bytes, mode %d): %s\n", st->me, k, len,
+                        mode, ferry_strerror(done.status));
+            CHECK(done.status == FERRY_OK);
+        }
+        if (mode == R_CONTIG || mode == R_DEFER) {
+            CHECK(st->dstatus == FERRY_OK);
+            CHECK(memcmp(st->dbuf, &st->r_seq, len >= 8 ? 8 : len) == 0 || len < 8);
+            CHECK(good(st->dbuf, len, st->r_seq, len >= 8 ? 8 : 0));
+            for (size_t i = len; i < len + 64; i++)
+                CHECK(st->dbuf[i] == 0x5a);
+        } else if (mode == R_SCATTER) {
+            CHECK(st->dstatus == FERRY_OK);
+            size_t h = len / 2;
+            uint8_t *tmp = st->dbuf;
+            CHECK(memcmp(tmp, src, h) == 0);
+            for (size_t i = h; i < h + 64; i++)
+                CHECK(tmp[i] == 0x5a);
+            CHECK(memcmp(tmp + h + 64, src + h, len - h) == 0);
+        }
+    }
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    if (st->me == 0)
+        printf("random: %d messages up to %zu bytes checked\n", n, cap);
+    free(src);
+    free(st->dbuf);
+    st->dbuf = NULL;
+}
+
+/* ---- --frag-attack ---- */
+
+static void send_raw(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, size_t hlen,
+                     const void *payload, size_t plen)
+{
+    int rc;
+    while ((rc = btl_ctx_send(ctx, dst, tag, hdr, hlen, payload, plen)) == FERRY_ERR_NO_RESOURCE)
+        ferry_progress(ctx);
+    CHECK(rc == FERRY_OK);
+}
+
+static void send_pipe_rts(ferry_ctx_t *ctx, int dst, uint64_t id, uint64_t len)
+{
+    am_rts_t rts;
+    memset(&rts, 0, sizeof(rts));
+    rts.id = id;
+    rts.len = len;
+    rts.tag = TAG_DATA;
+    rts.proto = FERRY_AM_RNDV_PIPE;
+    send_raw(ctx, dst, API_TAG_AM_RTS, &rts, sizeof(rts), NULL, 0);
+}
+
+static void send_frag(ferry_ctx_t *ctx, int dst, uint64_t id, uint64_t off, const void *data,
+                      size_t n)
+{
+    am_frag_t h = {.id = id, .off = off};
+    send_raw(ctx, dst, API_TAG_AM_FRAG, &h, sizeof(h), data, n);
+}
+
+static void phase_frag_attack(state_t *st)
+{
+    ferry_ctx_t *ctx = st->ctx;
+    const size_t L = 100;
+    uint8_t bytes[256];
+    for (size_t i = 0; i < sizeof(bytes); i++)
+        bytes[i] = (uint8_t)(i + 1);
+    st->dcap = L + 64;
+    st->dbuf = malloc(st->dcap);
+    CHECK(st->dbuf != NULL);
+    st->data_mode = MODE_EXACT;
+    const uint64_t base = 0xf1a60000u;
+    /* Each case: a message of L bytes announced (the handler takes it into
+     * dbuf), then fragments; 1: overlap, 2: gap, 3: past the end, 4: a good
+     * stream, for the control. */
+    for (int c = 1; c <= 4; c++) {
+        memset(st->dbuf, 0x5a, st->dcap);
+        st->ddone = 0;
+        st->dstatus = 1;
+        CHECK(ferry_barrier(ctx) == FERRY_OK);
+        uint64_t id = base + (uint64_t)c;
+        /* Short, and for no message: dropped, nothing else happens. */
+        send_raw(ctx, st->next, API_TAG_AM_FRAG, bytes, 8, NULL, 0);
+        send_frag(ctx, st->next, id + 100, 0, bytes, 10);
+        send_pipe_rts(ctx, st->next, id, L);
+        send_frag(ctx, st->next, id, 0, bytes, 40);
+        if (c == 1)
+            send_frag(ctx, st->next, id, 20, bytes, 40); /* overlaps [20, 40) */
+        else if (c == 2)
+            send_frag(ctx, st->next, id, 60, bytes, 40); /* leaves [40, 60) */
+        else if (c == 3)
+            send_frag(ctx, st->next, id, 40, bytes, 200); /* 140 bytes past the end */
+        else
+            send_frag(ctx, st->next, id, 40, bytes + 40, 60);
+        /* After the message ended: for no message any more. */
+        send_frag(ctx, st->next, id, 40, bytes, 60);
+        wait_until(ctx, &st->ddone, 1);
+        CHECK(ferry_barrier(ctx) == FERRY_OK);
+        CHECK(st->ddone == 1);
+        CHECK(memcmp(st->dbuf, bytes, 40) == 0);
+        if (c == 4) {
+            CHECK(st->dstatus == FERRY_OK);
+            CHECK(memcmp(st->dbuf, bytes, L) == 0);
+        } else {
+            CHECK(st->dstatus == FERRY_ERR_PROTO);
+            for (size_t i = 40; i < st->dcap; i++)
+                CHECK(st->dbuf[i] == 0x5a);
+        }
+        for (size_t i = L; i < st->dcap; i++)
+            CHECK(st->dbuf[i] == 0x5a);
+    }
+    if (st->me == 0)
+        printf("frag attack: refused\n");
+    free(st->dbuf);
+    st->dbuf = NULL;
+}
+
+/* ---- --pipe-dies-recv, --pipe-dies-send ---- */
+
+static void take_zeroed(ferry_ctx_t *ctx, int src, int tag, ferry_am_data_t *data, size_t len,
+                        void *arg)
+{
+    state_t *st = arg;
+    (void)src, (void)tag;
+    memset(st->dbuf, 0, len);
+    CHECK(ferry_am_recv_data(ctx, data, st->dbuf, len, data_cb_done, st) == FERRY_OK);
+}
+
+static void phase_pipe_dies(state_t *st, bool recv_dies)
+{
+    ferry_ctx_t *ctx = st->ctx;
+    const size_t len = (size_t)64 << 20;
+    st->dbuf = malloc(len);
+    uint8_t *src = malloc(len);
+    CHECK(st->dbuf != NULL && src != NULL);
+    memset(src, 0xab, len);
+    st->ddone = 0;
+    CHECK(ferry_am_register_data(ctx, TAG_RAND_DATA, take_zeroed, st) == FERRY_OK);
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    if (st->me == 0) {
+        nb_t done = {0, 1};
+        CHECK(ferry_am_send_nb(ctx, 1, TAG_RAND_DATA, src, len, nb_done, &done) == FERRY_OK);
+        while (done.done == 0 && (recv_dies || st->notes == 0))
+            CHECK(ferry_progress(ctx) >= 0);
+        if (!recv_dies)
+            raise(SIGKILL); /* half the stream is out */
+        printf("rank 0: send to a peer dead mid-stream: %s\n", ferry_status_name(done.status));
+        fflush(stdout);
+        CHECK(done.status == FERRY_ERR_UNREACH);
+    } else if (st->me == 1) {
+        while (st->dbuf[len / 2] == 0 && st->ddone == 0)
+            CHECK(ferry_progress(ctx) >= 0);
+        CHECK(st->ddone == 0); /* in the middle */
+        if (recv_dies)
+            raise(SIGKILL);
+        CHECK(send_small(ctx, 0, TAG_NOTE, "h", 1) == FERRY_OK);
+        /* Taking nothing meanwhile, so that the sender, its path full,
+         * dies before the rest is out. */
+        usleep(300000);
+        while (st->ddone == 0)
+            CHECK(ferry_progress(ctx) >= 0);
+        printf("rank 1: receive from a peer dead mid-stream: %s\n",
+               ferry_status_name(st->dstatus));
+        fflush(stdout);
+        CHECK(st->dstatus == FERRY_ERR_UNREACH);
+    }
+    free(src);
+    free(st->dbuf);
+    st->dbuf = NULL;
+}
+
 int main(int argc, char **argv)
 {
     bool limit = argc > 1 && strcmp(argv[1], "--limit") == 0;
@@ -609,7 +930,8 @@ int main(int argc, char **argv)
     ferry_am_sizes_t sz;
     CHECK(ferry_am_sizes(ctx, st.next, &sz) == FERRY_OK);
     CHECK(sz.eager_max == (size_t)maxl && sz.rndv_min == (size_t)maxl + 1);
-    CHECK(sz.rndv == FERRY_AM_RNDV_GET || sz.rndv == FERRY_AM_RNDV_PUT);
+    CHECK(sz.rndv == FERRY_AM_RNDV_GET || sz.rndv == FERRY_AM_RNDV_PUT ||
+          sz.rndv == FERRY_AM_RNDV_PIPE);
     CHECK(ferry_am_sizes(ctx, size, &sz) == FERRY_ERR_INVALID);
     CHECK(ferry_am_sizes(ctx, st.next, NULL) == FERRY_ERR_INVALID);
     /* Both paths (next and self) must share a threshold for the sizes to
@@ -618,7 +940,11 @@ int main(int argc, char **argv)
     size_t max = (size_t)(maxl < self_max ? maxl : self_max);
     if (st.me == 0)
         printf("max send %zu (next) / %ld (self), rendezvous by %s, large max %zu\n", (size_t)maxl,
-               self_max, sz.rndv == FERRY_AM_RNDV_GET ? "get" : "put", sz.large_max);
+               self_max,
+               sz.rndv == FERRY_AM_RNDV_GET   ? "get"
+               : sz.rndv == FERRY_AM_RNDV_PUT ? "put"
+                                              : "pipe",
+               sz.large_max);
 
     if (limit) {
         phase_limit(&st);
@@ -626,6 +952,14 @@ int main(int argc, char **argv)
         phase_peer_dies(&st, (size_t)maxl);
     } else if (argc > 1 && strcmp(argv[1], "--window") == 0) {
         phase_window(&st, (size_t)maxl);
+    } else if (argc > 1 && strcmp(argv[1], "--random") == 0) {
+        phase_random(&st, (size_t)maxl);
+    } else if (argc > 1 && strcmp(argv[1], "--frag-attack") == 0) {
+        phase_frag_attack(&st);
+    } else if (argc > 1 && strcmp(argv[1], "--pipe-dies-recv") == 0) {
+        phase_pipe_dies(&st, true);
+    } else if (argc > 1 && strcmp(argv[1], "--pipe-dies-send") == 0) {
+        phase_pipe_dies(&st, false);
     } else {
         phase_window(&st, (size_t)maxl);
         phase_order(&st, max);
