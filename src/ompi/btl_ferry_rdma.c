@@ -364,6 +364,28 @@ static int rdma_start(struct mca_btl_base_module_t *btl, struct mca_btl_base_end
     if (endpoint == NULL)
         return own_rdma(mod, is_put, local, remote, local_handle, remote_handle, size, cbfunc,
                         cbcontext, cbdata);
+    /* Done inside the call where the transport can (sm: a peer's heap, as
+     * from ferry's pool): no descriptor, and the callback at once, as for
+     * the process's own memory. Not ahead of operations still waiting. */
+    if (fbtl->ops->rdma_direct != NULL && mca_btl_ferry.rdma_wait_head == NULL) {
+        int rc = fbtl->ops->rdma_direct(fbtl, ep, is_put, local, remote, remote_handle->key, size);
+        if (rc == FERRY_BTL_DONE) {
+            if (is_put) {
+                mod->stats.put++;
+                mod->stats.put_bytes += size;
+            } else {
+                mod->stats.get++;
+                mod->stats.get_bytes += size;
+            }
+            if (cbfunc != NULL)
+                cbfunc(btl, endpoint, local, local_handle, cbcontext, cbdata, OPAL_SUCCESS);
+            return OPAL_SUCCESS;
+        }
+        if (rc != FERRY_ERR_NOT_SUPPORTED) {
+            mod->stats.rdma_failed++;
+            return mca_btl_ferry_status(rc);
+        }
+    }
     mca_btl_ferry_rdma_op_t *op = op_get(mod, endpoint, local, local_handle, cbfunc, cbcontext,
                                          cbdata);
     if (op == NULL)
