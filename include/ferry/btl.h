@@ -64,13 +64,6 @@ struct ferry_bitmap;
  * sends its notification at once on such a transport, with no wait for the
  * put's completion.
  *
- * PUT_BY_TARGET: a put into memory of the target's that is not its
- * mem_alloc memory is written by the target's CPU when it progresses (sm's
- * ring and tcp), not by hardware or a kernel copy that needs no progress
- * there. A small put nobody waits on may then travel as an active message
- * (the API's, src/api/onesided.c) at no loss: it needed the target to
- * progress anyway.
- *
  * NO_KEY_REVOKE is a limit, not a capability: a put/get through the key of a
  * registration the target has released is NOT refused with FERRY_ERR_ACCESS
  * (the fabric underneath does not check it, or checks it only by failing the
@@ -90,9 +83,7 @@ struct ferry_bitmap;
     X(ATOMIC_FOPS, 8, "atomic_fops", "atomic_fop, fetching the old value")                \
     X(PUT_ORDERED, 9, "put_ordered",                                                      \
       "a put accepted on an endpoint is in place at the target before a message sent "   \
-      "after it there is handled")                                                        \
-    X(PUT_BY_TARGET, 10, "put_by_target",                                                 \
-      "the target's CPU writes a put into ordinary memory as it progresses")
+      "after it there is handled")
 
 /* A register_mem access bit beside FERRY_ACCESS_*: atomics on the
  * registration are executed by its owner's CPU as it progresses, never

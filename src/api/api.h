@@ -29,14 +29,13 @@ enum {
 #define API_PUTN_INLINE_MAX 4096
 
 /* The message of API_TAG_PUTN (onesided.c): this header, then key_len key
- * bytes, plen payload bytes and len data bytes (PUTN_DATA; PUT_DATA, a put
- * without notification, has plen and tag 0); the header alone sent back
- * (PUTN_REFUSED). The key is of the module that carries the
+ * bytes, plen payload bytes and len data bytes (PUTN_DATA); the header
+ * alone sent back (PUTN_REFUSED). The key is of the module that carries the
  * traffic between the two (the initiator sends this way only to a peer on
  * one path), so the target resolves it with the module of its own path to
  * the sender. 16 bytes: with sm's ring header, an 8-byte put's key and
  * data, 48 bytes, which fit a cache line in half the ring positions. */
-enum { API_PUTN_DATA = 1, API_PUTN_REFUSED = 2, API_PUT_DATA = 3 /* no notification */ };
+enum { API_PUTN_DATA = 1, API_PUTN_REFUSED = 2 };
 
 typedef struct api_putn_hdr {
     uint8_t kind;    /* API_PUTN_DATA or API_PUTN_REFUSED */
@@ -249,15 +248,6 @@ void api_flush_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len);
 /* A put with notification that came in one message, or a peer's refusal of
  * one we sent (the dispatcher, or am_large releasing what it held). */
 void api_putn_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len);
-
-/* A put of at most API_PUTN_INLINE_MAX bytes to dst through module m under
- * key (the module's key bytes), sent as one message on API_TAG_PUTN, with a
- * notification on tag (payload, plen) or none (tag -1), where nothing waits
- * for the put's own completion (onesided.c says when it goes so). FERRY_OK:
- * sent, covered by the next flush to dst; 1: not this way, nothing sent
- * (take the general path); else an error with nothing sent. */
-int api_put_inline(ferry_ctx_t *ctx, int dst, int m, const uint8_t *key, uint64_t raddr,
-                   const void *buf, size_t len, int tag, const void *payload, size_t plen);
 
 /* Declares FERRY_CB_QUEUE_MAX (at context creation, so that ferry_info
  * lists it); *max_out gets its value when not NULL. */

@@ -747,49 +747,44 @@ static void notify_put_done(void *arg, int status)
 }
 
 /*
- * A small put in one message (API_TAG_PUTN), with a notification or
- * without: the header, the key of the module it is for, the notification's
- * payload, the data. The target resolves the key against its own
- * registration (ferry_btl_ops.target_resolve), copies the data, then runs
- * the handler, if any; nothing waits at the initiator for the put's own
- * completion. Taken only where nothing observes that completion (no
- * callback, no request): the marker of a later ferry_flush follows the
- * message and covers it. A refusal comes back as an API_PUTN_REFUSED
- * message, before the flush's answer, so that the flush returns
- * FERRY_ERR_ACCESS as for a refused ring put. A put without notification
- * goes so only over a transport whose target writes such a put itself
- * (FERRY_BTL_FLAG_PUT_BY_TARGET): elsewhere it would wait for the target to
- * progress where the transport's own put does not.
+ * A small put with notification in one message (API_TAG_PUTN): the header,
+ * the key of the module it is for, the notification's payload, the data.
+ * The target resolves the key against its own registration
+ * (ferry_btl_ops.target_resolve), copies the data, then runs the handler;
+ * nothing waits at the initiator for the put's own completion. Taken only
+ * where nothing observes that completion (no callback, no request): the
+ * marker of a later ferry_flush follows the message and covers it. A
+ * refusal comes back as an API_PUTN_REFUSED message, before the flush's answer,
+ * so that the flush returns FERRY_ERR_ACCESS as for a refused ring put.
  */
-int api_put_inline(ferry_ctx_t *ctx, int dst, int m, const uint8_t *key, uint64_t raddr,
-                   const void *buf, size_t len, int tag, const void *payload, size_t plen)
+
+/* FERRY_OK: sent; 1: not this way (take the general path); else an error
+ * with nothing sent. */
+static int putn_inline(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const void *buf,
+                       size_t len, int tag, const void *payload, size_t plen)
 {
     struct api_state *api = ctx->api;
+    int dst = rh->dst, m = rh->module;
     ferry_btl_module_t *btl = ctx->modules[m];
     size_t key_len = btl->attr.reg_handle_size;
-    bool notify = tag >= 0;
     /* After a failover the message could reach a rail whose key it does
-     * not carry: peers with several rails take the general path. It
-     * overtakes nothing that waits: notifications, callback sends, and
-     * (a plain put) puts queued for room. */
+     * not carry: peers with several rails take the general path. */
     if (len > API_PUTN_INLINE_MAX || btl->ops->target_resolve == NULL ||
         key_len > FERRY_BTL_KEY_MAX || m != ctx->peers[dst].module_idx || bml_multi(ctx, dst) ||
-        !util_list_empty(&api->notify_q) || api_cbq_waiting(ctx, dst) ||
-        (!notify && (!(btl->attr.flags & FERRY_BTL_FLAG_PUT_BY_TARGET) ||
-                     !util_list_empty(&api->issue_queue))))
+        !util_list_empty(&api->notify_q) || api_cbq_waiting(ctx, dst))
         return 1;
     unsigned char hdr[sizeof(api_putn_hdr_t) + FERRY_BTL_KEY_MAX + FERRY_PUT_NOTIFY_MAX];
     size_t hlen = sizeof(api_putn_hdr_t) + key_len + plen;
     if (hlen + len > btl->attr.max_send_size)
         return 1;
-    api_putn_hdr_t h = {.kind = notify ? API_PUTN_DATA : API_PUT_DATA,
-                        .tag = notify ? (uint8_t)tag : 0,
+    api_putn_hdr_t h = {.kind = API_PUTN_DATA,
+                        .tag = (uint8_t)tag,
                         .key_len = (uint8_t)key_len,
                         .plen = (uint8_t)plen,
                         .len = (uint32_t)len,
                         .raddr = raddr};
     memcpy(hdr, &h, sizeof(h));
-    memcpy(hdr + sizeof(h), key, key_len);
+    memcpy(hdr + sizeof(h), rh->key, key_len);
     if (plen > 0)
         memcpy(hdr + sizeof(h) + key_len, payload, plen);
     int rc = api_send_two(ctx, dst, API_TAG_PUTN, hdr, hlen, buf, len);
@@ -810,7 +805,7 @@ void api_putn_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len)
     api_putn_hdr_t h;
     if (len < sizeof(h)) {
         rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
-                       "put in one message from rank %d: %zu bytes, shorter than its "
+                       "put with notification from rank %d: %zu bytes, shorter than its "
                        "header; dropped",
                        src, len);
         return;
@@ -820,20 +815,18 @@ void api_putn_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len)
     size_t rest = len - sizeof(h);
     if (h.kind == API_PUTN_REFUSED && rest == 0) {
         rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
-                       "rank %d refused a %llu-byte put in one message at 0x%llx: its "
+                       "rank %d refused a %llu-byte put with notification at 0x%llx: its "
                        "registration does not cover it (any more)",
                        src, (unsigned long long)h.len, (unsigned long long)h.raddr);
         if (api->first_error[src] == FERRY_OK)
             api->first_error[src] = FERRY_ERR_ACCESS;
         return;
     }
-    bool notify = h.kind == API_PUTN_DATA;
-    if ((!notify && (h.kind != API_PUT_DATA || h.plen != 0 || h.tag != 0)) ||
-        h.key_len > FERRY_BTL_KEY_MAX || h.plen > FERRY_PUT_NOTIFY_MAX ||
-        h.tag > FERRY_AM_TAG_MAX || rest < (size_t)h.key_len + h.plen ||
-        h.len != rest - h.key_len - h.plen) {
+    if (h.kind != API_PUTN_DATA || h.key_len > FERRY_BTL_KEY_MAX ||
+        h.plen > FERRY_PUT_NOTIFY_MAX || h.tag > FERRY_AM_TAG_MAX ||
+        rest < (size_t)h.key_len + h.plen || h.len != rest - h.key_len - h.plen) {
         rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
-                       "put in one message from rank %d is malformed (kind %u, key %u "
+                       "put with notification from rank %d is malformed (kind %u, key %u "
                        "bytes, payload %u, data %llu of %zu bytes); dropped",
                        src, (unsigned)h.kind, (unsigned)h.key_len, (unsigned)h.plen,
                        (unsigned long long)h.len, len);
@@ -859,7 +852,7 @@ void api_putn_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len)
     }
     if (rc != FERRY_OK) {
         rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
-                       "put in one message from rank %d refused: %llu bytes at 0x%llx are "
+                       "put with notification from rank %d refused: %llu bytes at 0x%llx are "
                        "not in a registration of ours with remote write",
                        src, (unsigned long long)h.len, (unsigned long long)h.raddr);
         api_putn_hdr_t no = h;
@@ -874,8 +867,7 @@ void api_putn_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len)
                            src, ferry_strerror(rs));
     }
     /* As behind a refused ring put: the handler runs all the same. */
-    if (notify)
-        api_am_deliver(ctx, src, h.tag, payload, h.plen);
+    api_am_deliver(ctx, src, h.tag, payload, h.plen);
 }
 
 int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const void *buf,
@@ -913,8 +905,7 @@ int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const v
     if (rc == FERRY_ERR_NOT_SUPPORTED && req == NULL) {
         /* Nothing observes the put's own completion: one message, where
          * it fits. */
-        int sent = api_put_inline(ctx, rh->dst, rh->module, rh->key, raddr, buf, len, tag,
-                                  payload, plen);
+        int sent = putn_inline(ctx, rh, raddr, buf, len, tag, payload, plen);
         if (sent != 1)
             return sent;
     }

@@ -761,13 +761,6 @@ int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint
         if (direct_no != NULL)
             *direct_no = true;
     }
-    if (is_put && cb == NULL && req == NULL && accepted_out == NULL &&
-        len <= API_PUTN_INLINE_MAX) {
-        /* Nobody waits on this put's completion but a flush: one message. */
-        int sent = api_put_inline(ctx, dst, m, key, raddr, buf, len, -1, NULL, 0);
-        if (sent != 1)
-            return sent;
-    }
     api_rdma_op_t *op = util_pool_get(&ctx->api->ops);
     if (op == NULL)
         return FERRY_ERR_NO_RESOURCE;

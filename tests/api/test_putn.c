@@ -9,20 +9,13 @@
  *     the handler runs for both (after the data, as for a refused ring
  *     put), and rank 0's ferry_flush reports FERRY_ERR_ACCESS for the
  *     second only;
- *   - plain ferry_put of 8 bytes with no callback, which goes the same way
- *     without a notification over a transport whose target writes puts
- *     itself (FERRY_BTL_FLAG_PUT_BY_TARGET: nothing outstanding after the
- *     call): the data lands, no handler runs; into the released
- *     registration nothing lands and the put or the flush says
- *     FERRY_ERR_ACCESS;
  *   - crafted messages on the wire: too short, an unknown kind, a key or
  *     payload longer than allowed, lengths that do not add up, a tag
- *     beyond the application's, a plain put with a payload or a tag:
- *     dropped, no handler, no byte written; another registration's key, a
- *     key that is no key, a read-only registration, a range outside the
- *     registration: refused, nothing written, the handler runs (a plain
- *     put's does not), and the refusal comes back before the flush's
- *     answer.
+ *     beyond the application's, a nonzero reserved field: dropped, no
+ *     handler, no byte written; a module that is not the target's, a key
+ *     that is no key, a read-only registration, a range outside the
+ *     registration: refused, nothing written, the handler runs, and the
+ *     refusal comes back before the flush's answer.
  *
  *   test_putn        (under ferryrun -n 2, any FERRY_BTL whose path to the
  *                    peer has target_resolve; else exit 77 with the reason)
@@ -136,21 +129,6 @@ static void attacker(ferry_ctx_t *ctx, target_t *t)
     CHECK(ferry_flush(ctx, 1) == FERRY_OK); /* reported once */
     phase_end(ctx);
 
-    /* Plain puts, no callback: in one message where the target writes puts
-     * itself, so nothing is outstanding after the call. */
-    bool by_target = (ctx->modules[ctx->peers[1].module_idx]->attr.flags &
-                      FERRY_BTL_FLAG_PUT_BY_TARGET) != 0;
-    uint64_t pv = 0x5555666677778888ull;
-    CHECK(ferry_put(ctx, 1, &pv, sizeof(pv), NULL, g_keys.rw_base + 8, &g_keys.rw, NULL, NULL) ==
-          FERRY_OK);
-    if (by_target)
-        CHECK(ctx->api->outstanding[1] == 0);
-    CHECK(ferry_flush(ctx, 1) == FERRY_OK);
-    rc = ferry_put(ctx, 1, &pv, sizeof(pv), NULL, g_keys.gone_base, &g_keys.gone, NULL, NULL);
-    CHECK(rc == FERRY_OK || rc == FERRY_ERR_ACCESS);
-    CHECK(ferry_flush(ctx, 1) == (rc == FERRY_OK ? FERRY_ERR_ACCESS : FERRY_OK));
-    phase_end(ctx);
-
     /* Crafted messages. The module and key of the read-write region, as
      * the transport names them. */
     int m = ctx->peers[1].module_idx;
@@ -187,10 +165,6 @@ static void attacker(ferry_ctx_t *ctx, target_t *t)
     send_crafted(ctx, &h, key, klen, "bad", 4, &evil, 8); /* ferry's own tag */
     h = good, h.plen = FERRY_PUT_NOTIFY_MAX;
     send_crafted(ctx, &h, key, klen, "bad", 4, &evil, 8); /* a payload the message lacks */
-    h = good, h.kind = API_PUT_DATA;
-    send_crafted(ctx, &h, key, klen, "bad", 4, &evil, 8); /* a plain put with a payload */
-    h = good, h.kind = API_PUT_DATA, h.plen = 0;
-    send_crafted(ctx, &h, key, klen, "", 0, &evil, 8); /* a plain put with a tag */
 
     /* Refused: nothing written, the handler runs, a refusal comes back. */
     h = good;
@@ -203,8 +177,6 @@ static void attacker(ferry_ctx_t *ctx, target_t *t)
     send_crafted(ctx, &h, key, klen, "ref", 4, &evil, 8); /* past its end */
     h = good, h.key_len = (uint8_t)(klen > 0 ? klen - 1 : 1);
     send_crafted(ctx, &h, key, h.key_len, "ref", 4, &evil, 8); /* a key cut short */
-    h = good, h.kind = API_PUT_DATA, h.tag = 0, h.plen = 0, h.raddr = g_keys.ro_base;
-    send_crafted(ctx, &h, rokey, klen, "", 0, &evil, 8); /* a plain put, read only */
 
     /* The flush's marker follows them: the refusals are in by its answer. */
     rc = ferry_flush(ctx, 1);
@@ -255,16 +227,6 @@ static void target(ferry_ctx_t *ctx, target_t *t)
     for (size_t i = 0; i < REGION; i++)
         CHECK(gone[i] == 0);
     int base = t->notes;
-    CHECK(ferry_barrier(ctx) == FERRY_OK);
-
-    CHECK(ferry_barrier(ctx) == FERRY_OK); /* the plain puts */
-    CHECK(t->notes == base);
-    uint64_t second;
-    memcpy(&second, rw + 8, sizeof(second));
-    CHECK(second == 0x5555666677778888ull);
-    for (size_t i = 0; i < REGION; i++)
-        CHECK(gone[i] == 0);
-    memset(rw + 8, 0, 8); /* the crafted phase finds the rest of the region zero */
     CHECK(ferry_barrier(ctx) == FERRY_OK);
 
     CHECK(ferry_barrier(ctx) == FERRY_OK); /* the crafted ones */

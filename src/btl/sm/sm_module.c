@@ -543,7 +543,7 @@ static int sm_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *cou
                   * attach, our own memory) or goes on ep->queue and the
                   * ring ahead of any later send, and the target copies
                   * its chunks out before it handles what follows. */
-                 FERRY_BTL_FLAG_PUT_ORDERED | FERRY_BTL_FLAG_PUT_BY_TARGET,
+                 FERRY_BTL_FLAG_PUT_ORDERED,
         .reg_handle_size = sizeof(sm_key_t),
         .atomic_flags = BTL_ATOMIC_SUPPORTS_CPU,
         .mem_per_peer = 2 * p.ring_size, /* a ring each way */

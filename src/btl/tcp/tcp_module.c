@@ -1043,7 +1043,7 @@ static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *co
                  /* A put's frame goes on ep->queue with the sends, in
                   * order on one socket, and the target reads its data into
                   * place before it parses the next frame. */
-                 FERRY_BTL_FLAG_PUT_ORDERED | FERRY_BTL_FLAG_PUT_BY_TARGET,
+                 FERRY_BTL_FLAG_PUT_ORDERED,
         .reg_handle_size = sizeof(tcp_key_t),
         .atomic_flags = BTL_ATOMIC_SUPPORTS_CPU,
         .mem_per_peer = p.rx_buffer,
