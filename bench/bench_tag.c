@@ -379,7 +379,12 @@ int bench_run_tag(bench_t *b, bench_mode_t mode)
         if (ferry_am_sizes(b->ctx, b->peer, &sz) == FERRY_OK)
             printf("# whole active messages: one fragment up to %zu bytes, rendezvous by %s "
                    "from %zu\n",
-                   sz.eager_max, sz.rndv == FERRY_AM_RNDV_GET ? "get" : "put", sz.rndv_min);
+                   sz.eager_max,
+                   sz.rndv == FERRY_AM_RNDV_GET    ? "get"
+                   : sz.rndv == FERRY_AM_RNDV_PUT  ? "put"
+                   : sz.rndv == FERRY_AM_RNDV_PIPE ? "pipe (streamed through the transport)"
+                                                   : "?",
+                   sz.rndv_min);
     }
     bench_table_begin(b, mode, floor_what, value_col, floor_col);
     for (int i = 0; i < n; i++) {
