@@ -184,22 +184,28 @@ static int own_target(const mca_btl_ferry_module_t *mod,
     if (rh == NULL)
         return OPAL_ERR_BAD_PARAM;
     size_t klen = mod->fbtl->attr.reg_handle_size;
+    int rc = OPAL_ERR_BAD_PARAM;
+    /* The list and the stale marks change under reg_lock, from whatever
+     * thread releases memory. */
+    pthread_mutex_lock(&reg_lock);
     for (const mca_btl_base_registration_handle_t *h = mod->regs; h != NULL; h = h->next) {
         if (memcmp(h->key, rh->key, klen) != 0)
             continue;
         /* A cached registration whose memory was released stays on the
          * list until it is trimmed: its key no longer stands for memory. */
-        if (h->stale)
-            return OPAL_ERR_BAD_PARAM;
         uint64_t base = (uint64_t)(uintptr_t)h->reg->base;
-        if (addr < base || size > h->reg->len || addr - base > h->reg->len - size)
-            return OPAL_ERR_BAD_PARAM;
-        if ((h->reg->access & right) != right)
-            return OPAL_ERR_PERM;
-        *out = (void *)(uintptr_t)addr;
-        return OPAL_SUCCESS;
+        if (h->stale || addr < base || size > h->reg->len || addr - base > h->reg->len - size)
+            rc = OPAL_ERR_BAD_PARAM;
+        else if ((h->reg->access & right) != right)
+            rc = OPAL_ERR_PERM;
+        else
+            rc = OPAL_SUCCESS;
+        break;
     }
-    return OPAL_ERR_BAD_PARAM;
+    pthread_mutex_unlock(&reg_lock);
+    if (rc == OPAL_SUCCESS)
+        *out = (void *)(uintptr_t)addr;
+    return rc;
 }
 
 /* A put or get on this process's memory: copied now, and Open MPI's
