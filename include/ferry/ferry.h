@@ -330,9 +330,10 @@ typedef void (*ferry_am_cb_t)(ferry_ctx_t *ctx, int src, int tag, const void *da
 int ferry_am_register(ferry_ctx_t *ctx, int tag, ferry_am_cb_t cb, void *arg);
 
 /* Largest active message that goes to dst in one fragment (the transport's
- * max send size; active messages carry no ferry header), or a negative
- * status. Larger messages are accepted too: they go by rendezvous
- * (ferry_am_sizes below). */
+ * max send size, or to a peer with several rails the smallest of theirs, so
+ * that any of them can carry it again after a failover; active messages
+ * carry no ferry header), or a negative status. Larger messages are
+ * accepted too: they go by rendezvous (ferry_am_sizes below). */
 long ferry_am_max_size(ferry_ctx_t *ctx, int dst);
 
 /*

@@ -46,7 +46,7 @@ long ferry_am_max_size(ferry_ctx_t *ctx, int dst)
     btl_peer_t *peer = api_peer(ctx, dst, &rc);
     if (peer == NULL)
         return rc;
-    return (long)ctx->modules[peer->module_idx]->attr.max_send_size;
+    return (long)peer->max_send;
 }
 
 int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t len)
@@ -58,7 +58,7 @@ int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t l
     if (peer == NULL)
         return rc;
     ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
-    if (len > btl->attr.max_send_size) {
+    if (len > peer->max_send) {
         ferry_convertor_t large;
         ferry_convertor_init_contig(&large, data, len);
         return api_am_send_large_blocking(ctx, dst, tag, &large);

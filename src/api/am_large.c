@@ -277,7 +277,7 @@ static int send_once(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, si
     if (peer->module_idx < 0 || peer->failed)
         return FERRY_ERR_UNREACH;
     int m = peer->module_idx;
-    if (hlen + plen > ctx->modules[m]->attr.max_send_size)
+    if (hlen + plen > peer->max_send)
         return FERRY_ERR_INVALID;
     /* Kept for the replay to a peer with several rails (bml.h). */
     int rc = bml_am_gate(ctx, dst);
@@ -409,7 +409,7 @@ static uint8_t proto_for(const struct api_am_large *lg, const ferry_btl_module_t
 static int rts_send(ferry_ctx_t *ctx, int dst, const am_rts_t *rts, const void *hdr,
                     size_t hlen)
 {
-    if (sizeof(*rts) + hlen > ctx->modules[ctx->peers[dst].module_idx]->attr.max_send_size)
+    if (sizeof(*rts) + hlen > ctx->peers[dst].max_send)
         return FERRY_ERR_INVALID;
     int rc = api_cbq_waiting(ctx, dst)
                  ? FERRY_ERR_NO_RESOURCE
@@ -438,7 +438,7 @@ static int large_start(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, 
     size_t len = ferry_convertor_remaining(conv);
     uint8_t proto = proto_for(lg, btl, len);
     /* PIPE needs sends only, and room for a fragment's header. */
-    if (proto == RNDV_PIPE ? btl->attr.max_send_size <= sizeof(am_frag_t)
+    if (proto == RNDV_PIPE ? peer->max_send <= sizeof(am_frag_t)
                            : !(btl->attr.flags &
                                (proto == RNDV_GET ? FERRY_BTL_FLAG_GET : FERRY_BTL_FLAG_PUT))) {
         rt_log(&ctx->log, RT_LOG_ERROR,
@@ -654,8 +654,7 @@ int api_am_send_flat_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t
     btl_peer_t *peer = api_peer(ctx, dst, &rc);
     if (peer == NULL)
         return rc;
-    const ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
-    if (len > btl->attr.max_send_size || hlen > btl->attr.max_send_size - len)
+    if (len > peer->max_send || hlen > peer->max_send - len)
         return 1;
     rc = api_cbq_waiting(ctx, dst) ? FERRY_ERR_NO_RESOURCE
                                    : send_once(ctx, dst, API_TAG_MSG, hdr, hlen, data, len);
@@ -677,7 +676,7 @@ int api_am_send_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen
         return rc;
     ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
     size_t len = ferry_convertor_remaining(conv);
-    if (len <= btl->attr.max_send_size && hlen <= btl->attr.max_send_size - len) {
+    if (len <= peer->max_send && hlen <= peer->max_send - len) {
         bool contig = !ferry_convertor_need_buffers(conv);
         if (api_cbq_waiting(ctx, dst)) {
             rc = FERRY_ERR_NO_RESOURCE; /* behind what a callback queued */
@@ -762,8 +761,8 @@ int ferry_am_sizes(ferry_ctx_t *ctx, int dst, ferry_am_sizes_t *out)
     if (lg == NULL)
         return rc;
     ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
-    out->eager_max = btl->attr.max_send_size;
-    out->rndv_min = btl->attr.max_send_size + 1;
+    out->eager_max = peer->max_send;
+    out->rndv_min = peer->max_send + 1;
     out->large_max = lg->large_max;
     out->rndv = (ferry_am_rndv_t)proto_for(lg, btl, out->rndv_min);
     out->pipe_max = lg->rndv_mode == RNDV_AUTO ? btl->attr.rndv_pipe_max : 0;
@@ -1183,10 +1182,10 @@ static int frag_send(ferry_ctx_t *ctx, am_send_t *s)
         return FERRY_ERR_UNREACH;
     int m = peer->module_idx;
     ferry_btl_module_t *btl = ctx->modules[m];
-    if (btl->attr.max_send_size <= sizeof(am_frag_t))
+    if (peer->max_send <= sizeof(am_frag_t))
         return FERRY_ERR_NOT_SUPPORTED;
     am_frag_t h = {.id = s->id, .off = s->off};
-    size_t n = s->todo - s->off, room = btl->attr.max_send_size - sizeof(h);
+    size_t n = s->todo - s->off, room = peer->max_send - sizeof(h);
     if (n > room)
         n = room;
     if (!s->packing) {

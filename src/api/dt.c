@@ -34,7 +34,7 @@ int ferry_am_send_conv(ferry_ctx_t *ctx, int dst, int tag, ferry_convertor_t *co
         return rc;
     ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
     size_t len = ferry_convertor_remaining(conv);
-    if (len > btl->attr.max_send_size)
+    if (len > peer->max_send)
         return api_am_send_large_blocking(ctx, dst, tag, conv);
     if (!ferry_convertor_need_buffers(conv))
         return ferry_am_send(ctx, dst, tag, ferry_convertor_contig_ptr(conv), len);

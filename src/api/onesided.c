@@ -884,7 +884,7 @@ int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const v
         return FERRY_ERR_NOT_SUPPORTED;
     if (!rh_covers(rh, raddr, len, FERRY_ACCESS_REMOTE_WRITE))
         return FERRY_ERR_ACCESS;
-    if (plen > btl->attr.max_send_size)
+    if (plen > ctx->peers[rh->dst].max_send)
         return FERRY_ERR_INVALID;
     /* Where the transport does the put inside the call (a peer's heap on
      * sm), the notification follows it at once and, sent, leaves nothing

@@ -298,6 +298,13 @@ int bml_init(ferry_ctx_t *ctx)
             if (bp->kept == NULL)
                 return FERRY_ERR_NO_MEMORY;
             bp->keeping = true;
+            /* What is kept must fit every rail that may replay it: larger
+             * messages go by rendezvous, whose messages are all small. */
+            for (int i = 0; i < bp->n_live; i++) {
+                size_t max = ctx->modules[bp->path[i].m]->attr.max_send_size;
+                if (max < peer->max_send)
+                    peer->max_send = max;
+            }
         }
     }
     rt_ratelimit_init(&bml->bad_rl, RT_RATELIMIT_BURST, RT_RATELIMIT_INTERVAL_MS);
@@ -592,6 +599,7 @@ static int replay_step(ferry_ctx_t *ctx, int r, bml_peer_t *bp, bool *more)
         const ferry_btl_module_t *btl = ctx->modules[ctx->peers[r].module_idx];
         while (bp->replay_next < bp->tx_seq) {
             bml_kept_t *k = bp->kept[bp->replay_next % BML_KEEP_MAX];
+            /* Not with the API's own sizes (bml_init); a guard all the same. */
             if (k->len > btl->attr.max_send_size) {
                 char text[160];
                 snprintf(text, sizeof(text),

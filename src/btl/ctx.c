@@ -542,6 +542,7 @@ int btl_ctx_add_procs(ferry_ctx_t *ctx, ferry_btl_am_cb_t am_cb)
                 (btl->attr.exclusivity == best->exclusivity && btl->attr.latency < best->latency)) {
                 peer->module_idx = m;
                 peer->ep = eps[r];
+                peer->max_send = btl->attr.max_send_size;
             }
         }
     }

@@ -54,6 +54,10 @@ typedef struct btl_peer {
     int module_idx;             /* index into ctx->modules, -1 when unreachable */
     ferry_btl_endpoint_t *ep;   /* that module's endpoint */
     ferry_btl_endpoint_t **eps; /* endpoint per module (NULL where unreachable) */
+    /* The largest message the API sends to it in one: its path's max send
+     * size, or with several rails the smallest of theirs (bml_init), so
+     * that a message kept for the replay fits whichever rail takes over. */
+    size_t max_send;
     bool same_host;
     /* Gone for this job: a transport of this process reported it, or a peer
      * told of it (a failure notice). Never cleared. */
