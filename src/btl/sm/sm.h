@@ -37,7 +37,7 @@
 #include "util/pool.h"
 
 #define SM_MAGIC 0x316d737972726566ull /* "ferrysm1" */
-#define SM_VERSION 3
+#define SM_VERSION 4
 #define SM_LINE 64
 /* Messages start on this boundary in the ring. */
 #define SM_ALIGN 16
@@ -52,8 +52,8 @@ enum {
     SM_T_PUT = 3,      /* put through the ring: sm_put_hdr_t, then data */
     SM_T_GET_REQ = 4,  /* get through the ring: sm_get_req_t */
     SM_T_GET_RESP = 5, /* data answering a get: sm_get_resp_t, then data */
-    SM_T_AMO_REQ = 6,  /* an atomic for the target to execute: btl_amo_msg_t */
-    SM_T_AMO_ANSWER = 7 /* its answer: btl_amo_msg_t */
+    SM_T_AMO_REQ = 6,  /* an atomic for the target to execute: sm_amo_req_t */
+    SM_T_AMO_ANSWER = 7 /* its answer: sm_amo_answer_t */
 };
 
 /* Shared layout. Fields written once before the segment is published need
@@ -201,6 +201,29 @@ typedef struct sm_get_resp {
     int32_t status;
     uint32_t reserved;
 } sm_get_resp_t;
+
+/* The generic atomic path's messages (btl_amo_msg_t, src/btl/base_atomic.h)
+ * as the ring carries them: only what each kind needs and sm's own key, so
+ * that a request fills 64 bytes of the ring with its header and an answer
+ * 32 (the full message takes 96 each way). The receiver turns them back
+ * into btl_amo_msg_t, whose checks all still apply. */
+typedef struct sm_amo_req {
+    uint16_t op;
+    uint16_t flags; /* btl_amo_msg_t's, all below bit 16 */
+    uint32_t reserved; /* 0 */
+    uint64_t cookie;
+    uint64_t raddr;
+    uint64_t operand;
+    uint64_t compare;
+    sm_key_t key;
+} sm_amo_req_t;
+
+typedef struct sm_amo_answer {
+    int32_t status;
+    uint32_t reserved; /* 0 */
+    uint64_t cookie;
+    uint64_t operand;
+} sm_amo_answer_t;
 
 /* Operation codes in btl_frag_t.op. */
 enum { SM_OP_SEND, SM_OP_PUT, SM_OP_GET };

@@ -514,12 +514,17 @@ static void handle_get_resp(sm_module_t *mod, ferry_btl_endpoint_t *ep, const un
     }
 }
 
+static bool amo_expand(uint8_t type, const unsigned char *msg, uint32_t len, btl_amo_msg_t *out);
+
 bool sm_rdma_handle(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint8_t type, unsigned char *msg,
                     uint32_t len)
 {
     if (type == SM_T_AMO_REQ || type == SM_T_AMO_ANSWER) {
-        int rc = type == SM_T_AMO_REQ ? btl_amo_target(&mod->super, &mod->amo, ep, msg, len)
-                                      : btl_amo_answer(&mod->super, &mod->amo, ep, msg, len);
+        btl_amo_msg_t m;
+        int rc = !amo_expand(type, msg, len, &m) ? FERRY_ERR_PROTO
+                 : type == SM_T_AMO_REQ
+                     ? btl_amo_target(&mod->super, &mod->amo, ep, &m, sizeof(m))
+                     : btl_amo_answer(&mod->super, &mod->amo, ep, &m, sizeof(m));
         if (rc == 0) {
             /* Past its budget of answers owed: they go first. */
             sm_mark_sending(mod, ep);
@@ -641,21 +646,76 @@ void sm_rdma_ep_fini(ferry_btl_endpoint_t *ep)
 static int amo_send(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const btl_amo_msg_t *msg)
 {
     sm_module_t *mod = (sm_module_t *)btl;
-    int rc = sm_ep_connect(mod, ep);
+    int rc = ep->state == SM_EP_CONNECTED ? FERRY_OK : sm_ep_connect(mod, ep);
     if (rc != FERRY_OK)
         return rc;
     if (ep->state != SM_EP_CONNECTED)
         return FERRY_ERR_UNREACH;
     if (!util_list_empty(&ep->queue))
         return FERRY_ERR_NO_RESOURCE;
+    bool req = msg->kind == BTL_AMO_REQ;
+    size_t len = req ? sizeof(sm_amo_req_t) : sizeof(sm_amo_answer_t);
     unsigned char *slot;
     uint64_t pos;
-    if (!sm_ring_reserve(ep, sizeof(*msg), &slot, &pos))
+    if (!sm_ring_reserve(ep, len, &slot, &pos))
         return FERRY_ERR_NO_RESOURCE;
-    memcpy(slot, msg, sizeof(*msg));
-    sm_ring_commit(ep, pos, sizeof(*msg), 0,
-                   msg->kind == BTL_AMO_REQ ? SM_T_AMO_REQ : SM_T_AMO_ANSWER);
+    if (req) {
+        sm_amo_req_t r = {.op = msg->op,
+                          .flags = (uint16_t)msg->flags,
+                          .cookie = msg->cookie,
+                          .raddr = msg->raddr,
+                          .operand = msg->operand,
+                          .compare = msg->compare};
+        memcpy(&r.key, msg->key, sizeof(r.key));
+        memcpy(slot, &r, sizeof(r));
+    } else {
+        sm_amo_answer_t a = {.status = msg->status, .cookie = msg->cookie, .operand = msg->operand};
+        memcpy(slot, &a, sizeof(a));
+    }
+    sm_ring_commit(ep, pos, len, 0, req ? SM_T_AMO_REQ : SM_T_AMO_ANSWER);
     return FERRY_OK;
+}
+
+_Static_assert((BTL_AMO_CSWAP | BTL_AMO_FETCH | FERRY_BTL_ATOMIC_FLAG_32BIT) <= UINT16_MAX,
+               "a request's flags fit sm's 16 bits");
+_Static_assert(SM_HDR_SIZE + sizeof(sm_amo_req_t) == 64 &&
+                   SM_HDR_SIZE + sizeof(sm_amo_answer_t) == 32,
+               "sm's atomic messages: a request in 64 ring bytes, an answer in 32");
+
+/* A ring atomic message as the generic path's btl_amo_msg_t (false: not
+ * one of sm's forms). */
+static bool amo_expand(uint8_t type, const unsigned char *msg, uint32_t len, btl_amo_msg_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->magic = BTL_AMO_MAGIC;
+    if (type == SM_T_AMO_REQ) {
+        sm_amo_req_t r;
+        if (len != sizeof(r))
+            return false;
+        memcpy(&r, msg, sizeof(r));
+        if (r.reserved != 0)
+            return false;
+        out->kind = BTL_AMO_REQ;
+        out->op = r.op;
+        out->flags = r.flags;
+        out->cookie = r.cookie;
+        out->raddr = r.raddr;
+        out->operand = r.operand;
+        out->compare = r.compare;
+        memcpy(out->key, &r.key, sizeof(r.key));
+        return true;
+    }
+    sm_amo_answer_t a;
+    if (len != sizeof(a))
+        return false;
+    memcpy(&a, msg, sizeof(a));
+    if (a.reserved != 0)
+        return false;
+    out->kind = BTL_AMO_ANSWER;
+    out->status = a.status;
+    out->cookie = a.cookie;
+    out->operand = a.operand;
+    return true;
 }
 
 static btl_amo_ep_t *amo_ep(ferry_btl_endpoint_t *ep)

@@ -173,18 +173,16 @@ static bool one_message(world_t *w, fuzz_in_t *in)
         break;
     }
     case 6: { /* an atomic for this process to execute: mostly well formed */
-        btl_amo_msg_t a = {.magic = fuzz_u8(in) & 7 ? BTL_AMO_MAGIC : fuzz_u32(in),
-                           .kind = fuzz_u8(in) & 7 ? BTL_AMO_REQ : fuzz_u16(in),
-                           .op = fuzz_u8(in) % 0x30,
-                           .flags = fuzz_u8(in) & 7 ? (uint32_t)(fuzz_u8(in) & 1) |
-                                                         (uint32_t)(fuzz_u8(in) & 3) << 8
-                                                   : fuzz_u32(in),
-                           .status = fuzz_u8(in) & 7 ? 0 : (int32_t)fuzz_u32(in),
-                           .cookie = fuzz_u64(in),
-                           .operand = fuzz_u64(in),
-                           .compare = fuzz_u64(in)};
+        sm_amo_req_t a = {.op = fuzz_u8(in) % 0x30,
+                          .flags = fuzz_u8(in) & 7 ? (uint16_t)((fuzz_u8(in) & 1) |
+                                                                (fuzz_u8(in) & 3) << 8)
+                                                   : fuzz_u16(in),
+                          .reserved = fuzz_u8(in) & 7 ? 0 : fuzz_u32(in),
+                          .cookie = fuzz_u64(in),
+                          .operand = fuzz_u64(in),
+                          .compare = fuzz_u64(in)};
         uint8_t k = fuzz_u8(in) % NKEYS;
-        memcpy(a.key, w->keys[k], sizeof(sm_key_t));
+        memcpy(&a.key, w->keys[k], sizeof(sm_key_t));
         /* Aligned for either width inside the buffer, or anywhere. */
         a.raddr = w->addrs[k] + (fuzz_u8(in) & 1 ? (uint64_t)(fuzz_u16(in) % 512) * 8
                                                 : (uint64_t)(int64_t)(int16_t)fuzz_u16(in));
@@ -194,11 +192,10 @@ static bool one_message(world_t *w, fuzz_in_t *in)
         break;
     }
     case 7: { /* an answer to an atomic nobody asked for, or garbled */
-        btl_amo_msg_t a = {.magic = BTL_AMO_MAGIC,
-                           .kind = fuzz_u8(in) & 3 ? BTL_AMO_ANSWER : fuzz_u16(in),
-                           .status = (int32_t)fuzz_u32(in),
-                           .cookie = fuzz_u64(in),
-                           .operand = fuzz_u64(in)};
+        sm_amo_answer_t a = {.status = (int32_t)fuzz_u32(in),
+                             .reserved = fuzz_u8(in) & 3 ? 0 : fuzz_u32(in),
+                             .cookie = fuzz_u64(in),
+                             .operand = fuzz_u64(in)};
         memcpy(msg, &a, sizeof(a));
         len = fuzz_u8(in) & 7 ? sizeof(a) : (uint32_t)(fuzz_u16(in) % (sizeof(a) + 16));
         type = SM_T_AMO_ANSWER;
