@@ -31,6 +31,7 @@ void btl_amo_module_init(btl_amo_module_t *am, const btl_amo_hooks_t *hooks, siz
 {
     am->hooks = hooks;
     util_list_init(&am->completed);
+    util_list_init(&am->spare);
     am->slots = slots;
     am->next_cookie = 0;
 }
@@ -57,7 +58,9 @@ int btl_amo_start(ferry_btl_module_t *btl, btl_amo_module_t *am, ferry_btl_endpo
     ep_lists(aep);
     if (aep->ninflight >= am->slots)
         return FERRY_ERR_NO_RESOURCE;
-    btl_amo_op_t *o = malloc(sizeof(*o));
+    /* One allocation per op only until the peak in flight is reached. */
+    util_list_item_t *sp = util_list_pop_front(&am->spare);
+    btl_amo_op_t *o = sp != NULL ? UTIL_CONTAINER_OF(sp, btl_amo_op_t, link) : malloc(sizeof(*o));
     if (o == NULL)
         return FERRY_ERR_NO_MEMORY;
     bool w32 = (flags & FERRY_BTL_ATOMIC_FLAG_32BIT) != 0;
@@ -82,7 +85,7 @@ int btl_amo_start(ferry_btl_module_t *btl, btl_amo_module_t *am, ferry_btl_endpo
     memcpy(m.key, rkey, klen <= sizeof(m.key) ? klen : sizeof(m.key));
     rc = am->hooks->send(btl, ep, &m);
     if (rc != FERRY_OK) {
-        free(o);
+        util_list_append(&am->spare, &o->link);
         return rc;
     }
     util_list_append(&aep->inflight, &o->link);
@@ -203,10 +206,13 @@ int btl_amo_answer(ferry_btl_module_t *btl, btl_amo_module_t *am, ferry_btl_endp
         return FERRY_ERR_PROTO;
     util_list_remove(&aep->inflight, &o->link);
     aep->ninflight--;
-    o->status = ans.status;
     if (ans.status == FERRY_OK && o->local != NULL)
         btl_atomic_store_result(o->local, o->w32, ans.operand);
-    util_list_append(&am->completed, &o->link);
+    /* Done with o before its callback, which may start others. */
+    btl_amo_op_t done = *o;
+    util_list_append(&am->spare, &o->link);
+    if (done.cb != NULL)
+        done.cb(btl, done.ep, done.local, done.lreg, done.cbctx, done.cbdata, ans.status);
     return 1;
 }
 
@@ -226,7 +232,7 @@ int btl_amo_progress(ferry_btl_module_t *btl, btl_amo_module_t *am)
         btl_amo_op_t *o = UTIL_CONTAINER_OF(it, btl_amo_op_t, link);
         if (o->cb != NULL)
             o->cb(btl, o->ep, o->local, o->lreg, o->cbctx, o->cbdata, o->status);
-        free(o);
+        util_list_append(&am->spare, &o->link);
         n++;
     }
     return n;
@@ -259,4 +265,7 @@ void btl_amo_module_fini(ferry_btl_module_t *btl, btl_amo_module_t *am)
     if (am->hooks == NULL)
         return;
     btl_amo_progress(btl, am);
+    util_list_item_t *it;
+    while ((it = util_list_pop_front(&am->spare)) != NULL)
+        free(UTIL_CONTAINER_OF(it, btl_amo_op_t, link));
 }

@@ -117,7 +117,8 @@ typedef struct btl_amo_hooks {
 /* A module's part: atomics whose completion is due, and the budget. */
 typedef struct btl_amo_module {
     const btl_amo_hooks_t *hooks;
-    util_list_t completed; /* ops answered or failed, callbacks not yet run */
+    util_list_t completed; /* ops failed, callbacks not yet run */
+    util_list_t spare;     /* ops done with, for the next ones (freed at fini) */
     size_t slots;          /* FERRY_BTL_ATOMIC_SLOTS */
     uint64_t next_cookie;
 } btl_amo_module_t;
@@ -146,9 +147,10 @@ int btl_amo_start(ferry_btl_module_t *btl, btl_amo_module_t *am, ferry_btl_endpo
 int btl_amo_target(ferry_btl_module_t *btl, btl_amo_module_t *am, ferry_btl_endpoint_t *ep,
                    const void *msg, size_t len);
 
-/* An answer from ep arrived: completes the request it names (its callback
- * runs from btl_amo_progress). 1 (taken, as for btl_amo_target), or
- * FERRY_ERR_PROTO for one that is malformed or answers nothing in flight. */
+/* An answer from ep arrived: completes the request it names, whose callback
+ * runs here (the transport calls this from its progress). 1 (taken, as for
+ * btl_amo_target), or FERRY_ERR_PROTO for one that is malformed or answers
+ * nothing in flight. */
 int btl_amo_answer(ferry_btl_module_t *btl, btl_amo_module_t *am, ferry_btl_endpoint_t *ep,
                    const void *msg, size_t len);
 
@@ -156,7 +158,7 @@ int btl_amo_answer(ferry_btl_module_t *btl, btl_amo_module_t *am, ferry_btl_endp
  * left, or a negative status from the transport's send. */
 int btl_amo_send_owed(ferry_btl_module_t *btl, btl_amo_module_t *am, ferry_btl_endpoint_t *ep);
 
-/* Runs the callbacks of the atomics completed so far; returns how many. */
+/* Runs the callbacks of the atomics failed so far; returns how many. */
 int btl_amo_progress(ferry_btl_module_t *btl, btl_amo_module_t *am);
 
 /* Completes every atomic in flight to ep with status (callbacks from the

@@ -921,22 +921,16 @@ static void rec_amo_answer(fuzz_in_t *in)
             o = &w.ops[i];
             break;
         }
-    btl_amo_msg_t m = {.magic = BTL_AMO_MAGIC, .kind = BTL_AMO_ANSWER};
+    sm_amo_answer_t m = {0};
     m.cookie = o != NULL && !(how & 4) ? o->cookie : fuzz_u64(in);
     m.status = how & 8 ? (int32_t)fuzz_u32(in) : FERRY_OK;
     m.operand = how & 0x10 ? fuzz_u64(in) : fuzz_u32(in);
-    if (how & 0x20) {
-        m.magic ^= fuzz_u8(in);
-        m.kind = fuzz_u16(in);
-        m.flags = fuzz_u8(in);
-        m.op = fuzz_u8(in);
-    }
+    if (how & 0x20)
+        m.reserved = fuzz_u32(in);
     uint32_t len = how & 0x40 ? fuzz_u8(in) % (sizeof(m) + 1) : sizeof(m);
     bool connected = ep->state == SM_EP_CONNECTED;
-    if (!sm_rdma_handle(w.mod, ep, SM_T_AMO_ANSWER, (unsigned char *)&m, len))
-        FINDING("an atomic's answer was left in the ring");
-    if (!connected)
-        return;
+    /* Which atomic it names, before its callback (run by the answer) marks
+     * it done. */
     bool known = false;
     op_t *named = NULL;
     for (int i = 0; i < MAX_OPS; i++)
@@ -945,8 +939,12 @@ static void rec_amo_answer(fuzz_in_t *in)
             known = true;
             named = &w.ops[i];
         }
-    bool sound = len == sizeof(m) && m.magic == BTL_AMO_MAGIC && m.kind == BTL_AMO_ANSWER &&
-                 m.flags == 0 && m.op == 0 && m.status <= 0 && m.status > FERRY_ERR_LAST &&
+    if (!sm_rdma_handle(w.mod, ep, SM_T_AMO_ANSWER, (unsigned char *)&m, len))
+        FINDING("an atomic's answer was left in the ring");
+    if (!connected)
+        return;
+    bool sound = len == sizeof(m) && m.reserved == 0 && m.status <= 0 &&
+                 m.status > FERRY_ERR_LAST &&
                  known && !(m.status == FERRY_OK && named->w32 && m.operand > UINT32_MAX);
     if (sound != (ep->state == SM_EP_CONNECTED))
         FINDING("an atomic's answer was %s, the peer %s", sound ? "sound" : "unsound",
