@@ -909,9 +909,9 @@ static void run_dead(const char *name)
     uint64_t waited = mod->stats.waited, gets = mod->stats.get;
     done_reset();
     for (int i = 0; i < NOPS; i++) {
-        int rc = b->btl_get(b, vep, local + (size_t)i * CHUNK, all[victim].addr + (uint64_t)i * CHUNK,
-                            NULL, &rh, CHUNK, 0, MCA_BTL_NO_ORDER, on_done, NULL,
-                            (void *)(intptr_t)i);
+        int rc = b->btl_get(b, vep, local + (size_t)i * CHUNK,
+                            all[victim].addr + (uint64_t)i * CHUNK, NULL, &rh, CHUNK, 0,
+                            MCA_BTL_NO_ORDER, on_done, NULL, (void *)(intptr_t)i);
         CHECK(rc == OPAL_SUCCESS, "get %d returned %d", i, rc);
     }
     uint64_t dead_waited = mod->stats.waited - waited;
