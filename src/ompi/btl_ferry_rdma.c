@@ -363,6 +363,17 @@ static void op_wait(mca_btl_ferry_rdma_op_t *op)
     st->rdma_wait_tail = op;
 }
 
+/* Whether an operation ahead of op on the wait list (all of them refused
+ * in this pass) goes to the same endpoint of the same module. */
+static bool op_blocked(const mca_btl_ferry_rdma_op_t *op)
+{
+    for (const mca_btl_ferry_rdma_op_t *o = mca_btl_ferry.rdma_wait_head; o != op;
+         o = o->next_wait)
+        if (o->mod == op->mod && o->ep == op->ep)
+            return true;
+    return false;
+}
+
 int mca_btl_ferry_rdma_run_waiting(bool closing)
 {
     mca_btl_ferry_state_t *st = &mca_btl_ferry;
@@ -370,7 +381,11 @@ int mca_btl_ferry_rdma_run_waiting(bool closing)
     mca_btl_ferry_rdma_op_t **p = &st->rdma_wait_head, *prev = NULL;
     while (*p != NULL) {
         mca_btl_ferry_rdma_op_t *op = *p;
-        int rc = closing ? FERRY_ERR_UNREACH : op_issue(op);
+        /* Never ahead of one refused before it on its endpoint: tcp refuses
+         * a get by its size (the bytes of gets in flight within its send
+         * queue's), and would take a smaller one behind it. */
+        int rc = closing ? FERRY_ERR_UNREACH
+                         : op_blocked(op) ? FERRY_ERR_NO_RESOURCE : op_issue(op);
         if (rc == FERRY_ERR_NO_RESOURCE) {
             /* Still refused: those behind it on other endpoints may go. */
             prev = op;
