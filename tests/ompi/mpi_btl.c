@@ -33,6 +33,11 @@
  *                 the component does not queue atomics) are retried after
  *                 progress, as osc/rdma does; some must be, and all complete
  *                 in order with the values they must fetch.
+ *   mpi_btl -m tcp
+ *                 gets of mixed sizes to the peer, back to back (2 ranks,
+ *                 FERRY_TCP_SENDQ_MAX=131072): tcp refuses a large get by
+ *                 its bytes in flight and would take the small ones behind
+ *                 it; they must wait behind it, all complete in order.
  *   mpi_btl -d MODULE
  *                 a rank dies with operations waiting (2 ranks or more, the
  *                 same settings, the last rank under kill_wrap.sh, all on
@@ -811,6 +816,73 @@ static void run_wait(const char *name)
                all_refused);
 }
 
+/*
+ * Gets of mixed sizes to one peer, back to back (2 ranks, tcp with
+ * FERRY_TCP_SENDQ_MAX=131072 and no in-flight limit): tcp keeps the bytes of
+ * the gets in flight to a peer within its send queue's size, so it takes the
+ * first 64 KiB get and refuses the 96 KiB one after it, which waits in the
+ * component; the 4 KiB ones behind it would fit, yet must wait behind it.
+ * All complete in the order issued, every byte right.
+ */
+enum { NMIXED = 12 };
+
+static size_t mixed_size(int i)
+{
+    return i == 0 ? CHUNK : i % 2 == 1 ? CHUNK + CHUNK / 2 : 4096;
+}
+
+static void run_mixed(const char *name)
+{
+    mca_btl_ferry_module_t *mod = module_named(name);
+    mca_btl_base_module_t *b = &mod->super;
+    where = "mixed";
+    CHECK(nranks == 2, "run with 2 ranks");
+    int peer = 1 - rank;
+    struct mca_btl_base_endpoint_t *ep = (struct mca_btl_base_endpoint_t *)mod->eps[peer];
+    CHECK(ep != NULL, "no %s endpoint to rank %d", name, peer);
+    size_t off[NMIXED + 1];
+    off[0] = 0;
+    for (int i = 0; i < NMIXED; i++)
+        off[i + 1] = off[i] + mixed_size(i);
+    size_t total = off[NMIXED];
+    unsigned char *target = malloc(total), *local = calloc(1, total);
+    CHECK(target != NULL && local != NULL, "out of memory");
+    for (int i = 0; i < NMIXED; i++)
+        for (size_t k = 0; k < mixed_size(i); k++)
+            target[off[i] + k] = pattern(rank, i, k, 5);
+    mca_btl_base_registration_handle_t *h =
+        b->btl_register_mem(b, ep, target, total, MCA_BTL_REG_FLAG_REMOTE_READ);
+    CHECK(h != NULL, "register_mem failed");
+    mca_btl_base_registration_handle_t rh;
+    uint64_t raddr;
+    exchange(mod, h, target, peer, &rh, &raddr);
+    MPI_Barrier(MPI_COMM_WORLD);
+    uint64_t waited = mod->stats.waited;
+    done_reset();
+    for (int i = 0; i < NMIXED; i++) {
+        int rc = b->btl_get(b, ep, local + off[i], raddr + off[i], NULL, &rh, mixed_size(i), 0,
+                            MCA_BTL_NO_ORDER, on_done, NULL, (void *)(intptr_t)i);
+        CHECK(rc == OPAL_SUCCESS, "get %d returned %d", i, rc);
+    }
+    uint64_t w = mod->stats.waited - waited;
+    CHECK(w == NMIXED - 1, "%llu of %d gets waited, expected %d", (unsigned long long)w, NMIXED,
+          NMIXED - 1);
+    progress_until(NMIXED, "gets of mixed sizes");
+    check_order("gets of mixed sizes", NMIXED);
+    for (int i = 0; i < NMIXED; i++)
+        for (size_t k = 0; k < mixed_size(i); k++)
+            CHECK(local[off[i] + k] == pattern(peer, i, k, 5),
+                  "get %d from rank %d: byte %zu is 0x%02x", i, peer, k, local[off[i] + k]);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(b->btl_deregister_mem(b, h) == OPAL_SUCCESS, "deregister_mem");
+    free(target);
+    free(local);
+    if (rank == 0)
+        printf("btl: mixed sizes: all checks passed (%d ranks, module %s, %d gets, %llu "
+               "waited)\n",
+               nranks, name, NMIXED, (unsigned long long)w);
+}
+
 /* ---- a peer that dies with operations waiting ---- */
 
 static struct {
@@ -1004,7 +1076,7 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     page = (size_t)sysconf(_SC_PAGESIZE);
     srand(1234 + rank);
-    int mode = getopt(argc, argv, "ow:d:");
+    int mode = getopt(argc, argv, "ow:m:d:");
     mca_btl_ferry_module_t *mods[16];
     if (find_modules(mods, 16) == 0) {
         if (rank == 0)
@@ -1015,9 +1087,10 @@ int main(int argc, char **argv)
     switch (mode) {
     case 'o': run_own(); break;
     case 'w': run_wait(optarg); break;
+    case 'm': run_mixed(optarg); break;
     case 'd': run_dead(optarg); break;
     default:
-        fprintf(stderr, "usage: mpi_btl -o | -w MODULE | -d MODULE\n");
+        fprintf(stderr, "usage: mpi_btl -o | -w MODULE | -m MODULE | -d MODULE\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     MPI_Finalize();

@@ -46,6 +46,11 @@
 #                                 OPAL_ERR_UNREACH; with 3 ranks or more the
 #                                 survivors' puts and gets to each other
 #                                 still work afterwards
+#   mixed tcp                     mpi_btl -m tcp on 2 ranks, tcp's send queue
+#                                 at 128 KiB: gets of mixed sizes to a peer,
+#                                 the large ones refused by their bytes in
+#                                 flight, the small ones behind them waiting
+#                                 too; all complete in the order issued
 #   kill TRANSPORT NP             a rank SIGKILLed mid-traffic: the job ends with
 #                                 an error within 120 s (mpirun's report of the
 #                                 signal, or ferry's report of the lost rank
@@ -453,6 +458,23 @@ wait | dead)
         [ "$took" -lt 50 ] || fail "the job took $took s to end"
         echo "$(grep "^btl: dead peer:" "$OUT"), job ended in $took s"
     fi
+    ;;
+mixed)
+    transport_env "$1"
+    [ "$MODULE" = tcp ] || { echo "run_ompi.sh: $CASE needs tcp"; exit 2; }
+    # The bytes of gets in flight to a peer within 128 KiB: a 64 KiB get
+    # is taken, a 96 KiB one after it refused, the 4 KiB ones behind it
+    # would fit.
+    export FERRY_TCP_SENDQ_MAX=131072
+    XOPTS="$XOPTS -x FERRY_TCP_SENDQ_MAX"
+    # shellcheck disable=SC2086
+    run "$MPIRUN" -n 2 $MPI_OPTS $XOPTS "$BTL" -m tcp
+    program_skipped
+    [ "$STATUS" -eq 0 ] || fail "exit status $STATUS"
+    grep -q "^btl: mixed sizes: all checks passed (2 ranks, module tcp" "$OUT" ||
+        fail "mpi_btl -m tcp did not pass"
+    check_btls
+    grep "^btl: mixed sizes:" "$OUT"
     ;;
 kill)
     transport_env "$1"
