@@ -51,8 +51,13 @@ typedef struct mca_btl_ferry_rdma_op {
     void *cbdata;
     /* While it waits for the transport (on the component's wait list). */
     struct mca_btl_ferry_rdma_op *next_wait;
-    ferry_btl_desc_t *des;
+    ferry_btl_desc_t *des; /* NULL until prepared (see rdma_start) */
     bool is_put;
+    /* The remote side, kept for a descriptor prepared later: Open MPI's
+     * remote handle need not outlive the call. */
+    uint64_t remote;
+    size_t size;
+    uint8_t key[FERRY_BTL_KEY_MAX];
 } mca_btl_ferry_rdma_op_t;
 
 static mca_btl_ferry_module_t *mod_of(struct mca_btl_base_module_t *btl)
@@ -278,22 +283,62 @@ static void rdma_done(ferry_btl_module_t *fbtl, ferry_btl_endpoint_t *ep, ferry_
 /* The remote side of a descriptor: the peer's address and the key bytes
  * Open MPI carried from its handle. */
 static void fill_remote(const mca_btl_ferry_module_t *mod, ferry_btl_segment_t *seg,
-                        uint64_t addr, size_t len, const mca_btl_base_registration_handle_t *h)
+                        uint64_t addr, size_t len, const uint8_t *key)
 {
     memset(seg, 0, sizeof(*seg));
     seg->addr = addr;
     seg->len = len;
-    memcpy(seg->key, h, mod->fbtl->attr.reg_handle_size);
+    memcpy(seg->key, key, mod->fbtl->attr.reg_handle_size);
 }
 
-/* Hands a prepared put or get to the transport; counted when it takes it. */
+/* The descriptor of a put or get: prepare_src or prepare_dst over the
+ * local memory in place, the remote segment filled in. FERRY_ERR_NO_RESOURCE
+ * when the transport has no descriptor now (sm: FERRY_SM_FREE_LIST_MAX). */
+static int op_prepare(mca_btl_ferry_rdma_op_t *op)
+{
+    mca_btl_ferry_module_t *mod = op->mod;
+    ferry_btl_module_t *fbtl = mod->fbtl;
+    ferry_btl_endpoint_t *ep = fep_of(op->ep);
+    ferry_convertor_t conv;
+    ferry_convertor_init_contig(&conv, op->local, op->size);
+    size_t described = op->size;
+    ferry_btl_desc_t *des = NULL;
+    int rc = op->is_put ? fbtl->ops->prepare_src(fbtl, ep, lreg_of(op->local_handle), &conv, 0,
+                                                 &described, FERRY_BTL_PREP_RDMA, &des)
+                        : fbtl->ops->prepare_dst(fbtl, ep, lreg_of(op->local_handle), &conv, 0,
+                                                 &described, FERRY_BTL_PREP_RDMA, &des);
+    if (rc == FERRY_OK && described != op->size) {
+        fbtl->ops->free(fbtl, des); /* contiguous memory is described whole */
+        rc = FERRY_ERR_NOT_SUPPORTED;
+    }
+    if (rc != FERRY_OK)
+        return rc;
+    if (op->is_put) {
+        fill_remote(mod, &des->dst[0], op->remote, op->size, op->key);
+        des->dst_cnt = 1;
+    } else {
+        fill_remote(mod, &des->src[0], op->remote, op->size, op->key);
+        des->src_cnt = 1;
+    }
+    des->flags |= FERRY_BTL_DES_OWNERSHIP;
+    des->cbfunc = rdma_done;
+    des->cbdata = op;
+    op->des = des;
+    return FERRY_OK;
+}
+
+/* Hands a put or get to the transport, prepared first if it is not yet;
+ * counted when the transport takes it. */
 static int op_issue(mca_btl_ferry_rdma_op_t *op)
 {
     mca_btl_ferry_module_t *mod = op->mod;
     ferry_btl_module_t *fbtl = mod->fbtl;
     ferry_btl_endpoint_t *ep = fep_of(op->ep);
-    size_t size = op->is_put ? op->des->dst[0].len : op->des->src[0].len;
-    int rc = op->is_put ? fbtl->ops->put(fbtl, ep, op->des) : fbtl->ops->get(fbtl, ep, op->des);
+    size_t size = op->size;
+    int rc = op->des != NULL ? FERRY_OK : op_prepare(op);
+    if (rc != FERRY_OK)
+        return rc;
+    rc = op->is_put ? fbtl->ops->put(fbtl, ep, op->des) : fbtl->ops->get(fbtl, ep, op->des);
     if (rc != FERRY_OK)
         return rc;
     if (op->is_put) {
@@ -318,6 +363,17 @@ static void op_wait(mca_btl_ferry_rdma_op_t *op)
     st->rdma_wait_tail = op;
 }
 
+/* Whether an operation ahead of op on the wait list (all of them refused
+ * in this pass) goes to the same endpoint of the same module. */
+static bool op_blocked(const mca_btl_ferry_rdma_op_t *op)
+{
+    for (const mca_btl_ferry_rdma_op_t *o = mca_btl_ferry.rdma_wait_head; o != op;
+         o = o->next_wait)
+        if (o->mod == op->mod && o->ep == op->ep)
+            return true;
+    return false;
+}
+
 int mca_btl_ferry_rdma_run_waiting(bool closing)
 {
     mca_btl_ferry_state_t *st = &mca_btl_ferry;
@@ -325,7 +381,11 @@ int mca_btl_ferry_rdma_run_waiting(bool closing)
     mca_btl_ferry_rdma_op_t **p = &st->rdma_wait_head, *prev = NULL;
     while (*p != NULL) {
         mca_btl_ferry_rdma_op_t *op = *p;
-        int rc = closing ? FERRY_ERR_UNREACH : op_issue(op);
+        /* Never ahead of one refused before it on its endpoint: tcp refuses
+         * a get by its size (the bytes of gets in flight within its send
+         * queue's), and would take a smaller one behind it. */
+        int rc = closing ? FERRY_ERR_UNREACH
+                         : op_blocked(op) ? FERRY_ERR_NO_RESOURCE : op_issue(op);
         if (rc == FERRY_ERR_NO_RESOURCE) {
             /* Still refused: those behind it on other endpoints may go. */
             prev = op;
@@ -337,7 +397,8 @@ int mca_btl_ferry_rdma_run_waiting(bool closing)
             st->rdma_wait_tail = prev;
         n++;
         if (rc != FERRY_OK) {
-            op->mod->fbtl->ops->free(op->mod->fbtl, op->des);
+            if (op->des != NULL)
+                op->mod->fbtl->ops->free(op->mod->fbtl, op->des);
             op_complete(op, rc);
         }
     }
@@ -396,45 +457,35 @@ static int rdma_start(struct mca_btl_base_module_t *btl, struct mca_btl_base_end
                                          cbdata);
     if (op == NULL)
         return OPAL_ERR_OUT_OF_RESOURCE;
-    ferry_convertor_t conv;
-    ferry_convertor_init_contig(&conv, local, size);
-    size_t described = size;
-    ferry_btl_desc_t *des = NULL;
-    int rc = is_put ? fbtl->ops->prepare_src(fbtl, ep, lreg_of(local_handle), &conv, 0,
-                                             &described, FERRY_BTL_PREP_RDMA, &des)
-                    : fbtl->ops->prepare_dst(fbtl, ep, lreg_of(local_handle), &conv, 0,
-                                             &described, FERRY_BTL_PREP_RDMA, &des);
-    if (rc == FERRY_OK && described != size) {
-        fbtl->ops->free(fbtl, des); /* contiguous memory is described whole */
-        rc = FERRY_ERR_NOT_SUPPORTED;
-    }
-    if (rc != FERRY_OK) {
-        op_put_back(op);
-        return mca_btl_ferry_status(rc);
-    }
-    if (is_put) {
-        fill_remote(mod, &des->dst[0], remote, size, remote_handle);
-        des->dst_cnt = 1;
-    } else {
-        fill_remote(mod, &des->src[0], remote, size, remote_handle);
-        des->src_cnt = 1;
-    }
-    des->flags |= FERRY_BTL_DES_OWNERSHIP;
-    des->cbfunc = rdma_done;
-    des->cbdata = op;
-    op->des = des;
+    op->des = NULL;
     op->is_put = is_put;
-    /* Behind others waiting, it waits too: they started first. */
-    rc = mca_btl_ferry.rdma_wait_head != NULL ? FERRY_ERR_NO_RESOURCE : op_issue(op);
+    op->remote = remote;
+    op->size = size;
+    memcpy(op->key, remote_handle->key, fbtl->attr.reg_handle_size);
+    /* Behind others waiting, it waits too: they started first. Its
+     * descriptor is prepared when its turn comes, so that those waiting
+     * never hold the descriptors the first of them needs. */
+    int rc = FERRY_ERR_NO_RESOURCE;
+    if (mca_btl_ferry.rdma_wait_head == NULL) {
+        rc = op_prepare(op);
+        if (rc != FERRY_OK && rc != FERRY_ERR_NO_RESOURCE) {
+            op_put_back(op);
+            return mca_btl_ferry_status(rc);
+        }
+        if (rc == FERRY_OK)
+            rc = op_issue(op);
+    }
     if (rc == FERRY_ERR_NO_RESOURCE) {
         /* ob1 takes OPAL_ERR_OUT_OF_RESOURCE for a get as a cue to retry a
          * few times only, then sends the message through its send pipeline
-         * instead; so the operation waits here for the transport. */
+         * instead; so the operation waits here for the transport, whether
+         * it has no descriptor (sm's pool at FERRY_SM_FREE_LIST_MAX) or
+         * refuses the operation (tcp's in-flight limit). */
         op_wait(op);
         return OPAL_SUCCESS;
     }
     if (rc != FERRY_OK) {
-        fbtl->ops->free(fbtl, des);
+        fbtl->ops->free(fbtl, op->des);
         op_put_back(op);
         mod->stats.rdma_failed++; /* refused: not to be tried again as it is */
         return mca_btl_ferry_status(rc);

@@ -16,22 +16,40 @@
  *                 "registration cache on" or "off" (a deregistered key
  *                 stays usable while the cache keeps it: with the cache the
  *                 region is unmapped instead, which must end it).
- *   mpi_btl -w    the wait queue (run with FERRY_BTL=tcp and
- *                 FERRY_TCP_RDMA_MAX_INFLIGHT=1, 2 ranks): every rank
- *                 issues N puts to its peer back to back, then N gets, with
- *                 no progress between; the transport takes the first only,
- *                 so N - 1 wait in the component (its "waited" count must
- *                 grow by exactly that), the puts complete through
- *                 btl_flush, the gets through progress, all in the order
- *                 issued, and every byte arrives right.
- *   mpi_btl -d    a peer dies with operations waiting (2 ranks, tcp, in-flight
- *                 limit 1, the last rank under kill_wrap.sh, both on one
- *                 host): rank 0 issues N gets from rank 1, which then
- *                 SIGKILLs itself without having progressed; every one of
- *                 them must complete (none left waiting), in order, with an
- *                 error, and the module must report the lost
- *                 peer to the error callback (the test's own, so that the
- *                 job goes on). Rank 0 then leaves without MPI_Finalize.
+ *   mpi_btl -w MODULE
+ *                 the wait queue, 2 ranks, MODULE tcp (FERRY_BTL=tcp,
+ *                 FERRY_TCP_RDMA_MAX_INFLIGHT=1) or sm (FERRY_BTL=sm, a pool
+ *                 of 4 descriptors, FERRY_SM_CMA=0, the smallest ring,
+ *                 FERRY_BTL_ATOMIC_SLOTS=2; run_ompi.sh sets them): every
+ *                 rank issues N puts to its peer back to back, then N gets,
+ *                 with no progress between; the transport takes the first
+ *                 (tcp: one; sm: as many as it has descriptors), the others
+ *                 wait in the component (its "waited" count must grow by
+ *                 that), the puts complete through btl_flush, the gets
+ *                 through progress, all in the order issued, and every byte
+ *                 arrives right. Then atomic_fop and atomic_cswap on the
+ *                 peer's ordinary memory (executed by the target), back to
+ *                 back: those the transport refuses (OPAL_ERR_OUT_OF_RESOURCE:
+ *                 the component does not queue atomics) are retried after
+ *                 progress, as osc/rdma does; some must be, and all complete
+ *                 in order with the values they must fetch.
+ *   mpi_btl -m tcp
+ *                 gets of mixed sizes to the peer, back to back (2 ranks,
+ *                 FERRY_TCP_SENDQ_MAX=131072): tcp refuses a large get by
+ *                 its bytes in flight and would take the small ones behind
+ *                 it; they must wait behind it, all complete in order.
+ *   mpi_btl -d MODULE
+ *                 a rank dies with operations waiting (2 ranks or more, the
+ *                 same settings, the last rank under kill_wrap.sh, all on
+ *                 one host): every other rank issues N gets from the last,
+ *                 which then SIGKILLs itself without having progressed;
+ *                 every one of them must complete (none left waiting), in
+ *                 order, with OPAL_ERR_UNREACH, and the module must report
+ *                 the lost peer to the error callback (the test's own, so
+ *                 that the job goes on). With 3 ranks or more, the
+ *                 survivors then put to and get from each other, past the
+ *                 limits again, all of it right. The survivors then leave
+ *                 without MPI_Finalize.
  *
  * Each mode prints "btl: ... passed" on rank 0 when everything is right; any
  * failed check is printed and aborts the job. Without any ferry module the
@@ -498,17 +516,18 @@ static void run_own(void)
 
 /* ---- the wait queue ---- */
 
-enum { NOPS = 16, CHUNK = 64 * 1024 };
+enum { NOPS = 16, CHUNK = 64 * 1024, NAMO = 24 };
 
-static mca_btl_ferry_module_t *tcp_module(void)
+/* The ferry module of the transport named (run with FERRY_BTL set to it). */
+static mca_btl_ferry_module_t *module_named(const char *name)
 {
     mca_btl_ferry_module_t *mods[16];
     int n = find_modules(mods, 16);
     for (int i = 0; i < n; i++)
-        if (strcmp(mods[i]->fbtl->attr.name, "tcp") == 0)
+        if (strcmp(mods[i]->fbtl->attr.name, name) == 0)
             return mods[i];
-    where = "tcp";
-    CHECK(0, "no ferry tcp module (run with FERRY_BTL=tcp)");
+    where = name;
+    CHECK(0, "no ferry %s module (run with FERRY_BTL=%s)", name, name);
     return NULL;
 }
 
@@ -517,7 +536,7 @@ static unsigned char pattern(int who, int i, size_t k, int phase)
     return (unsigned char)(who * 37 + i * 11 + phase * 101 + k * 13 + (k >> 9));
 }
 
-/* The peer's registration of its region: its address and key bytes. */
+/* A rank's registration of its region: its address and key bytes. */
 typedef struct {
     uint64_t addr;
     uint8_t key[FERRY_BTL_KEY_MAX];
@@ -536,27 +555,177 @@ static void exchange(mca_btl_ferry_module_t *mod, mca_btl_base_registration_hand
     *raddr = theirs.addr;
 }
 
-static void check_order(const char *what, int n)
+/* Every rank's registration of its region, as the others hold it. */
+static void exchange_all(mca_btl_ferry_module_t *mod, mca_btl_base_registration_handle_t *h,
+                         void *base, remote_t *all)
+{
+    remote_t mine = {.addr = (uint64_t)(uintptr_t)base};
+    memcpy(mine.key, h->key, mod->super.btl_registration_handle_size);
+    MPI_Allgather(&mine, sizeof(mine), MPI_BYTE, all, sizeof(mine), MPI_BYTE, MPI_COMM_WORLD);
+}
+
+static void handle_of(const remote_t *r, mca_btl_base_registration_handle_t *rh)
+{
+    memset(rh, 0, sizeof(*rh));
+    memcpy(rh->key, r->key, sizeof(rh->key));
+}
+
+/* n completions, in the order issued, each with status want. */
+static void check_order_status(const char *what, int n, int want)
 {
     CHECK(done.calls == n, "%s: %d of %d completed", what, done.calls, n);
     for (int i = 0; i < n; i++) {
-        CHECK(done.status[i] == OPAL_SUCCESS, "%s: operation %d completed with %d", what,
-              (int)done.order[i], done.status[i]);
+        CHECK(done.status[i] == want, "%s: operation %d completed with %d, expected %d", what,
+              (int)done.order[i], done.status[i], want);
         CHECK(done.order[i] == i, "%s: completion %d was of operation %d", what, i,
               (int)done.order[i]);
     }
 }
 
-static void run_wait(void)
+static void check_order(const char *what, int n)
 {
-    mca_btl_ferry_module_t *mod = tcp_module();
+    check_order_status(what, n, OPAL_SUCCESS);
+}
+
+static void progress_until(int n, const char *what)
+{
+    double start = MPI_Wtime();
+    while (done.calls < n) {
+        opal_progress();
+        CHECK(MPI_Wtime() - start < 60, "%s: %d of %d completed in 60 s", what, done.calls, n);
+    }
+}
+
+/*
+ * Atomics the transport executes at the target (ordinary memory, not
+ * ferry's pool), issued back to back to the peer: NAMO fetch-and-adds on
+ * one word, then NAMO compare-and-swaps on another, each cswap's compare the
+ * value the one before it swapped in. The component does not queue atomics
+ * (puts and gets only): one the transport cannot take now (tcp's in-flight
+ * limit; sm's ring full, its queue non-empty or FERRY_BTL_ATOMIC_SLOTS
+ * answers outstanding) is refused with OPAL_ERR_OUT_OF_RESOURCE, nothing
+ * started and no callback, and the caller tries again after progress, as
+ * osc/rdma does. Every one must then complete once, in the order issued,
+ * with the value before it; the target's words end at the sums.
+ */
+static int run_wait_atomics(mca_btl_ferry_module_t *mod, struct mca_btl_base_endpoint_t *ep,
+                            int peer)
+{
     mca_btl_base_module_t *b = &mod->super;
+    CHECK(b->btl_atomic_fop != NULL && b->btl_atomic_cswap != NULL,
+          "the %s module has no atomic_fop or atomic_cswap", mod->fbtl->attr.name);
+    const uint64_t base_add = 0x1000000000ull * (uint64_t)(rank + 1);
+    const uint64_t base_cas = 0x5a5a000000000000ull + (uint64_t)rank;
+    /* [0]: the peer's fetch-and-adds; [1]: its compare-and-swaps. */
+    uint64_t *words = calloc(2, sizeof(uint64_t));
+    CHECK(words != NULL, "out of memory");
+    words[0] = base_add;
+    words[1] = base_cas;
+    mca_btl_base_registration_handle_t *h =
+        b->btl_register_mem(b, ep, words, 2 * sizeof(uint64_t),
+                            MCA_BTL_REG_FLAG_REMOTE_ATOMIC | MCA_BTL_REG_FLAG_REMOTE_READ |
+                                MCA_BTL_REG_FLAG_REMOTE_WRITE);
+    CHECK(h != NULL, "register_mem of the atomic words failed");
+    mca_btl_base_registration_handle_t rh;
+    uint64_t raddr;
+    exchange(mod, h, words, peer, &rh, &raddr);
+    const uint64_t peer_add = 0x1000000000ull * (uint64_t)(peer + 1);
+    const uint64_t peer_cas = 0x5a5a000000000000ull + (uint64_t)peer;
+    uint64_t fetched[2][NAMO];
+    memset(fetched, 0xEE, sizeof(fetched));
+    MPI_Barrier(MPI_COMM_WORLD);
+    uint64_t waited = mod->stats.waited;
+    int refused = 0;
+    for (int kind = 0; kind < 2; kind++) {
+        done_reset();
+        for (int i = 0; i < NAMO; i++) {
+            int rc;
+            for (;;) {
+                int before = done.calls;
+                if (kind == 0)
+                    rc = b->btl_atomic_fop(b, ep, &fetched[0][i], raddr, NULL, &rh,
+                                           MCA_BTL_ATOMIC_ADD, (uint64_t)(i + 1), 0,
+                                           MCA_BTL_NO_ORDER, on_done, NULL, (void *)(intptr_t)i);
+                else
+                    rc = b->btl_atomic_cswap(b, ep, &fetched[1][i], raddr + 8, NULL, &rh,
+                                             peer_cas + (uint64_t)i, peer_cas + (uint64_t)i + 1,
+                                             0, MCA_BTL_NO_ORDER, on_done, NULL,
+                                             (void *)(intptr_t)i);
+                if (rc != OPAL_ERR_OUT_OF_RESOURCE)
+                    break;
+                CHECK(done.calls == before, "atomic %d (%s): refused, yet a callback ran", i,
+                      kind == 0 ? "fop" : "cswap");
+                refused++;
+                opal_progress();
+            }
+            /* Taken: its callback comes from progress. A 1 (done inside the
+             * call) would mean the initiator's CPU did it. */
+            CHECK(rc == OPAL_SUCCESS, "atomic %d (%s) returned %d", i, kind == 0 ? "fop" : "cswap",
+                  rc);
+        }
+        progress_until(NAMO, kind == 0 ? "fetch-and-adds" : "compare-and-swaps");
+        check_order(kind == 0 ? "fetch-and-adds" : "compare-and-swaps", NAMO);
+    }
+    uint64_t sum = 0;
+    for (int i = 0; i < NAMO; i++) {
+        CHECK(fetched[0][i] == peer_add + sum, "fetch-and-add %d fetched 0x%llx, expected 0x%llx",
+              i, (unsigned long long)fetched[0][i], (unsigned long long)(peer_add + sum));
+        sum += (uint64_t)(i + 1);
+        CHECK(fetched[1][i] == peer_cas + (uint64_t)i,
+              "compare-and-swap %d fetched 0x%llx, expected 0x%llx (missed)", i,
+              (unsigned long long)fetched[1][i], (unsigned long long)(peer_cas + (uint64_t)i));
+    }
+    /* Atomics never wait in the component: waited is for puts and gets. */
+    CHECK(mod->stats.waited == waited, "%llu atomics counted as waited",
+          (unsigned long long)(mod->stats.waited - waited));
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(words[0] == base_add + sum, "the fetch-and-adds left 0x%llx, expected 0x%llx",
+          (unsigned long long)words[0], (unsigned long long)(base_add + sum));
+    CHECK(words[1] == base_cas + NAMO, "the compare-and-swaps left 0x%llx, expected 0x%llx",
+          (unsigned long long)words[1], (unsigned long long)(base_cas + NAMO));
+    CHECK(b->btl_deregister_mem(b, h) == OPAL_SUCCESS, "deregister_mem");
+    free(words);
+    return refused;
+}
+
+/* NOPS puts or gets just issued back to back: those the transport took and
+ * those waiting in the component make NOPS. Over tcp the transport takes
+ * the first only (FERRY_TCP_RDMA_MAX_INFLIGHT=1). Over sm the component's
+ * waiting path is reached only when sm has no descriptor (its pool at
+ * FERRY_SM_FREE_LIST_MAX): sm takes every put and get it has a descriptor
+ * for, whatever its ring's credits (it queues them itself behind a full
+ * ring), so there the first few are taken and at least one must wait. */
+static void check_taken(const char *what, bool tcp, uint64_t taken, uint64_t waited)
+{
+    CHECK(taken + waited == NOPS, "%s: the transport took %llu and %llu waited, not %d in all",
+          what, (unsigned long long)taken, (unsigned long long)waited, NOPS);
+    if (tcp)
+        CHECK(taken == 1, "%s: the transport took %llu, expected 1", what,
+              (unsigned long long)taken);
+    else
+        CHECK(taken >= 1 && waited >= 1,
+              "%s: the transport took %llu and %llu waited: expected some of each", what,
+              (unsigned long long)taken, (unsigned long long)waited);
+}
+
+/*
+ * Puts, then gets, NOPS of CHUNK bytes each, back to back to the peer with
+ * no progress between: the transport takes the first (check_taken), the
+ * others wait in the component (its "waited" count). The puts complete
+ * through btl_flush, the gets through progress, in the order issued, and
+ * every byte arrives right.
+ */
+static void run_wait(const char *name)
+{
+    mca_btl_ferry_module_t *mod = module_named(name);
+    mca_btl_base_module_t *b = &mod->super;
+    bool tcp = strcmp(name, "tcp") == 0;
     where = "wait";
     CHECK(nranks == 2, "run with 2 ranks");
-    CHECK(b->btl_put != NULL && b->btl_get != NULL, "the tcp module has no put or get");
+    CHECK(b->btl_put != NULL && b->btl_get != NULL, "the %s module has no put or get", name);
     int peer = 1 - rank;
     struct mca_btl_base_endpoint_t *ep = (struct mca_btl_base_endpoint_t *)mod->eps[peer];
-    CHECK(ep != NULL, "no tcp endpoint to rank %d", peer);
+    CHECK(ep != NULL, "no %s endpoint to rank %d", name, peer);
     size_t total = (size_t)NOPS * CHUNK;
     /* target: the peer's puts land here, its gets read from here; local:
      * what this rank puts and where its gets land. Guards after each. */
@@ -576,8 +745,9 @@ static void run_wait(void)
     uint64_t raddr;
     exchange(mod, h, target, peer, &rh, &raddr);
     MPI_Barrier(MPI_COMM_WORLD);
+    uint64_t all_waited = 0;
 
-    /* Puts, back to back: the first is the transport's, the others wait. */
+    /* Puts, back to back. */
     uint64_t waited = mod->stats.waited, puts = mod->stats.put;
     done_reset();
     for (int i = 0; i < NOPS; i++) {
@@ -585,10 +755,8 @@ static void run_wait(void)
                             &rh, CHUNK, 0, MCA_BTL_NO_ORDER, on_done, NULL, (void *)(intptr_t)i);
         CHECK(rc == OPAL_SUCCESS, "put %d returned %d", i, rc);
     }
-    CHECK(mod->stats.waited - waited == NOPS - 1, "%llu of %d puts waited, expected %d",
-          (unsigned long long)(mod->stats.waited - waited), NOPS, NOPS - 1);
-    CHECK(mod->stats.put - puts == 1, "the transport took %llu puts, expected 1",
-          (unsigned long long)(mod->stats.put - puts));
+    check_taken("puts", tcp, mod->stats.put - puts, mod->stats.waited - waited);
+    all_waited += mod->stats.waited - waited;
     CHECK(done.calls == 0, "%d puts completed with no progress", done.calls);
     int rc = b->btl_flush(b, ep);
     CHECK(rc == OPAL_SUCCESS, "flush returned %d", rc);
@@ -618,15 +786,9 @@ static void run_wait(void)
                         CHUNK, 0, MCA_BTL_NO_ORDER, on_done, NULL, (void *)(intptr_t)i);
         CHECK(rc == OPAL_SUCCESS, "get %d returned %d", i, rc);
     }
-    CHECK(mod->stats.waited - waited == NOPS - 1, "%llu of %d gets waited, expected %d",
-          (unsigned long long)(mod->stats.waited - waited), NOPS, NOPS - 1);
-    CHECK(mod->stats.get - gets == 1, "the transport took %llu gets, expected 1",
-          (unsigned long long)(mod->stats.get - gets));
-    double start = MPI_Wtime();
-    while (done.calls < NOPS) {
-        opal_progress();
-        CHECK(MPI_Wtime() - start < 60, "gets: %d of %d completed in 60 s", done.calls, NOPS);
-    }
+    check_taken("gets", tcp, mod->stats.get - gets, mod->stats.waited - waited);
+    all_waited += mod->stats.waited - waited;
+    progress_until(NOPS, "gets");
     check_order("gets completed by progress", NOPS);
     for (int i = 0; i < NOPS; i++)
         for (size_t k = 0; k < CHUNK; k++)
@@ -639,10 +801,86 @@ static void run_wait(void)
     CHECK(b->btl_deregister_mem(b, h) == OPAL_SUCCESS, "deregister_mem");
     free(target);
     free(local);
+
+    int refused = run_wait_atomics(mod, ep, peer);
+    /* The transport's limit must have refused some, or the retry path was
+     * not tried. */
+    CHECK(refused > 0, "no atomic was refused: the transport's limit was not reached");
+    int all_refused = 0;
+    MPI_Reduce(&refused, &all_refused, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
     if (rank == 0)
-        printf("btl: wait queue: all checks passed (%d ranks, %d puts and %d gets, %d of each "
+        printf("btl: wait queue: all checks passed (%d ranks, module %s, %d puts and %d gets, "
+               "%llu of them waited on rank 0; %d fetch-and-adds and %d compare-and-swaps, %d "
+               "refusals retried)\n",
+               nranks, name, NOPS, NOPS, (unsigned long long)all_waited, NAMO, NAMO,
+               all_refused);
+}
+
+/*
+ * Gets of mixed sizes to one peer, back to back (2 ranks, tcp with
+ * FERRY_TCP_SENDQ_MAX=131072 and no in-flight limit): tcp keeps the bytes of
+ * the gets in flight to a peer within its send queue's size, so it takes the
+ * first 64 KiB get and refuses the 96 KiB one after it, which waits in the
+ * component; the 4 KiB ones behind it would fit, yet must wait behind it.
+ * All complete in the order issued, every byte right.
+ */
+enum { NMIXED = 12 };
+
+static size_t mixed_size(int i)
+{
+    return i == 0 ? CHUNK : i % 2 == 1 ? CHUNK + CHUNK / 2 : 4096;
+}
+
+static void run_mixed(const char *name)
+{
+    mca_btl_ferry_module_t *mod = module_named(name);
+    mca_btl_base_module_t *b = &mod->super;
+    where = "mixed";
+    CHECK(nranks == 2, "run with 2 ranks");
+    int peer = 1 - rank;
+    struct mca_btl_base_endpoint_t *ep = (struct mca_btl_base_endpoint_t *)mod->eps[peer];
+    CHECK(ep != NULL, "no %s endpoint to rank %d", name, peer);
+    size_t off[NMIXED + 1];
+    off[0] = 0;
+    for (int i = 0; i < NMIXED; i++)
+        off[i + 1] = off[i] + mixed_size(i);
+    size_t total = off[NMIXED];
+    unsigned char *target = malloc(total), *local = calloc(1, total);
+    CHECK(target != NULL && local != NULL, "out of memory");
+    for (int i = 0; i < NMIXED; i++)
+        for (size_t k = 0; k < mixed_size(i); k++)
+            target[off[i] + k] = pattern(rank, i, k, 5);
+    mca_btl_base_registration_handle_t *h =
+        b->btl_register_mem(b, ep, target, total, MCA_BTL_REG_FLAG_REMOTE_READ);
+    CHECK(h != NULL, "register_mem failed");
+    mca_btl_base_registration_handle_t rh;
+    uint64_t raddr;
+    exchange(mod, h, target, peer, &rh, &raddr);
+    MPI_Barrier(MPI_COMM_WORLD);
+    uint64_t waited = mod->stats.waited;
+    done_reset();
+    for (int i = 0; i < NMIXED; i++) {
+        int rc = b->btl_get(b, ep, local + off[i], raddr + off[i], NULL, &rh, mixed_size(i), 0,
+                            MCA_BTL_NO_ORDER, on_done, NULL, (void *)(intptr_t)i);
+        CHECK(rc == OPAL_SUCCESS, "get %d returned %d", i, rc);
+    }
+    uint64_t w = mod->stats.waited - waited;
+    CHECK(w == NMIXED - 1, "%llu of %d gets waited, expected %d", (unsigned long long)w, NMIXED,
+          NMIXED - 1);
+    progress_until(NMIXED, "gets of mixed sizes");
+    check_order("gets of mixed sizes", NMIXED);
+    for (int i = 0; i < NMIXED; i++)
+        for (size_t k = 0; k < mixed_size(i); k++)
+            CHECK(local[off[i] + k] == pattern(peer, i, k, 5),
+                  "get %d from rank %d: byte %zu is 0x%02x", i, peer, k, local[off[i] + k]);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(b->btl_deregister_mem(b, h) == OPAL_SUCCESS, "deregister_mem");
+    free(target);
+    free(local);
+    if (rank == 0)
+        printf("btl: mixed sizes: all checks passed (%d ranks, module %s, %d gets, %llu "
                "waited)\n",
-               nranks, NOPS, NOPS, NOPS - 1);
+               nranks, name, NMIXED, (unsigned long long)w);
 }
 
 /* ---- a peer that dies with operations waiting ---- */
@@ -660,76 +898,174 @@ static void on_error(struct mca_btl_base_module_t *btl, int32_t flags, struct op
     fprintf(stderr, "rank %d: error callback: %s\n", rank, info != NULL ? info : "(no info)");
 }
 
-static void run_dead(void)
+/*
+ * The last rank (the victim) dies while every other rank (a survivor) has
+ * NOPS gets from it outstanding: the transport took the first (over tcp
+ * with the in-flight limit 1, one; over sm, as many as its descriptor pool
+ * had, FERRY_SM_CMA=0 keeping them on the ring, where the victim never
+ * answers them) and the others wait in the component (check_taken). Every
+ * get ends, in the order issued, with OPAL_ERR_UNREACH: those the transport
+ * took when it fails the peer, the waiting ones when they start and the
+ * transport refuses the dead peer. The module reports the lost peer to the
+ * error callback. With two survivors or more, each then puts to the next
+ * and gets from it (again past the limit, so that they wait as well), the
+ * victim gone: all succeed, in order, every byte right. Then the survivors
+ * leave without MPI_Finalize.
+ */
+static void run_dead(const char *name)
 {
-    mca_btl_ferry_module_t *mod = tcp_module();
+    mca_btl_ferry_module_t *mod = module_named(name);
     mca_btl_base_module_t *b = &mod->super;
+    bool tcp = strcmp(name, "tcp") == 0;
     where = "dead";
-    CHECK(nranks == 2, "run with 2 ranks");
-    int peer = 1 - rank;
-    struct mca_btl_base_endpoint_t *ep = (struct mca_btl_base_endpoint_t *)mod->eps[peer];
-    CHECK(ep != NULL, "no tcp endpoint to rank %d", peer);
+    CHECK(nranks >= 2, "run with 2 ranks or more");
+    const int victim = nranks - 1, nsurv = nranks - 1;
     size_t total = (size_t)NOPS * CHUNK;
-    unsigned char *mem = calloc(1, total);
-    CHECK(mem != NULL, "out of memory");
+    /* target: read by gets, written by puts; local: where this rank's gets
+     * land and what its puts send. */
+    unsigned char *target = malloc(total), *local = malloc(total);
+    CHECK(target != NULL && local != NULL, "out of memory");
+    for (int i = 0; i < NOPS; i++)
+        for (size_t k = 0; k < CHUNK; k++)
+            target[(size_t)i * CHUNK + k] = pattern(rank, i, k, 2);
+    memset(local, 0, total);
     mca_btl_base_registration_handle_t *h =
-        b->btl_register_mem(b, ep, mem, total, MCA_BTL_REG_FLAG_REMOTE_READ);
+        b->btl_register_mem(b, MCA_BTL_ENDPOINT_ANY, target, total,
+                            MCA_BTL_REG_FLAG_REMOTE_READ | MCA_BTL_REG_FLAG_REMOTE_WRITE);
     CHECK(h != NULL, "register_mem failed");
-    mca_btl_base_registration_handle_t rh;
-    uint64_t raddr;
-    exchange(mod, h, mem, peer, &rh, &raddr);
+    remote_t *all = calloc((size_t)nranks, sizeof(*all));
+    CHECK(all != NULL, "out of memory");
+    exchange_all(mod, h, target, all);
+    /* The survivors' own communicator, for their checks after the death. */
+    MPI_Comm surv;
+    MPI_Comm_split(MPI_COMM_WORLD, rank == victim ? 1 : 0, rank, &surv);
     /* The test's error callback instead of ob1's (which ends the job). */
     CHECK(b->btl_register_error(b, on_error) == OPAL_SUCCESS, "register_error");
-    /* Rank 1 dies once rank 0's gets are issued, and never progresses
-     * after the barrier: it answers none of them. It learns that they are
-     * issued through a file (both ranks on this host), not through MPI,
-     * whose progress would answer them. */
+    /* The victim dies once every survivor's gets are issued, and never
+     * progresses once it has left the barrier: it answers none of them.
+     * The survivors start only when it says it has left (a survivor can
+     * leave the barrier while the victim still progresses inside it, and
+     * would have a get answered there). They talk through files (all ranks
+     * on this host), not through MPI, whose progress would answer them. */
     int pid0 = (int)getpid();
     MPI_Bcast(&pid0, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    char issued[64];
-    snprintf(issued, sizeof(issued), "/tmp/mpi_btl_dead.%d", pid0);
+    char issued[96], left[96];
+    snprintf(left, sizeof(left), "/tmp/mpi_btl_dead.%d.left", pid0);
     MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 1) {
-        for (int i = 0; access(issued, F_OK) != 0; i++) {
-            CHECK(i < 30000, "rank 0 did not say in 30 s that its gets were issued");
-            usleep(1000);
+    if (rank == victim) {
+        FILE *lf = fopen(left, "w");
+        CHECK(lf != NULL, "cannot create %s", left);
+        fclose(lf);
+        for (int r = 0; r < nsurv; r++) {
+            snprintf(issued, sizeof(issued), "/tmp/mpi_btl_dead.%d.%d", pid0, r);
+            for (int i = 0; access(issued, F_OK) != 0; i++) {
+                CHECK(i < 30000, "rank %d did not say in 30 s that its gets were issued", r);
+                usleep(1000);
+            }
+            unlink(issued);
         }
-        unlink(issued);
+        unlink(left);
         printf("rank %d: killing itself\n", rank);
         fflush(stdout);
         raise(SIGKILL);
     }
-    uint64_t waited = mod->stats.waited;
+    for (double start = MPI_Wtime(); access(left, F_OK) != 0; usleep(100)) {
+        opal_progress();
+        CHECK(MPI_Wtime() - start < 30, "rank %d did not say in 30 s that it left the barrier",
+              victim);
+    }
+    struct mca_btl_base_endpoint_t *vep = (struct mca_btl_base_endpoint_t *)mod->eps[victim];
+    CHECK(vep != NULL, "no %s endpoint to rank %d", name, victim);
+    mca_btl_base_registration_handle_t rh;
+    handle_of(&all[victim], &rh);
+    uint64_t waited = mod->stats.waited, gets = mod->stats.get;
     done_reset();
     for (int i = 0; i < NOPS; i++) {
-        int rc = b->btl_get(b, ep, mem + (size_t)i * CHUNK, raddr + (uint64_t)i * CHUNK, NULL, &rh,
-                            CHUNK, 0, MCA_BTL_NO_ORDER, on_done, NULL, (void *)(intptr_t)i);
+        int rc = b->btl_get(b, vep, local + (size_t)i * CHUNK,
+                            all[victim].addr + (uint64_t)i * CHUNK, NULL, &rh, CHUNK, 0,
+                            MCA_BTL_NO_ORDER, on_done, NULL, (void *)(intptr_t)i);
         CHECK(rc == OPAL_SUCCESS, "get %d returned %d", i, rc);
     }
+    uint64_t dead_waited = mod->stats.waited - waited;
+    check_taken("gets from the victim", tcp, mod->stats.get - gets, dead_waited);
+    snprintf(issued, sizeof(issued), "/tmp/mpi_btl_dead.%d.%d", pid0, rank);
     FILE *f = fopen(issued, "w");
     CHECK(f != NULL, "cannot create %s", issued);
     fclose(f);
-    CHECK(mod->stats.waited - waited == NOPS - 1, "%llu of %d gets waited, expected %d",
-          (unsigned long long)(mod->stats.waited - waited), NOPS, NOPS - 1);
-    double start = MPI_Wtime();
-    while (done.calls < NOPS) {
-        opal_progress();
-        CHECK(MPI_Wtime() - start < 60, "%d of %d gets completed in 60 s after the peer's death",
-              done.calls, NOPS);
-    }
-    /* In order, and every one with an error: the peer answered none. */
-    int failed = 0;
-    for (int i = 0; i < NOPS; i++) {
-        CHECK(done.order[i] == i, "completion %d was of get %d", i, (int)done.order[i]);
-        CHECK(done.status[i] != OPAL_SUCCESS, "get %d from the dead peer succeeded", i);
-        failed++;
-    }
+    progress_until(NOPS, "gets from the dead peer");
+    /* In order, and every one with the dead peer's error: it answered none. */
+    check_order_status("gets from the dead peer", NOPS, OPAL_ERR_UNREACH);
     CHECK(errs.calls > 0, "the error callback was not called for the dead peer");
-    printf("btl: dead peer: all checks passed (%d gets, %d waited, %d failed with %d, error "
-           "callback called %d times, flags 0x%x)\n",
-           NOPS, NOPS - 1, failed, done.status[NOPS - 1], errs.calls, errs.flags);
+
+    /* Between survivors, the paths still work: puts to the next survivor,
+     * then gets from it, past the in-flight limit again. */
+    if (nsurv >= 2) {
+        int next = (rank + 1) % nsurv, prev = (rank + nsurv - 1) % nsurv;
+        struct mca_btl_base_endpoint_t *nep = (struct mca_btl_base_endpoint_t *)mod->eps[next];
+        CHECK(nep != NULL, "no %s endpoint to rank %d", name, next);
+        handle_of(&all[next], &rh);
+        for (int i = 0; i < NOPS; i++)
+            for (size_t k = 0; k < CHUNK; k++)
+                local[(size_t)i * CHUNK + k] = pattern(rank, i, k, 3);
+        MPI_Barrier(surv);
+        waited = mod->stats.waited;
+        uint64_t puts = mod->stats.put;
+        done_reset();
+        for (int i = 0; i < NOPS; i++) {
+            int rc = b->btl_put(b, nep, local + (size_t)i * CHUNK,
+                                all[next].addr + (uint64_t)i * CHUNK, NULL, &rh, CHUNK, 0,
+                                MCA_BTL_NO_ORDER, on_done, NULL, (void *)(intptr_t)i);
+            CHECK(rc == OPAL_SUCCESS, "put %d to rank %d after the death returned %d", i, next,
+                  rc);
+        }
+        check_taken("puts between survivors", tcp, mod->stats.put - puts,
+                    mod->stats.waited - waited);
+        int rc = b->btl_flush(b, nep);
+        CHECK(rc == OPAL_SUCCESS, "flush to rank %d returned %d", next, rc);
+        check_order("puts between survivors", NOPS);
+        MPI_Barrier(surv);
+        for (int i = 0; i < NOPS; i++)
+            for (size_t k = 0; k < CHUNK; k++)
+                CHECK(target[(size_t)i * CHUNK + k] == pattern(prev, i, k, 3),
+                      "put %d of rank %d after the death: byte %zu is 0x%02x", i, prev, k,
+                      target[(size_t)i * CHUNK + k]);
+        for (int i = 0; i < NOPS; i++)
+            for (size_t k = 0; k < CHUNK; k++)
+                target[(size_t)i * CHUNK + k] = pattern(rank, i, k, 4);
+        memset(local, 0, total);
+        MPI_Barrier(surv);
+        waited = mod->stats.waited;
+        gets = mod->stats.get;
+        done_reset();
+        for (int i = 0; i < NOPS; i++) {
+            rc = b->btl_get(b, nep, local + (size_t)i * CHUNK,
+                            all[next].addr + (uint64_t)i * CHUNK, NULL, &rh, CHUNK, 0,
+                            MCA_BTL_NO_ORDER, on_done, NULL, (void *)(intptr_t)i);
+            CHECK(rc == OPAL_SUCCESS, "get %d from rank %d after the death returned %d", i,
+                  next, rc);
+        }
+        check_taken("gets between survivors", tcp, mod->stats.get - gets,
+                    mod->stats.waited - waited);
+        progress_until(NOPS, "gets between survivors");
+        check_order("gets between survivors", NOPS);
+        for (int i = 0; i < NOPS; i++)
+            for (size_t k = 0; k < CHUNK; k++)
+                CHECK(local[(size_t)i * CHUNK + k] == pattern(next, i, k, 4),
+                      "get %d from rank %d after the death: byte %zu is 0x%02x", i, next, k,
+                      local[(size_t)i * CHUNK + k]);
+        MPI_Barrier(surv);
+    }
+    int total_failed = 0, mine = NOPS;
+    MPI_Reduce(&mine, &total_failed, 1, MPI_INT, MPI_SUM, 0, surv);
+    if (rank == 0)
+        printf("btl: dead peer: all checks passed (%d ranks, module %s, %d survivors with %d "
+               "gets each, %llu of rank 0's waited, %d failed with OPAL_ERR_UNREACH; error "
+               "callback called %d times, flags 0x%x%s)\n",
+               nranks, name, nsurv, NOPS, (unsigned long long)dead_waited, total_failed,
+               errs.calls, errs.flags,
+               nsurv >= 2 ? "; puts and gets between survivors afterwards right" : "");
     fflush(stdout);
-    /* The peer is gone: MPI_Finalize would wait for it. */
+    /* The victim is gone: MPI_Finalize would wait for it. */
     _exit(0);
 }
 
@@ -740,7 +1076,7 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     page = (size_t)sysconf(_SC_PAGESIZE);
     srand(1234 + rank);
-    int mode = getopt(argc, argv, "owd");
+    int mode = getopt(argc, argv, "ow:m:d:");
     mca_btl_ferry_module_t *mods[16];
     if (find_modules(mods, 16) == 0) {
         if (rank == 0)
@@ -750,10 +1086,11 @@ int main(int argc, char **argv)
     }
     switch (mode) {
     case 'o': run_own(); break;
-    case 'w': run_wait(); break;
-    case 'd': run_dead(); break;
+    case 'w': run_wait(optarg); break;
+    case 'm': run_mixed(optarg); break;
+    case 'd': run_dead(optarg); break;
     default:
-        fprintf(stderr, "usage: mpi_btl -o | -w | -d\n");
+        fprintf(stderr, "usage: mpi_btl -o | -w MODULE | -m MODULE | -d MODULE\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     MPI_Finalize();

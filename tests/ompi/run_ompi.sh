@@ -27,14 +27,30 @@
 #                                 range refused, memory and guards checked;
 #                                 "off" runs with mpi_leave_pinned 0 (no
 #                                 registration cache), else the cache must be on
-#   wait TRANSPORT                mpi_btl -w on 2 ranks with the transport's
-#                                 in-flight RDMA limit at 1 (tcp's
-#                                 FERRY_TCP_RDMA_MAX_INFLIGHT): puts and gets
-#                                 wait in the component and all arrive right;
-#                                 the modules' "waited" counts say so too
-#   dead TRANSPORT                mpi_btl -d on 2 ranks, the same limit, the
-#                                 last rank under kill_wrap.sh killing itself:
-#                                 rank 0's waiting gets all end, with an error
+#   wait TRANSPORT                mpi_btl -w on 2 ranks, tcp or sm. tcp with
+#                                 its in-flight RDMA limit at 1
+#                                 (FERRY_TCP_RDMA_MAX_INFLIGHT): puts and gets
+#                                 wait in the component and all arrive right,
+#                                 the modules' "waited" counts say so too; sm
+#                                 with a pool of 4 descriptors, its smallest
+#                                 ring, no cross-memory attach and 2 atomics
+#                                 in flight: those past the pool wait; on
+#                                 both, target-executed fetch-and-adds and
+#                                 compare-and-swaps refused past the limit,
+#                                 retried, all fetching the right values
+#   dead TRANSPORT [NP]           mpi_btl -d on NP ranks (default 2), the
+#                                 same settings, the last rank under
+#                                 kill_wrap.sh killing itself: the others'
+#                                 gets to it (waiting in the component over
+#                                 tcp, in sm over sm) all end, in order, with
+#                                 OPAL_ERR_UNREACH; with 3 ranks or more the
+#                                 survivors' puts and gets to each other
+#                                 still work afterwards
+#   mixed tcp                     mpi_btl -m tcp on 2 ranks, tcp's send queue
+#                                 at 128 KiB: gets of mixed sizes to a peer,
+#                                 the large ones refused by their bytes in
+#                                 flight, the small ones behind them waiting
+#                                 too; all complete in the order issued
 #   kill TRANSPORT NP             a rank SIGKILLed mid-traffic: the job ends with
 #                                 an error within 120 s (mpirun's report of the
 #                                 signal, or ferry's report of the lost rank
@@ -383,37 +399,82 @@ own)
     ;;
 wait | dead)
     transport_env "$1"
-    [ "$MODULE" = tcp ] || { echo "run_ompi.sh: $CASE needs tcp"; exit 2; }
-    # One put, get or atomic in flight to a peer: the second waits.
-    export FERRY_TCP_RDMA_MAX_INFLIGHT=1
-    XOPTS="$XOPTS -x FERRY_TCP_RDMA_MAX_INFLIGHT"
+    np=${2:-2}
+    case $MODULE in
+    tcp)
+        # One put, get or atomic in flight to a peer: the second waits in
+        # the component (puts and gets) or is refused (atomics).
+        export FERRY_TCP_RDMA_MAX_INFLIGHT=1
+        XOPTS="$XOPTS -x FERRY_TCP_RDMA_MAX_INFLIGHT"
+        ;;
+    sm)
+        # sm alone, its puts and gets through the ring (no cross-memory
+        # attach, which would complete a get from the victim inside the
+        # call), the smallest ring and 2 target-executed atomics in flight
+        # to a peer: the ring fills and atomics are refused. sm queues puts
+        # and gets behind a full ring itself; what makes them wait in the
+        # component is sm's pool of 4 descriptors.
+        export FERRY_BTL=sm FERRY_SM_CMA=0 FERRY_SM_RING_SIZE=16384 FERRY_SM_MAX_SEND_SIZE=4096 \
+            FERRY_BTL_ATOMIC_SLOTS=2 FERRY_SM_FREE_LIST_NUM=4 FERRY_SM_FREE_LIST_MAX=4
+        for v in FERRY_BTL FERRY_SM_CMA FERRY_SM_RING_SIZE FERRY_SM_MAX_SEND_SIZE \
+                 FERRY_BTL_ATOMIC_SLOTS FERRY_SM_FREE_LIST_NUM FERRY_SM_FREE_LIST_MAX; do
+            XOPTS="$XOPTS -x $v"
+        done
+        ;;
+    *) echo "run_ompi.sh: $CASE needs tcp or sm"; exit 2 ;;
+    esac
     if [ "$CASE" = wait ]; then
         # shellcheck disable=SC2086
-        run "$MPIRUN" -n 2 $MPI_OPTS $XOPTS "$BTL" -w
+        run "$MPIRUN" -n 2 $MPI_OPTS $XOPTS "$BTL" -w "$MODULE"
         program_skipped
         [ "$STATUS" -eq 0 ] || fail "exit status $STATUS"
-        grep -q "^btl: wait queue: all checks passed (2 ranks" "$OUT" ||
-            fail "mpi_btl -w did not pass"
+        grep -q "^btl: wait queue: all checks passed (2 ranks, module $MODULE" "$OUT" ||
+            fail "mpi_btl -w $MODULE did not pass"
         check_btls
-        waited=$(sum waited tcp) failed=$(sum failed tcp)
-        [ "$waited" -ge 30 ] ||
-            fail "the tcp modules' statistics count $waited waited puts and gets, not 30 or more"
-        [ "$failed" -eq 0 ] || fail "module tcp: $failed puts, gets or atomics failed"
-        echo "module tcp: waited $waited, put $(sum put tcp), get $(sum get tcp)"
+        waited=$(sum waited "$MODULE") failed=$(sum failed "$MODULE") atomics=$(sum atomics "$MODULE")
+        # tcp: 15 puts and 15 gets of each rank; sm: at least one of each.
+        want=4
+        [ "$MODULE" = tcp ] && want=60
+        [ "$waited" -ge "$want" ] ||
+            fail "the $MODULE modules' statistics count $waited waited puts and gets, not $want or more"
+        # 24 fetch-and-adds and 24 compare-and-swaps from each rank.
+        [ "$atomics" -ge 96 ] || fail "module $MODULE: $atomics atomics counted, not 96 or more"
+        [ "$failed" -eq 0 ] || fail "module $MODULE: $failed puts, gets or atomics failed"
+        grep "^btl: wait queue:" "$OUT"
+        echo "module $MODULE: waited $waited, put $(sum put "$MODULE"), get $(sum get "$MODULE"), atomics $atomics"
     else
         export FERRY_JOB_LABEL="${FERRY_JOB_LABEL:-ompi}d$$" KILL_WRAP_STAY=60
         start=$(date +%s)
         # shellcheck disable=SC2086
-        run "$MPIRUN" -n 2 $MPI_OPTS $XOPTS -x KILL_WRAP_STAY sh "$HERE/kill_wrap.sh" "$BTL" -d
+        run "$MPIRUN" -n "$np" $MPI_OPTS $XOPTS -x KILL_WRAP_STAY sh "$HERE/kill_wrap.sh" "$BTL" -d "$MODULE"
         took=$(($(date +%s) - start))
         program_skipped
-        grep -q "killing itself" "$OUT" || fail "rank 1 did not get to kill itself"
-        # Rank 0 leaves without MPI_Finalize (its peer is gone): mpirun's
-        # status is not 0, and the job ends before kill_wrap.sh's 60 s.
-        grep -q "^btl: dead peer: all checks passed" "$OUT" || fail "mpi_btl -d did not pass"
+        grep -q "killing itself" "$OUT" || fail "rank $((np - 1)) did not get to kill itself"
+        # The survivors leave without MPI_Finalize (their peer is gone):
+        # mpirun's status is not 0, and the job ends before kill_wrap.sh's
+        # 60 s.
+        grep -q "^btl: dead peer: all checks passed ($np ranks, module $MODULE" "$OUT" ||
+            fail "mpi_btl -d $MODULE did not pass"
         [ "$took" -lt 50 ] || fail "the job took $took s to end"
         echo "$(grep "^btl: dead peer:" "$OUT"), job ended in $took s"
     fi
+    ;;
+mixed)
+    transport_env "$1"
+    [ "$MODULE" = tcp ] || { echo "run_ompi.sh: $CASE needs tcp"; exit 2; }
+    # The bytes of gets in flight to a peer within 128 KiB: a 64 KiB get
+    # is taken, a 96 KiB one after it refused, the 4 KiB ones behind it
+    # would fit.
+    export FERRY_TCP_SENDQ_MAX=131072
+    XOPTS="$XOPTS -x FERRY_TCP_SENDQ_MAX"
+    # shellcheck disable=SC2086
+    run "$MPIRUN" -n 2 $MPI_OPTS $XOPTS "$BTL" -m tcp
+    program_skipped
+    [ "$STATUS" -eq 0 ] || fail "exit status $STATUS"
+    grep -q "^btl: mixed sizes: all checks passed (2 ranks, module tcp" "$OUT" ||
+        fail "mpi_btl -m tcp did not pass"
+    check_btls
+    grep "^btl: mixed sizes:" "$OUT"
     ;;
 kill)
     transport_env "$1"
