@@ -38,6 +38,13 @@
  * queues them anywhere, and so it does the answers a rendezvous needs
  * (ferry_am_recv_data from a handler), per peer, as many as that peer may
  * have large messages open here.
+ * Outside callbacks it is the tagged layer (ferry/msg.h), not ferry, that
+ * holds a non-blocking tagged send the transport has no room for (or one
+ * past FERRY_AM_LARGE_INFLIGHT): it waits in that layer's own list for its
+ * peer, in order, and leaves with progress. That list has no bound of
+ * ferry's: each entry is a request the application made and holds until
+ * it completes (as an MPI_Isend is), so the application bounds it by the
+ * requests it keeps open.
  *
  * Every function returns a ferry status: FERRY_OK (0) or a negative
  * FERRY_ERR_* code; ferry_strerror() names it.
