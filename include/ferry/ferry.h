@@ -31,9 +31,20 @@
  * What ferry holds is bounded by FERRY_CB_QUEUE_MAX bytes (default 4 MiB,
  * counting each message's length, or a large one's announcement, and a
  * small header): past it such a send returns FERRY_ERR_NO_RESOURCE as it
- * would outside a callback, and nothing of it was sent. Puts and gets never
- * return FERRY_ERR_NO_RESOURCE: ferry queues them anywhere, and so it does
- * the answers a rendezvous needs (ferry_am_recv_data from a handler).
+ * would outside a callback, and nothing of it was sent. A large send is
+ * also refused so, there as anywhere, while FERRY_AM_LARGE_INFLIGHT (1024)
+ * large sends of this process to that peer are open (see "Active messages
+ * of any size"). Puts and gets never return FERRY_ERR_NO_RESOURCE: ferry
+ * queues them anywhere, and so it does the answers a rendezvous needs
+ * (ferry_am_recv_data from a handler), per peer, as many as that peer may
+ * have large messages open here.
+ * Outside callbacks it is the tagged layer (ferry/msg.h), not ferry, that
+ * holds a non-blocking tagged send the transport has no room for (or one
+ * past FERRY_AM_LARGE_INFLIGHT): it waits in that layer's own list for its
+ * peer, in order, and leaves with progress. That list has no bound of
+ * ferry's: each entry is a request the application made and holds until
+ * it completes (as an MPI_Isend is), so the application bounds it by the
+ * requests it keeps open.
  *
  * Every function returns a ferry status: FERRY_OK (0) or a negative
  * FERRY_ERR_* code; ferry_strerror() names it.
@@ -644,6 +655,21 @@ int ferry_get_conv(ferry_ctx_t *ctx, int dst, ferry_convertor_t *conv, uint64_t 
  * A peer announcing more than FERRY_AM_LARGE_MAX bytes (default 4 GiB) to a
  * tag without a data handler is refused with an error at both ends, before
  * anything is allocated.
+ *
+ * A process keeps at most FERRY_AM_LARGE_INFLIGHT (default 1024) large
+ * sends to one peer open, from announcement to the peer's answer: past it a
+ * large send returns FERRY_ERR_NO_RESOURCE (nothing sent; progress and
+ * retry; the blocking send and the tagged layer wait themselves), inside a
+ * callback too. Each open send holds at most its record and one answer
+ * (clear-to-send or completion) at the receiver, which queues the answers
+ * the path back has no room for; so a receiver holds for a peer that keeps
+ * to the bound less than twice FERRY_AM_LARGE_INFLIGHT records and answers.
+ * A peer that announces a message with that many open (it floods
+ * announcements and leaves the answers untaken) is taken as failed, as for
+ * a transport that sees a peer break its protocol: the error callback hears
+ * it once (FERRY_ERR_NO_MEMORY, the message naming the parameter), the
+ * answers queued for it are dropped, its messages under way end, and what
+ * it announces afterwards is dropped. Processes must agree on the value.
  */
 
 /* A large message announced and not yet received. */
@@ -692,7 +718,8 @@ int ferry_am_data_drop(ferry_ctx_t *ctx, ferry_am_data_t *data);
  * order the calls were accepted. Inside a callback, at any size, a message
  * the transport has no room for is held by ferry and FERRY_OK returned;
  * FERRY_ERR_NO_RESOURCE there means FERRY_CB_QUEUE_MAX is reached (see the
- * top of this file).
+ * top of this file) or, above ferry_am_max_size, that
+ * FERRY_AM_LARGE_INFLIGHT large sends to dst are open.
  */
 int ferry_am_send_nb(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t len,
                      ferry_comp_cb_t cb, void *arg);

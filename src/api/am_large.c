@@ -25,6 +25,7 @@
  * sent. A data handler runs when the announcement arrives, which already is
  * in order, so nothing is held for it.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -113,10 +114,24 @@ typedef struct am_queued {
     char data[];
 } am_queued_t;
 
-typedef struct am_hold {
-    unsigned count; /* large messages from the peer being taken in */
-    util_list_t q;  /* what arrived behind them, in order */
-} am_hold_t;
+/*
+ * What this rank has open with one peer. The counts bound what a peer can
+ * make this rank hold: a sender keeps at most FERRY_AM_LARGE_INFLIGHT of
+ * its sends to a peer open (with the PUT_DONEs it still has to say), and
+ * each of them holds at most a record and one answer at the receiver; so a
+ * peer that keeps to the protocol never has 2 * FERRY_AM_LARGE_INFLIGHT
+ * records and answers open here when its next announcement arrives, and
+ * one that does is taken as failed (rts_admit).
+ */
+typedef struct am_peer {
+    unsigned count;   /* large messages from the peer being taken in */
+    util_list_t q;    /* what arrived behind them, in order */
+    util_list_t ctl;  /* am_queued_t control messages to it, in order */
+    size_t n_answers; /* in ctl: FIN and CTS, answers to its announcements */
+    size_t n_done;    /* in ctl: PUT_DONE, of this rank's sends */
+    size_t n_recvs;   /* its announcements here, in recvs */
+    size_t n_sends;   /* this rank's sends to it, in sends */
+} am_peer_t;
 
 struct api_am_large {
     uint64_t next_id;
@@ -126,8 +141,10 @@ struct api_am_large {
     util_list_t sends; /* am_send_t */
     util_list_t recvs; /* ferry_am_data_t */
     util_list_t due;   /* am_due_t */
-    util_list_t ctl;   /* am_queued_t control messages, in order */
-    am_hold_t *hold;   /* [size] */
+    am_peer_t *peer;   /* [size] */
+    size_t n_ctl;      /* control messages waiting, all peers */
+    size_t inflight;   /* FERRY_AM_LARGE_INFLIGHT */
+    rt_ratelimit_t over_rl; /* announcements from peers counted out */
     struct {
         ferry_am_data_cb_t cb;
         void *arg;
@@ -196,6 +213,17 @@ int api_am_large_register_params(ferry_ctx_t *ctx)
                                &ms);
     if (rc != FERRY_OK)
         return rc;
+    size_t inflight;
+    rc = rt_param_register_size(&ctx->params, "am_large_inflight", API_AM_LARGE_INFLIGHT_DEFAULT,
+                                1, SIZE_MAX / 4,
+                                "Large active messages (rendezvous) this process keeps in "
+                                "flight to one peer; a send past it returns "
+                                "FERRY_ERR_NO_RESOURCE (retry after progress; the tagged "
+                                "layer waits itself). A peer that has twice as many open here, "
+                                "with the answers owed to it, is taken as failed",
+                                &inflight);
+    if (rc != FERRY_OK)
+        return rc;
     size_t bound;
     rc = rt_param_register_size(&ctx->params, "msg_unexpected_bytes",
                                 API_MSG_UNEXPECTED_BYTES_DEFAULT, 0, SIZE_MAX / 2,
@@ -228,30 +256,36 @@ static struct api_am_large *large_get(ferry_ctx_t *ctx, int *status_out)
         *status_out = FERRY_ERR_NO_MEMORY;
         return NULL;
     }
-    lg->hold = calloc((size_t)ctx->size, sizeof(*lg->hold));
-    int rc = lg->hold == NULL ? FERRY_ERR_NO_MEMORY : FERRY_OK;
+    lg->peer = calloc((size_t)ctx->size, sizeof(*lg->peer));
+    int rc = lg->peer == NULL ? FERRY_ERR_NO_MEMORY : FERRY_OK;
     if (rc == FERRY_OK)
         rc = rt_param_register_size(&ctx->params, "am_large_max", API_AM_LARGE_MAX_DEFAULT, 1,
                                     SIZE_MAX / 2, "", &lg->large_max);
+    if (rc == FERRY_OK)
+        rc = rt_param_register_size(&ctx->params, "am_large_inflight",
+                                    API_AM_LARGE_INFLIGHT_DEFAULT, 1, SIZE_MAX / 4, "",
+                                    &lg->inflight);
     if (rc == FERRY_OK)
         rc = parse_rndv(ctx, &lg->rndv_mode);
     if (rc == FERRY_OK)
         rc = rt_param_register_int(&ctx->params, "am_finalize_timeout", 10000, 0, 86400000, "",
                                    &lg->finalize_ms);
     if (rc != FERRY_OK) {
-        free(lg->hold);
+        free(lg->peer);
         free(lg);
         *status_out = rc;
         return NULL;
     }
     lg->next_id = 1;
     rt_ratelimit_init(&lg->frag_rl, RT_RATELIMIT_BURST, RT_RATELIMIT_INTERVAL_MS);
+    rt_ratelimit_init(&lg->over_rl, RT_RATELIMIT_BURST, RT_RATELIMIT_INTERVAL_MS);
     util_list_init(&lg->sends);
     util_list_init(&lg->recvs);
     util_list_init(&lg->due);
-    util_list_init(&lg->ctl);
-    for (int r = 0; r < ctx->size; r++)
-        util_list_init(&lg->hold[r].q);
+    for (int r = 0; r < ctx->size; r++) {
+        util_list_init(&lg->peer[r].q);
+        util_list_init(&lg->peer[r].ctl);
+    }
     api->large = lg;
     return lg;
 }
@@ -288,15 +322,30 @@ static int send_once(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, si
     return bml_am_sent(ctx, dst, m, btl_ctx_send(ctx, dst, tag, hdr, hlen, payload, plen));
 }
 
+/* Counts a control message to p into (by 1) or out of (by -1) its queue. */
+static void ctl_count(struct api_am_large *lg, am_peer_t *p, uint8_t tag, int by)
+{
+    if (tag == API_TAG_AM_PUT_DONE)
+        p->n_done += (size_t)by;
+    else
+        p->n_answers += (size_t)by;
+    lg->n_ctl += (size_t)by;
+}
+
 /* A control message (FIN, CTS, PUT_DONE): sent now, or queued and sent by
- * progress in order, so that none is lost for lack of resources. */
+ * progress in order, so that none is lost for lack of resources. Each peer
+ * has its own queue, so that one whose path stays full holds up no other.
+ * The queue is bounded by what the peer has open here (see am_peer_t): an
+ * answer is for an announcement rts_admit let in, a PUT_DONE for one of
+ * this rank's sends. */
 static void ctl_send(ferry_ctx_t *ctx, struct api_am_large *lg, int dst, uint8_t tag,
                      const void *msg, size_t len)
 {
     if (lg->closing)
         return;
-    int rc = util_list_empty(&lg->ctl) ? send_once(ctx, dst, tag, msg, len, NULL, 0)
-                                       : FERRY_ERR_NO_RESOURCE;
+    am_peer_t *p = &lg->peer[dst];
+    int rc = util_list_empty(&p->ctl) ? send_once(ctx, dst, tag, msg, len, NULL, 0)
+                                      : FERRY_ERR_NO_RESOURCE;
     if (rc == FERRY_OK)
         return;
     if (rc != FERRY_ERR_NO_RESOURCE) {
@@ -313,7 +362,19 @@ static void ctl_send(ferry_ctx_t *ctx, struct api_am_large *lg, int dst, uint8_t
     q->tag = tag;
     q->len = len;
     memcpy(q->data, msg, len);
-    util_list_append(&lg->ctl, &q->link);
+    util_list_append(&p->ctl, &q->link);
+    ctl_count(lg, p, tag, 1);
+}
+
+/* Frees what waits in p's control queue. */
+static void ctl_drop(struct api_am_large *lg, am_peer_t *p)
+{
+    util_list_item_t *it;
+    while ((it = util_list_pop_front(&p->ctl)) != NULL) {
+        am_queued_t *q = UTIL_CONTAINER_OF(it, am_queued_t, link);
+        ctl_count(lg, p, q->tag, -1);
+        free(q);
+    }
 }
 
 static void send_fin(ferry_ctx_t *ctx, struct api_am_large *lg, int dst, uint64_t id, int status)
@@ -329,6 +390,7 @@ static void send_fin(ferry_ctx_t *ctx, struct api_am_large *lg, int dst, uint64_
 static void send_finish(ferry_ctx_t *ctx, struct api_am_large *lg, am_send_t *s, int status)
 {
     util_list_remove(&lg->sends, &s->link);
+    lg->peer[s->dst].n_sends--;
     if (s->streaming && s->off < s->todo)
         lg->n_pushing--;
     s->streaming = false;
@@ -405,6 +467,8 @@ static uint8_t proto_for(const struct api_am_large *lg, const ferry_btl_module_t
  * now, it waits in that queue itself and leaves with progress, in order with
  * what the callback sends afterwards; FERRY_ERR_NO_RESOURCE only past
  * FERRY_CB_QUEUE_MAX (or, outside a callback, whenever it cannot go now).
+ * (large_start has refused the send before, in a callback too, when
+ * FERRY_AM_LARGE_INFLIGHT sends to dst are open.)
  */
 static int rts_send(ferry_ctx_t *ctx, int dst, const am_rts_t *rts, const void *hdr,
                     size_t hlen)
@@ -437,6 +501,11 @@ static int large_start(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, 
     ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
     size_t len = ferry_convertor_remaining(conv);
     uint8_t proto = proto_for(lg, btl, len);
+    /* So many in flight to dst already: this one waits for their answers
+     * (see am_peer_t), as a send waits for room in the transport. */
+    am_peer_t *p = &lg->peer[dst];
+    if (p->n_sends + p->n_done >= lg->inflight)
+        return FERRY_ERR_NO_RESOURCE;
     /* PIPE needs sends only, and room for a fragment's header. */
     if (proto == RNDV_PIPE ? peer->max_send <= sizeof(am_frag_t)
                            : !(btl->attr.flags &
@@ -512,6 +581,7 @@ static int large_start(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, 
     }
     lg->next_id++;
     util_list_append(&lg->sends, &s->link);
+    p->n_sends++;
     api_am_sent(ctx, dst);
     *s_out = s;
     return FERRY_OK;
@@ -780,6 +850,7 @@ static void data_free(struct api_am_large *lg, ferry_am_data_t *d)
     if (lg->frag_last == d)
         lg->frag_last = NULL;
     util_list_remove(&lg->recvs, &d->link);
+    lg->peer[d->src].n_recvs--;
     free(d->bounce);
     free(d->own);
     free(d);
@@ -810,7 +881,7 @@ static void data_finish(ferry_ctx_t *ctx, struct api_am_large *lg, ferry_am_data
                    "a %zu-byte active message with tag %u from rank %d was lost: %s", d->len,
                    (unsigned)d->tag, src, ferry_strerror(status));
         data_free(lg, d);
-        lg->hold[src].count--;
+        lg->peer[src].count--;
         release_held(ctx, lg, src);
         return;
     }
@@ -1008,6 +1079,14 @@ int ferry_am_data_drop(ferry_ctx_t *ctx, ferry_am_data_t *data)
     return FERRY_OK;
 }
 
+void api_am_large_open(const ferry_ctx_t *ctx, int peer, size_t *recvs_out,
+                       size_t *answers_out)
+{
+    const struct api_am_large *lg = ctx->api != NULL ? ctx->api->large : NULL;
+    *recvs_out = lg != NULL ? lg->peer[peer].n_recvs : 0;
+    *answers_out = lg != NULL ? lg->peer[peer].n_answers : 0;
+}
+
 int api_am_data_peek_key(const ferry_am_data_t *data, uint64_t *raddr_out, ferry_rkey_t *rkey_out)
 {
     if (data == NULL || raddr_out == NULL || rkey_out == NULL)
@@ -1019,10 +1098,45 @@ int api_am_data_peek_key(const ferry_am_data_t *data, uint64_t *raddr_out, ferry
     return FERRY_OK;
 }
 
+/*
+ * Whether an announcement from src may be taken in: not while src has
+ * 2 * FERRY_AM_LARGE_INFLIGHT records and answers open here, which a peer
+ * that keeps to the bound never has (see am_peer_t). A peer that does
+ * floods this rank with announcements and leaves the answers untaken;
+ * refusing each would only queue another answer on the path it keeps full
+ * (or drop it, and a refused send would wait for ever). So it is taken as
+ * failed, as the tagged layer takes a peer past FERRY_MSG_UNEXPECTED_COUNT:
+ * said once, its answers dropped, its open messages ended by progress,
+ * and what it announces afterwards dropped.
+ */
+static bool rts_admit(ferry_ctx_t *ctx, struct api_am_large *lg, int src)
+{
+    am_peer_t *p = &lg->peer[src];
+    if (ctx->peers[src].failed) {
+        rt_log_limited(&ctx->log, &lg->over_rl, RT_LOG_WARN,
+                       "announcement from rank %d, taken as failed, dropped", src);
+        return false;
+    }
+    size_t open = p->n_recvs + p->n_answers;
+    if (open < 2 * lg->inflight)
+        return true;
+    char why[200];
+    snprintf(why, sizeof(why),
+             "rank %d announced a large message with %zu large messages and answers open "
+             "here, twice FERRY_AM_LARGE_INFLIGHT (%zu); taken as failed",
+             src, open, lg->inflight);
+    rt_log_limited(&ctx->log, &lg->over_rl, RT_LOG_WARN, "%s", why);
+    ctl_drop(lg, p);
+    btl_ctx_fail_peer(ctx, src, FERRY_ERR_NO_MEMORY, "active messages", why);
+    return false;
+}
+
 /* An announcement from src (not held). */
 static void rts_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const void *msg,
                      size_t len)
 {
+    if (!rts_admit(ctx, lg, src))
+        return;
     am_rts_t rts;
     if (len < sizeof(rts)) {
         rt_log(&ctx->log, RT_LOG_WARN, "malformed announcement of %zu bytes from rank %d dropped",
@@ -1065,6 +1179,7 @@ static void rts_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const v
     d->raddr = rts.raddr;
     d->rkey = rts.rkey;
     util_list_append(&lg->recvs, &d->link);
+    lg->peer[src].n_recvs++;
 
     if (internal) {
         if (lg->int_data == NULL) {
@@ -1113,7 +1228,7 @@ static void rts_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const v
         data_free(lg, d);
         return;
     }
-    lg->hold[src].count++;
+    lg->peer[src].count++;
     ferry_convertor_t conv;
     ferry_convertor_init_contig(&conv, d->own, d->len);
     data_take(ctx, d, &conv, NULL, NULL);
@@ -1390,7 +1505,7 @@ static void ordered_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, uin
 
 static void release_held(ferry_ctx_t *ctx, struct api_am_large *lg, int src)
 {
-    am_hold_t *h = &lg->hold[src];
+    am_peer_t *h = &lg->peer[src];
     util_list_item_t *it;
     while (h->count == 0 && (it = util_list_pop_front(&h->q)) != NULL) {
         am_queued_t *q = UTIL_CONTAINER_OF(it, am_queued_t, link);
@@ -1402,7 +1517,7 @@ static void release_held(ferry_ctx_t *ctx, struct api_am_large *lg, int src)
 bool api_am_large_holding(const ferry_ctx_t *ctx, int src)
 {
     const struct api_am_large *lg = ctx->api->large;
-    return lg != NULL && lg->hold[src].count > 0;
+    return lg != NULL && lg->peer[src].count > 0;
 }
 
 void api_am_large_hold(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len)
@@ -1419,7 +1534,7 @@ void api_am_large_hold(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data,
     q->len = len;
     if (len > 0)
         memcpy(q->data, data, len);
-    util_list_append(&lg->hold[src].q, &q->link);
+    util_list_append(&lg->peer[src].q, &q->link);
 }
 
 void api_am_large_recv(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data, size_t len)
@@ -1447,7 +1562,7 @@ void api_am_large_recv(ferry_ctx_t *ctx, int src, uint8_t tag, const void *data,
         return;
     case API_TAG_AM_RTS:
     case API_TAG_MSG:
-        if (lg->hold[src].count > 0)
+        if (lg->peer[src].count > 0)
             api_am_large_hold(ctx, src, tag, data, len);
         else
             ordered_recv(ctx, lg, src, tag, data, len);
@@ -1466,17 +1581,26 @@ static int __attribute__((noinline)) large_progress(ferry_ctx_t *ctx, struct api
 {
     int events = 0;
     util_list_item_t *it;
-    while ((it = util_list_first(&lg->ctl)) != NULL) {
-        am_queued_t *q = UTIL_CONTAINER_OF(it, am_queued_t, link);
-        int rc = send_once(ctx, q->peer, q->tag, q->data, q->len, NULL, 0);
-        if (rc == FERRY_ERR_NO_RESOURCE)
-            break;
-        if (rc != FERRY_OK)
-            rt_log(&ctx->log, RT_LOG_WARN, "control message %u to rank %d not sent: %s",
-                   (unsigned)q->tag, q->peer, ferry_strerror(rc));
-        util_list_remove(&lg->ctl, it);
-        free(q);
-        events++;
+    for (int r = 0; r < ctx->size && lg->n_ctl > 0; r++) {
+        am_peer_t *p = &lg->peer[r];
+        if (!util_list_empty(&p->ctl) && ctx->peers[r].failed) {
+            ctl_drop(lg, p); /* nothing reaches it any more */
+            events++;
+            continue;
+        }
+        while ((it = util_list_first(&p->ctl)) != NULL) {
+            am_queued_t *q = UTIL_CONTAINER_OF(it, am_queued_t, link);
+            int rc = send_once(ctx, r, q->tag, q->data, q->len, NULL, 0);
+            if (rc == FERRY_ERR_NO_RESOURCE)
+                break;
+            if (rc != FERRY_OK)
+                rt_log(&ctx->log, RT_LOG_WARN, "control message %u to rank %d not sent: %s",
+                       (unsigned)q->tag, r, ferry_strerror(rc));
+            util_list_remove(&p->ctl, it);
+            ctl_count(lg, p, q->tag, -1);
+            free(q);
+            events++;
+        }
     }
     /* Sends and announced messages of failed peers end now: no answer will
      * come. (A get or put in flight ends through its own callback.) Each
@@ -1544,7 +1668,7 @@ int api_am_large_progress(ferry_ctx_t *ctx)
     struct api_am_large *lg = ctx->api->large;
     /* The common case, on every progress once the state exists: nothing
      * to do. */
-    if (lg == NULL || (util_list_empty(&lg->ctl) && lg->n_waiting == 0 && lg->n_pushing == 0 &&
+    if (lg == NULL || (lg->n_ctl == 0 && lg->n_waiting == 0 && lg->n_pushing == 0 &&
                        util_list_empty(&lg->due) &&
                        (ctx->n_failed == 0 || (util_list_empty(&lg->sends) && lg->n_pipe == 0))))
         return 0;
@@ -1573,7 +1697,7 @@ void api_am_large_quiesce(ferry_ctx_t *ctx)
      * is left fails and its buffers are released. */
     uint64_t deadline = rt_now_ns() + (uint64_t)lg->finalize_ms * 1000000u;
     unsigned idle = 0;
-    while (!util_list_empty(&lg->sends) || !util_list_empty(&lg->ctl) ||
+    while (!util_list_empty(&lg->sends) || lg->n_ctl > 0 ||
            !util_list_empty(&lg->due)) {
         int rc = ferry_progress(ctx);
         if (rc < 0)
@@ -1589,8 +1713,8 @@ void api_am_large_quiesce(ferry_ctx_t *ctx)
             send_complete(ctx, lg, UTIL_CONTAINER_OF(it, am_send_t, link), FERRY_ERR_TIMEOUT);
             n++;
         }
-        while ((it = util_list_pop_front(&lg->ctl)) != NULL)
-            free(UTIL_CONTAINER_OF(it, am_queued_t, link));
+        for (int r = 0; r < ctx->size; r++)
+            ctl_drop(lg, &lg->peer[r]);
         if (n > 0)
             rt_log(&ctx->log, RT_LOG_WARN,
                    "ferry_finalize: %zu large message(s) not taken within "
@@ -1620,14 +1744,14 @@ void api_am_large_fini(ferry_ctx_t *ctx)
             ferry_mem_deregister(ctx, d->mem);
         data_free(lg, d);
     }
-    while ((it = util_list_pop_front(&lg->ctl)) != NULL)
-        free(UTIL_CONTAINER_OF(it, am_queued_t, link));
+    for (int r = 0; r < ctx->size; r++)
+        ctl_drop(lg, &lg->peer[r]);
     while ((it = util_list_pop_front(&lg->due)) != NULL)
         free(UTIL_CONTAINER_OF(it, am_due_t, link));
     for (int r = 0; r < ctx->size; r++)
-        while ((it = util_list_pop_front(&lg->hold[r].q)) != NULL)
+        while ((it = util_list_pop_front(&lg->peer[r].q)) != NULL)
             free(UTIL_CONTAINER_OF(it, am_queued_t, link));
-    free(lg->hold);
+    free(lg->peer);
     free(lg);
     ctx->api->large = NULL;
 }

@@ -22,7 +22,11 @@
  *   MSG      one fragment for src/msg: its header, then its data.
  * Every field a peer writes is checked before use: lengths against the
  * message, inner tags against the table, ids against what this process
- * has outstanding with that peer, sizes against FERRY_AM_LARGE_MAX.
+ * has outstanding with that peer, sizes against FERRY_AM_LARGE_MAX. What a
+ * peer may have open at a receiver (its announcements, and the answers to
+ * them waiting for room on the path back) is bounded by twice
+ * FERRY_AM_LARGE_INFLIGHT, which a sender keeps to; a peer past it is taken
+ * as failed.
  */
 #ifndef API_AM_LARGE_H
 #define API_AM_LARGE_H
@@ -81,14 +85,18 @@ typedef struct am_frag {
 
 /* Default of FERRY_AM_LARGE_MAX. */
 #define API_AM_LARGE_MAX_DEFAULT ((size_t)4 << 30)
+/* Default of FERRY_AM_LARGE_INFLIGHT: large messages one process keeps in
+ * flight to one peer (a peer with twice as many open at a receiver, with
+ * the answers owed to it, is taken as failed there). */
+#define API_AM_LARGE_INFLIGHT_DEFAULT ((size_t)1024)
 /* The tagged layer's bounds on what one source may leave unmatched
  * (src/msg; declared with the API's parameters so that ferry_info lists
  * them and ferry_init checks them). */
 #define API_MSG_UNEXPECTED_BYTES_DEFAULT ((size_t)256 << 20)
 #define API_MSG_UNEXPECTED_COUNT_DEFAULT ((size_t)1 << 20)
 
-/* Declares FERRY_AM_LARGE_MAX and FERRY_AM_RNDV (at context creation, so
- * that ferry_info lists them). */
+/* Declares FERRY_AM_LARGE_MAX, FERRY_AM_LARGE_INFLIGHT and FERRY_AM_RNDV
+ * (at context creation, so that ferry_info lists them). */
 int api_am_large_register_params(ferry_ctx_t *ctx);
 
 /* Called from ferry_progress: control messages waiting for resources,
@@ -163,6 +171,12 @@ int api_am_send_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen
 /* The largest data that goes with hlen header bytes to dst in one MSG
  * fragment, or a negative status. */
 long api_am_internal_eager_max(ferry_ctx_t *ctx, int dst, size_t hlen);
+
+/* For attack tests: what peer has open here (its announcements not yet
+ * over, and the answers to them waiting for the transport), 0s before any
+ * large message. */
+void api_am_large_open(const ferry_ctx_t *ctx, int peer, size_t *recvs_out,
+                       size_t *answers_out);
 
 /* For attack tests: the announced address and remote key of a GET-mode
  * message (FERRY_ERR_NOT_SUPPORTED for PUT mode). */
