@@ -526,6 +526,23 @@ typedef struct ferry_btl_ops {
     int (*rdma_direct)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, bool put, void *local,
                        uint64_t raddr, const uint8_t *rkey, size_t size);
 
+    /* Optional (NULL: none). A put of size bytes from local to [raddr,
+     * raddr + size) of ep's memory under rkey without a descriptor: the
+     * module takes the bytes in the call (local may be reused once it
+     * returns) and, once the put is complete at both ends, calls cb(btl,
+     * ep, local, NULL, cbctx, cbdata, status) from its progress, never
+     * inside this call; status is FERRY_OK, or FERRY_ERR_ACCESS where the
+     * target refused the key, range or right (nothing written), or
+     * FERRY_ERR_UNREACH. Returns FERRY_OK (cb due), FERRY_ERR_NOT_SUPPORTED
+     * when it does not take this one so now (size 0, larger than it puts
+     * so, work queued ahead of it, no room: use put, which orders it behind
+     * that work; nothing started), or another error with nothing started
+     * (FERRY_ERR_INVALID, FERRY_ERR_UNREACH, FERRY_ERR_NO_MEMORY). sm: one
+     * ring message, below its cross-memory attach threshold. */
+    int (*put_inline)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void *local,
+                      size_t size, uint64_t raddr, const uint8_t *rkey, ferry_btl_rdma_cb_t cb,
+                      void *cbctx, void *cbdata);
+
     /* Optional (NULL: none). The target's side of a put that came inside a
      * message (a put with notification small enough to travel with it):
      * [addr, addr + len) under key, one of this module's own keys as a

@@ -1382,3 +1382,193 @@ finish:
     free(local);
     return CT_RESULT_RUN;
 }
+
+/* ---- put_inline ------------------------------------------------------------------------- */
+
+/*
+ * put_inline, for a transport with the optional op. Each rank registers O
+ * (ordinary memory, read-write: one slot per writer rank, then a canary
+ * slot) and R (read-only). Through every peer's keys:
+ * - puts of 1 to 256 bytes into this rank's slot of O, the source buffer
+ *   overwritten as soon as the call returns (the module took the bytes):
+ *   each is FERRY_OK with one callback from progress, never inside the
+ *   call, with the cbctx and local given, status FERRY_OK; or, where the
+ *   module does not take one so now, FERRY_ERR_NOT_SUPPORTED, and then it
+ *   goes by put; at least one per peer must go inline;
+ * - size 0 is FERRY_ERR_NOT_SUPPORTED, a NULL buffer FERRY_ERR_INVALID;
+ * - a put into R, across O's end, before its start, or through O's key
+ *   with a byte changed is refused: an error from the call, or the
+ *   callback's FERRY_ERR_ACCESS; a changed key that is taken must write
+ *   only what this rank wrote there already;
+ * - at the end each target finds every writer's slot as its last put left
+ *   it, its canary and R untouched.
+ */
+#define PI_SLOT 256
+
+static uint64_t pi_seed(int writer, int target, int what)
+{
+    return ct_seed((uint64_t)writer, (uint64_t)target, 0x91, (uint64_t)what);
+}
+
+typedef struct pi_done {
+    ct_suite_t *s;
+    void *local;
+    int calls;
+    int status;
+} pi_done_t;
+
+static void pi_cb(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                  ferry_btl_reg_t *lreg, void *cbctx, void *cbdata, int status)
+{
+    (void)btl;
+    (void)ep;
+    (void)lreg;
+    pi_done_t *d = cbdata;
+    ct_suite_t *s = d->s;
+    CT_CHECK(s, s->in_call == 0, "an inline put's callback ran inside the call that started it");
+    CT_CHECK(s, cbctx == (void *)s, "an inline put's callback got cbctx %p, not %p", cbctx,
+             (void *)s);
+    CT_CHECK(s, local == d->local, "an inline put's callback got local %p, not %p", local,
+             d->local);
+    d->calls++;
+    CT_CHECK(s, d->calls == 1, "an inline put's callback ran %d times", d->calls);
+    d->status = status;
+}
+
+/* One inline put, waited for: the call's status, or the callback's. With
+ * scribble, the source is overwritten as soon as the call returns. */
+static int pi_do(ct_suite_t *s, int peer, uint8_t *local, size_t n, uint64_t raddr,
+                 const uint8_t *key, bool scribble, bool *inline_out)
+{
+    pi_done_t d = {.s = s, .local = local};
+    s->in_call++;
+    int rc = s->btl->ops->put_inline(s->btl, s->peer[peer].ep, local, n, raddr, key, pi_cb, s,
+                                     &d);
+    s->in_call--;
+    *inline_out = rc == FERRY_OK;
+    if (rc != FERRY_OK)
+        return rc;
+    if (scribble)
+        memset(local, 0x5a, n);
+    ct_deadline_t dl = ct_deadline();
+    while (d.calls == 0)
+        if (!ct_step(s, &dl, "an inline put's completion"))
+            return FERRY_ERR_TIMEOUT;
+    return d.status;
+}
+
+/* A put that must be refused: by the call, or by its completion. */
+static void pi_refused(ct_suite_t *s, int peer, uint8_t *local, size_t n, uint64_t raddr,
+                       const uint8_t *key, const char *what)
+{
+    bool taken;
+    int rc = pi_do(s, peer, local, n, raddr, key, false, &taken);
+    CT_CHECK(s, rc < 0 && rc != FERRY_ERR_TIMEOUT,
+             "inline put %s on rank %d: %s %d (%s), expected a refusal", what, peer,
+             taken ? "completed with" : "returned", rc, ferry_strerror(rc));
+}
+
+ct_result_t ct_case_put_inline(ct_suite_t *s)
+{
+    static const size_t sizes[] = {1, 7, 8, 63, 64, 200, PI_SLOT};
+    size_t olen = PI_SLOT * ((size_t)s->size + 1), canary_off = PI_SLOT * (size_t)s->size;
+    ferry_btl_reg_t *oreg = NULL, *rreg = NULL;
+    uint8_t *o = NULL, *r = NULL, *local = NULL;
+
+    if (s->btl->ops->put_inline == NULL) {
+        printf("skip %s: transport %s has no put_inline op\n", s->case_name, s->attr->name);
+        fflush(stdout);
+        return CT_RESULT_SKIP;
+    }
+    if (!ct_has(s, FERRY_BTL_FLAG_PUT)) {
+        printf("skip %s: transport %s has put_inline but no put\n", s->case_name,
+               s->attr->name);
+        fflush(stdout);
+        return CT_RESULT_SKIP;
+    }
+    o = at_pages((olen + RD_PAGE - 1) / RD_PAGE, 0);
+    memset(o, CANARY, olen);
+    r = at_pages(1, pi_seed(s->rank, s->rank, 2));
+    oreg = reg_mem(s, o, olen, FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE);
+    rreg = reg_mem(s, r, RD_PAGE, FERRY_ACCESS_REMOTE_READ);
+    local = xmalloc(PI_SLOT);
+
+    ct_case_begin(s, ct_seq_rx, NULL);
+    if (oreg == NULL || rreg == NULL)
+        goto finish;
+    if (!ct_exchange_rkey(s, 0, oreg) || !ct_exchange_rkey(s, 1, rreg))
+        goto finish;
+    for (int i = 0; i < s->nreach; i++) {
+        int p = s->reach[i];
+        const ct_rkey_t *ok = &s->peer[p].rkey[0], *rk = &s->peer[p].rkey[1];
+        uint64_t myslot = ok->addr + (uint64_t)s->rank * PI_SLOT;
+        int went_inline = 0;
+        for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+            size_t n = sizes[k];
+            ct_fill(local, n, pi_seed(s->rank, p, 0), 0);
+            bool taken;
+            int rc = pi_do(s, p, local, n, myslot, ok->key, true, &taken);
+            if (rc == FERRY_ERR_NOT_SUPPORTED && !taken) {
+                /* Not this way now: by put, so that the slot holds it. */
+                ct_fill(local, n, pi_seed(s->rank, p, 0), 0);
+                CT_CHECK(s, ct_put_all(s, p, NULL, local, n, myslot, ok->key),
+                         "put of %zu bytes to rank %d after put_inline declined it", n, p);
+                continue;
+            }
+            went_inline += taken;
+            CT_CHECK(s, rc == FERRY_OK,
+                     "inline put of %zu bytes to rank %d: %s %d (%s)", n, p,
+                     taken ? "completed with" : "returned", rc, ferry_strerror(rc));
+        }
+        /* Our own process may be left to put (sm copies its own memory). */
+        CT_CHECK(s, went_inline > 0 || p == s->rank,
+                 "put_inline took none of %zu puts to rank %d", sizeof(sizes) / sizeof(sizes[0]),
+                 p);
+        bool taken;
+        int rc = s->btl->ops->put_inline(s->btl, s->peer[p].ep, local, 0, myslot, ok->key, pi_cb,
+                                         s, NULL);
+        CT_CHECK(s, rc == FERRY_ERR_NOT_SUPPORTED, "inline put of 0 bytes to rank %d returned %d",
+                 p, rc);
+        rc = s->btl->ops->put_inline(s->btl, s->peer[p].ep, NULL, 8, myslot, ok->key, pi_cb, s,
+                                     NULL);
+        CT_CHECK(s, rc == FERRY_ERR_INVALID,
+                 "inline put from a NULL buffer to rank %d returned %d", p, rc);
+        if (p == s->rank)
+            continue;
+        ct_fill(local, PI_SLOT, pi_seed(s->rank, p, 9), 0);
+        pi_refused(s, p, local, 8, rk->addr, rk->key, "into read-only memory");
+        pi_refused(s, p, local, 16, ok->addr + ok->len - 8, ok->key, "across the end");
+        pi_refused(s, p, local, 16, ok->addr - 8, ok->key, "from before the start");
+        pi_refused(s, p, local, 1, ok->addr + ok->len, ok->key, "just past the end");
+        /* A changed key opens nothing more: what it may write is what
+         * this rank's slot holds already. */
+        uint8_t bent[FERRY_BTL_KEY_MAX];
+        ct_fill(local, PI_SLOT, pi_seed(s->rank, p, 0), 0);
+        for (size_t b = 0; b < s->attr->reg_handle_size && b < sizeof(bent); b++) {
+            memcpy(bent, ok->key, sizeof(bent));
+            bent[b] ^= 0x01;
+            rc = pi_do(s, p, local, PI_SLOT, myslot, bent, false, &taken);
+            CT_CHECK(s, rc == FERRY_OK || (rc < 0 && rc != FERRY_ERR_TIMEOUT),
+                     "inline put through rank %d's key with byte %zu changed: %d", p, b, rc);
+        }
+    }
+finish:
+    ct_case_finish(s);
+    if (oreg != NULL) {
+        /* Every writer's last good put filled its whole slot. */
+        for (int i = 0; i < s->nreach; i++) {
+            int w = s->reach[i];
+            size_t bad = ct_verify(o + (size_t)w * PI_SLOT, PI_SLOT, pi_seed(w, s->rank, 0), 0);
+            CT_CHECK(s, bad == SIZE_MAX, "target: rank %d's slot differs at byte %zu", w, bad);
+        }
+        check_canary(s, o, canary_off, olen, "O after refused inline puts", s->rank);
+    }
+    if (rreg != NULL)
+        at_check_intact(s, r, RD_PAGE, pi_seed(s->rank, s->rank, 2), "R (read-only)");
+    dereg_mem(s, oreg);
+    dereg_mem(s, rreg);
+    free(o);
+    free(r);
+    free(local);
+    return CT_RESULT_RUN;
+}

@@ -389,6 +389,7 @@ static void peer_new(void)
     ep->out = (sm_chan_t *)(void *)(w.seg + chan_off);
     util_list_init(&ep->queue);
     util_list_init(&ep->ring_puts);
+    util_list_init(&ep->iputs);
     util_list_init(&ep->gets);
     w.ep = ep;
     w.rewrite_pending = false;

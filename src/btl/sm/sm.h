@@ -188,6 +188,20 @@ typedef struct sm_put_hdr {
     int32_t status; /* written by the target on the last chunk: 0 or FERRY_ERR_ACCESS */
 } sm_put_hdr_t;
 
+/* A put sm_put_inline wrote into the ring whole, without a descriptor:
+ * on its endpoint's iputs until the tail passes end_pos, then on the
+ * module's iputs_done until progress runs its callback; then spare. */
+typedef struct sm_iput {
+    util_list_item_t link;
+    uint64_t end_pos;    /* the head after it */
+    uint64_t status_off; /* its header's status word in the ring */
+    int status;
+    ferry_btl_endpoint_t *ep;
+    const void *local;
+    ferry_btl_rdma_cb_t cb;
+    void *cbctx, *cbdata;
+} sm_iput_t;
+
 typedef struct sm_get_req {
     uint64_t raddr;
     uint64_t len;
@@ -267,6 +281,7 @@ struct ferry_btl_endpoint {
     uint64_t *hdr_bits;
     util_list_t queue;    /* fragments waiting for credits, in order */
     util_list_t ring_puts; /* puts written, waiting for the peer to consume them */
+    util_list_t iputs;     /* sm_iput_t: the same, from sm_put_inline */
     util_list_t gets;      /* ring gets waiting for their data */
     uint32_t gets_out;     /* how many: at most peer_get_slots */
     /* Gets this process answers for the peer, oldest first, in a ring of
@@ -372,6 +387,8 @@ struct sm_module {
     int npoll;
     util_list_t sending;   /* endpoints with queued work */
     util_list_t completed; /* fragments whose completion is due */
+    util_list_t iputs_done; /* sm_iput_t whose callback is due */
+    util_list_t iputs_spare; /* sm_iput_t records for reuse (freed at finalize) */
     btl_frags_t frags;
     btl_amo_module_t amo; /* atomics the target executes (ordinary memory) */
     bool cma_ok;
@@ -552,6 +569,14 @@ void sm_regs_release(sm_module_t *mod);
 
 /* sm_rdma.c */
 int sm_put(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
+int sm_put_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void *local,
+                  size_t size, uint64_t raddr, const uint8_t *rkey, ferry_btl_rdma_cb_t cb,
+                  void *cbctx, void *cbdata);
+/* Runs the callbacks of the inline puts completed (sm_iput_t); returns how
+ * many. */
+int sm_iputs_run(sm_module_t *mod);
+/* Frees the spare records (finalize). */
+void sm_iputs_fini(sm_module_t *mod);
 int sm_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
 int sm_mem_alloc(ferry_btl_module_t *btl, size_t len, uint32_t access, void **addr_out,
                  ferry_btl_reg_t **reg_out);

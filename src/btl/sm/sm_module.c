@@ -39,6 +39,7 @@ static ferry_btl_endpoint_t *ep_new(sm_module_t *mod, int rank)
     memset(ep->hdr_bits, 0xff, words * sizeof(uint64_t));
     util_list_init(&ep->queue);
     util_list_init(&ep->ring_puts);
+    util_list_init(&ep->iputs);
     util_list_init(&ep->gets);
     return ep;
 }
@@ -228,6 +229,8 @@ static int sm_progress(ferry_btl_module_t *btl)
     }
     if (!util_list_empty(&mod->completed))
         n += run_completions(mod);
+    if (!util_list_empty(&mod->iputs_done))
+        n += sm_iputs_run(mod);
     if (!util_list_empty(&mod->amo.completed))
         n += btl_amo_progress(btl, &mod->amo);
     if ((mod->progress_calls & 15) == 0)
@@ -262,12 +265,12 @@ static void sm_dump(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, int verbo
         if (e == NULL || (ep != NULL && e != ep))
             continue;
         rt_log(&btl->ctx->log, RT_LOG_ERROR,
-               "sm: rank %d state %d head %llu tail %llu rpos %llu queued %zu puts %zu gets %zu "
-               "jobs %u rdma %zu",
+               "sm: rank %d state %d head %llu tail %llu rpos %llu queued %zu puts %zu (inline %zu) "
+               "gets %zu jobs %u rdma %zu",
                r, (int)e->state, (unsigned long long)e->head,
                (unsigned long long)e->cached_tail, (unsigned long long)e->rpos,
-               util_list_len(&e->queue), util_list_len(&e->ring_puts), util_list_len(&e->gets),
-               e->njobs, e->rdma_inflight);
+               util_list_len(&e->queue), util_list_len(&e->ring_puts), util_list_len(&e->iputs),
+               util_list_len(&e->gets), e->njobs, e->rdma_inflight);
     }
 }
 
@@ -284,6 +287,8 @@ static int sm_finalize(ferry_btl_module_t *btl)
     }
     /* Callbacks for what was failed above. */
     run_completions(mod);
+    sm_iputs_run(mod);
+    sm_iputs_fini(mod);
     btl_amo_module_fini(btl, &mod->amo);
     sm_heaps_release(mod);
     int rc = btl_frags_fini(&mod->frags);
@@ -324,6 +329,7 @@ static const ferry_btl_ops_t sm_ops = {
     .atomic_fop = sm_atomic_fop,
     .atomic_cswap = sm_atomic_cswap,
     .rdma_direct = sm_rdma_direct,
+    .put_inline = sm_put_inline,
     .target_resolve = sm_target_resolve,
     .target_write = sm_target_write,
     .flush = sm_flush,
@@ -505,6 +511,8 @@ static int sm_init(ferry_btl_module_t *btl, void *arg)
     mod->nranks = btl->ctx->size;
     util_list_init(&mod->sending);
     util_list_init(&mod->completed);
+    util_list_init(&mod->iputs_done);
+    util_list_init(&mod->iputs_spare);
     btl_amo_module_init(&mod->amo, &sm_amo_hooks, p->atomic_slots);
     mod->eps = calloc((size_t)mod->nranks, sizeof(*mod->eps));
     mod->poll = calloc((size_t)mod->nranks, sizeof(*mod->poll));

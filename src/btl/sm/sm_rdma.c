@@ -339,6 +339,7 @@ static size_t chunk_max(const sm_module_t *mod, size_t hdr)
 bool sm_rdma_busy(const ferry_btl_endpoint_t *ep)
 {
     return !util_list_empty(&ep->queue) || !util_list_empty(&ep->ring_puts) ||
+           !util_list_empty(&ep->iputs) ||
            !util_list_empty(&ep->gets) || ep->njobs > 0 || btl_amo_owes(&ep->amo);
 }
 
@@ -409,7 +410,88 @@ int sm_rdma_puts_done(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint64_t tail)
         sm_complete(mod, frag, status == FERRY_OK ? FERRY_OK : FERRY_ERR_ACCESS);
         n++;
     }
+    while ((it = util_list_first(&ep->iputs)) != NULL) {
+        sm_iput_t *p = UTIL_CONTAINER_OF(it, sm_iput_t, link);
+        if (p->end_pos > tail)
+            break;
+        int32_t status;
+        memcpy(&status, ep->out->ring + p->status_off, sizeof(status));
+        util_list_remove(&ep->iputs, it);
+        p->status = status == FERRY_OK ? FERRY_OK : FERRY_ERR_ACCESS;
+        /* Its callback from progress: this may run inside a call that
+         * waits for ring room. */
+        util_list_append(&mod->iputs_done, it);
+        n++;
+    }
     return n;
+}
+
+/* ---- puts without a descriptor ---- */
+
+int sm_put_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void *local,
+                  size_t size, uint64_t raddr, const uint8_t *rkey, ferry_btl_rdma_cb_t cb,
+                  void *cbctx, void *cbdata)
+{
+    sm_module_t *mod = (sm_module_t *)btl;
+    if (mod == NULL || ep == NULL || ep->mod != mod || rkey == NULL || local == NULL)
+        return FERRY_ERR_INVALID;
+    if (ep->deleted || ep->state == SM_EP_FAILED || ep->state == SM_EP_CLOSED)
+        return FERRY_ERR_UNREACH;
+    /* One ring message, where the descriptor path would take the ring too,
+     * behind nothing queued (that path orders it behind the queue), to a
+     * peer (our own memory: the descriptor path copies it). */
+    if (size == 0 || size > chunk_max(mod, sizeof(sm_put_hdr_t)) ||
+        (mod->cma_ok && size >= mod->p.cma_threshold) || ep->state != SM_EP_CONNECTED ||
+        !util_list_empty(&ep->queue) || ep->rank == mod->super.ctx->rank)
+        return FERRY_ERR_NOT_SUPPORTED;
+    util_list_item_t *sp = util_list_pop_front(&mod->iputs_spare);
+    sm_iput_t *p = sp != NULL ? UTIL_CONTAINER_OF(sp, sm_iput_t, link) : malloc(sizeof(*p));
+    if (p == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    unsigned char *slot;
+    uint64_t pos;
+    if (!sm_ring_reserve(ep, sizeof(sm_put_hdr_t) + size, &slot, &pos)) {
+        util_list_append(&mod->iputs_spare, &p->link);
+        return FERRY_ERR_NOT_SUPPORTED;
+    }
+    sm_put_hdr_t hdr = {.raddr = raddr, .flags = SM_PUT_LAST, .status = FERRY_OK};
+    memcpy(&hdr.key, rkey, sizeof(hdr.key));
+    memcpy(slot, &hdr, sizeof(hdr));
+    memcpy(slot + sizeof(hdr), local, size);
+    sm_ring_commit(ep, pos, (uint32_t)(sizeof(hdr) + size), 0, SM_T_PUT);
+    p->end_pos = ep->head;
+    p->status_off = (uint64_t)(slot - ep->out->ring) + offsetof(sm_put_hdr_t, status);
+    p->ep = ep;
+    p->local = local;
+    p->cb = cb;
+    p->cbctx = cbctx;
+    p->cbdata = cbdata;
+    util_list_append(&ep->iputs, &p->link);
+    sm_mark_sending(mod, ep); /* progress reads the tail that completes it */
+    return FERRY_OK;
+}
+
+int sm_iputs_run(sm_module_t *mod)
+{
+    int n = 0;
+    util_list_item_t *it;
+    while ((it = util_list_pop_front(&mod->iputs_done)) != NULL) {
+        sm_iput_t done = *UTIL_CONTAINER_OF(it, sm_iput_t, link);
+        /* The record is free before its callback, which may start another. */
+        util_list_append(&mod->iputs_spare, it);
+        if (done.cb != NULL)
+            done.cb(&mod->super, done.ep, (void *)done.local, NULL, done.cbctx, done.cbdata,
+                    done.status);
+        n++;
+    }
+    return n;
+}
+
+void sm_iputs_fini(sm_module_t *mod)
+{
+    util_list_item_t *it;
+    while ((it = util_list_pop_front(&mod->iputs_spare)) != NULL)
+        free(UTIL_CONTAINER_OF(it, sm_iput_t, link));
 }
 
 /* A chunk of a put arrived: copy it in if its key allows, now. */
@@ -593,7 +675,7 @@ static bool answer_job(sm_module_t *mod, ferry_btl_endpoint_t *ep, sm_get_job_t 
 int sm_rdma_progress(sm_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     int n = 0;
-    if (!util_list_empty(&ep->ring_puts)) {
+    if (!util_list_empty(&ep->ring_puts) || !util_list_empty(&ep->iputs)) {
         int done = sm_ring_refresh_tail(ep);
         if (done < 0)
             return n;
@@ -624,6 +706,10 @@ void sm_rdma_fail(sm_module_t *mod, ferry_btl_endpoint_t *ep, int status)
     util_list_item_t *it;
     while ((it = util_list_pop_front(&ep->ring_puts)) != NULL)
         sm_complete(mod, UTIL_CONTAINER_OF(it, btl_frag_t, link), status);
+    while ((it = util_list_pop_front(&ep->iputs)) != NULL) {
+        UTIL_CONTAINER_OF(it, sm_iput_t, link)->status = status;
+        util_list_append(&mod->iputs_done, it);
+    }
     while ((it = util_list_pop_front(&ep->gets)) != NULL)
         sm_complete(mod, UTIL_CONTAINER_OF(it, btl_frag_t, link), status);
     ep->gets_out = 0;

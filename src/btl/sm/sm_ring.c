@@ -66,7 +66,9 @@ int sm_ring_refresh_tail(ferry_btl_endpoint_t *ep)
     ep->cached_tail = tail;
     /* Ring puts it passed are read back now: their status words are in
      * space we may reuse as soon as we return. */
-    return util_list_empty(&ep->ring_puts) ? 0 : sm_rdma_puts_done(ep->mod, ep, tail);
+    return util_list_empty(&ep->ring_puts) && util_list_empty(&ep->iputs)
+               ? 0
+               : sm_rdma_puts_done(ep->mod, ep, tail);
 }
 
 static void publish_tail(ferry_btl_endpoint_t *ep)
