@@ -720,6 +720,29 @@ ferry_btl_reg_t *api_mem_reg(const ferry_mem_t *local, int m)
     return local != NULL && m < local->n_modules ? local->regs[m] : NULL;
 }
 
+/* The transport's completion of a put without a descriptor: cbctx is the
+ * peer's slot, cbdata the operation's record or NULL (no callback, no
+ * request: only the count a flush waits for). */
+static void inline_done(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                        ferry_btl_reg_t *lreg, void *cbctx, void *cbdata, int status)
+{
+    (void)btl;
+    (void)ep;
+    (void)local;
+    (void)lreg;
+    api_peer_slot_t *slot = cbctx;
+    if (cbdata != NULL) {
+        api_rdma_op_t *op = cbdata;
+        op->status = status;
+        op_finish(slot->ctx, op);
+        return;
+    }
+    struct api_state *api = slot->ctx->api;
+    api->outstanding[slot->rank]--;
+    if (status != FERRY_OK && api->first_error[slot->rank] == FERRY_OK)
+        api->first_error[slot->rank] = status;
+}
+
 int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint8_t *key,
                        const ferry_rkey_t *raw, void *buf, size_t len, ferry_mem_t *local,
                        uint64_t raddr,
@@ -760,6 +783,36 @@ int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint
             return rc;
         if (direct_no != NULL)
             *direct_no = true;
+    }
+    if (is_put && btl->ops->put_inline != NULL && len > 0 && len <= btl->attr.max_send_size &&
+        util_list_empty(&ctx->api->issue_queue) && !bml_multi(ctx, dst)) {
+        /* Without a descriptor where the transport can (sm: one ring
+         * message): no record at all unless a callback or request names
+         * the put. Behind puts waiting to be issued it waits too. */
+        api_rdma_op_t *op = NULL;
+        if ((cb != NULL || req != NULL) && (op = util_pool_get(&ctx->api->ops)) == NULL)
+            return FERRY_ERR_NO_RESOURCE;
+        if (op != NULL) {
+            op->link.next = op->link.prev = NULL;
+            op->mp = NULL;
+            op->peer = dst;
+            op->status = FERRY_OK;
+            op->cb = cb;
+            op->arg = arg;
+            op->req = req;
+        }
+        int rc = btl->ops->put_inline(btl, ctx->peers[dst].ep, buf, len, raddr, key, inline_done,
+                                      &ctx->api->slots[dst], op);
+        if (rc == FERRY_OK) {
+            ctx->api->outstanding[dst]++;
+            if (accepted_out != NULL)
+                *accepted_out = true;
+            return FERRY_OK;
+        }
+        if (op != NULL)
+            util_pool_put(&ctx->api->ops, op);
+        if (rc != FERRY_ERR_NOT_SUPPORTED)
+            return rc;
     }
     api_rdma_op_t *op = util_pool_get(&ctx->api->ops);
     if (op == NULL)
