@@ -543,6 +543,16 @@ typedef struct ferry_btl_ops {
                       size_t size, uint64_t raddr, const uint8_t *rkey, ferry_btl_rdma_cb_t cb,
                       void *cbctx, void *cbdata);
 
+    /* Optional (NULL: none). The get of the same kind: size bytes of
+     * [raddr, raddr + size) under rkey into local, which must stay valid
+     * until cb runs (from progress; FERRY_OK with the data in local, or the
+     * error that ended it, local's bytes then undefined). Returns as
+     * put_inline does. sm: a request message answered with data messages,
+     * below its cross-memory attach threshold. */
+    int (*get_inline)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                      size_t size, uint64_t raddr, const uint8_t *rkey, ferry_btl_rdma_cb_t cb,
+                      void *cbctx, void *cbdata);
+
     /* Optional (NULL: none). The target's side of a put that came inside a
      * message (a put with notification small enough to travel with it):
      * [addr, addr + len) under key, one of this module's own keys as a

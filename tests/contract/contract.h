@@ -331,6 +331,7 @@ ct_result_t ct_case_rdma_revoke_inflight(ct_suite_t *s);
 ct_result_t ct_case_rdma_guess(ct_suite_t *s);
 ct_result_t ct_case_rdma_direct(ct_suite_t *s);
 ct_result_t ct_case_put_inline(ct_suite_t *s);
+ct_result_t ct_case_get_inline(ct_suite_t *s);
 ct_result_t ct_case_rdma_prepared(ct_suite_t *s);
 ct_result_t ct_case_invalid_args(ct_suite_t *s);
 ct_result_t ct_case_flush(ct_suite_t *s);

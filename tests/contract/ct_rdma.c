@@ -1572,3 +1572,144 @@ finish:
     free(local);
     return CT_RESULT_RUN;
 }
+
+/* ---- get_inline ------------------------------------------------------------------------- */
+
+/*
+ * get_inline, for a transport with the optional op. Each rank registers G
+ * (ordinary memory, readable, its pattern) and W (write-only). Through
+ * every peer's keys: gets of 1 byte to 8 KiB from G, at odd offsets, each
+ * FERRY_OK with one callback from progress (or FERRY_ERR_NOT_SUPPORTED,
+ * then by get; at least one per peer inline), the data checked and the
+ * guard bytes after it untouched; size 0 is FERRY_ERR_NOT_SUPPORTED, a NULL
+ * buffer FERRY_ERR_INVALID; a get from W, across G's end, before its start
+ * is refused (the call's error or the callback's); through G's key with a
+ * byte changed, refused or, if taken, G's own bytes.
+ */
+#define GI_LEN 16384
+#define GI_GUARD 64
+
+ct_result_t ct_case_get_inline(ct_suite_t *s)
+{
+    static const size_t sizes[] = {1, 7, 8, 64, 200, 256, 1000, 4096, 8192};
+    ferry_btl_reg_t *greg = NULL, *wreg = NULL;
+    uint8_t *g = NULL, *w = NULL, *local = NULL;
+
+    if (s->btl->ops->get_inline == NULL || !ct_has(s, FERRY_BTL_FLAG_GET)) {
+        printf("skip %s: transport %s has no get_inline op (or no get)\n", s->case_name,
+               s->attr->name);
+        fflush(stdout);
+        return CT_RESULT_SKIP;
+    }
+    g = at_pages(GI_LEN / RD_PAGE, pi_seed(s->rank, s->rank, 5));
+    w = at_pages(1, pi_seed(s->rank, s->rank, 6));
+    greg = reg_mem(s, g, GI_LEN, FERRY_ACCESS_REMOTE_READ);
+    wreg = reg_mem(s, w, RD_PAGE, FERRY_ACCESS_REMOTE_WRITE);
+    local = xmalloc(GI_LEN + GI_GUARD);
+
+    ct_case_begin(s, ct_seq_rx, NULL);
+    if (greg == NULL || wreg == NULL)
+        goto finish;
+    if (!ct_exchange_rkey(s, 0, greg) || !ct_exchange_rkey(s, 1, wreg))
+        goto finish;
+    for (int i = 0; i < s->nreach; i++) {
+        int p = s->reach[i];
+        const ct_rkey_t *gk = &s->peer[p].rkey[0], *wk = &s->peer[p].rkey[1];
+        int went_inline = 0;
+        for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+            size_t n = sizes[k], off = (k * 131) % (GI_LEN - n);
+            memset(local, CANARY, n + GI_GUARD);
+            pi_done_t d = {.s = s, .local = local};
+            s->in_call++;
+            int rc = s->btl->ops->get_inline(s->btl, s->peer[p].ep, local, n, gk->addr + off,
+                                             gk->key, pi_cb, s, &d);
+            s->in_call--;
+            if (rc == FERRY_ERR_NOT_SUPPORTED)
+                continue;
+            if (!CT_CHECK(s, rc == FERRY_OK, "inline get of %zu bytes from rank %d returned %d",
+                          n, p, rc))
+                continue;
+            went_inline++;
+            ct_deadline_t dl = ct_deadline();
+            while (d.calls == 0)
+                if (!ct_step(s, &dl, "an inline get's completion"))
+                    break;
+            if (!CT_CHECK(s, d.calls == 1 && d.status == FERRY_OK,
+                          "inline get of %zu bytes from rank %d: %d", n, p, d.status))
+                continue;
+            size_t bad = ct_verify(local, n, pi_seed(p, p, 5), off);
+            CT_CHECK(s, bad == SIZE_MAX, "inline get of %zu bytes from rank %d: byte %zu differs",
+                     n, p, bad);
+            check_canary(s, local, n, n + GI_GUARD, "the bytes after an inline get", p);
+        }
+        CT_CHECK(s, went_inline > 0 || p == s->rank, "get_inline took none of the gets from rank %d",
+                 p);
+        int rc = s->btl->ops->get_inline(s->btl, s->peer[p].ep, local, 0, gk->addr, gk->key,
+                                         pi_cb, s, NULL);
+        CT_CHECK(s, rc == FERRY_ERR_NOT_SUPPORTED, "inline get of 0 bytes from rank %d: %d", p,
+                 rc);
+        rc = s->btl->ops->get_inline(s->btl, s->peer[p].ep, NULL, 8, gk->addr, gk->key, pi_cb, s,
+                                     NULL);
+        CT_CHECK(s, rc == FERRY_ERR_INVALID, "inline get into a NULL buffer from rank %d: %d", p,
+                 rc);
+        if (p == s->rank)
+            continue;
+        struct {
+            uint64_t addr;
+            size_t len;
+            const uint8_t *key;
+            const char *what;
+        } bad[] = {
+            {wk->addr, 8, wk->key, "from write-only memory"},
+            {gk->addr + gk->len - 8, 16, gk->key, "across the end"},
+            {gk->addr - 8, 16, gk->key, "from before the start"},
+        };
+        for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+            pi_done_t d = {.s = s, .local = local};
+            s->in_call++;
+            rc = s->btl->ops->get_inline(s->btl, s->peer[p].ep, local, bad[k].len, bad[k].addr,
+                                         bad[k].key, pi_cb, s, &d);
+            s->in_call--;
+            if (rc == FERRY_OK) {
+                ct_deadline_t dl = ct_deadline();
+                while (d.calls == 0 && ct_step(s, &dl, "a refused inline get"))
+                    ;
+                rc = d.calls == 1 ? d.status : FERRY_ERR_TIMEOUT;
+            }
+            CT_CHECK(s, rc < 0 && rc != FERRY_ERR_TIMEOUT,
+                     "inline get %s on rank %d: %d (%s), expected a refusal", bad[k].what, p, rc,
+                     ferry_strerror(rc));
+        }
+        uint8_t bent[FERRY_BTL_KEY_MAX];
+        for (size_t b = 0; b < s->attr->reg_handle_size && b < sizeof(bent); b++) {
+            memcpy(bent, gk->key, sizeof(bent));
+            bent[b] ^= 0x01;
+            memset(local, CANARY, 64);
+            pi_done_t d = {.s = s, .local = local};
+            s->in_call++;
+            rc = s->btl->ops->get_inline(s->btl, s->peer[p].ep, local, 64, gk->addr, bent, pi_cb,
+                                         s, &d);
+            s->in_call--;
+            if (rc != FERRY_OK)
+                continue;
+            ct_deadline_t dl = ct_deadline();
+            while (d.calls == 0 && ct_step(s, &dl, "an inline get through a changed key"))
+                ;
+            if (d.calls == 1 && d.status == FERRY_OK) {
+                size_t at = ct_verify(local, 64, pi_seed(p, p, 5), 0);
+                CT_CHECK(s, at == SIZE_MAX,
+                         "inline get through rank %d's key with byte %zu changed read other "
+                         "bytes (at %zu)",
+                         p, b, at);
+            }
+        }
+    }
+finish:
+    ct_case_finish(s);
+    dereg_mem(s, greg);
+    dereg_mem(s, wreg);
+    free(g);
+    free(w);
+    free(local);
+    return CT_RESULT_RUN;
+}

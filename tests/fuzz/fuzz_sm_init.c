@@ -390,6 +390,7 @@ static void peer_new(void)
     util_list_init(&ep->queue);
     util_list_init(&ep->ring_puts);
     util_list_init(&ep->iputs);
+    util_list_init(&ep->igets);
     util_list_init(&ep->gets);
     w.ep = ep;
     w.rewrite_pending = false;

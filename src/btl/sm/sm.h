@@ -190,14 +190,17 @@ typedef struct sm_put_hdr {
 
 /* A put sm_put_inline wrote into the ring whole, without a descriptor:
  * on its endpoint's iputs until the tail passes end_pos, then on the
- * module's iputs_done until progress runs its callback; then spare. */
+ * module's iputs_done until progress runs its callback; then spare. A get
+ * from sm_get_inline: on igets until its data has come. */
 typedef struct sm_iput {
     util_list_item_t link;
-    uint64_t end_pos;    /* the head after it */
-    uint64_t status_off; /* its header's status word in the ring */
+    uint64_t end_pos;    /* put: the head after it */
+    uint64_t status_off; /* put: its header's status word in the ring */
+    uint64_t cookie;     /* get: its request's */
+    size_t size, done;   /* get: bytes asked for, arrived */
     int status;
     ferry_btl_endpoint_t *ep;
-    const void *local;
+    void *local; /* a put's source (not written), a get's destination */
     ferry_btl_rdma_cb_t cb;
     void *cbctx, *cbdata;
 } sm_iput_t;
@@ -282,6 +285,7 @@ struct ferry_btl_endpoint {
     util_list_t queue;    /* fragments waiting for credits, in order */
     util_list_t ring_puts; /* puts written, waiting for the peer to consume them */
     util_list_t iputs;     /* sm_iput_t: the same, from sm_put_inline */
+    util_list_t igets;     /* sm_iput_t: gets from sm_get_inline waiting for data */
     util_list_t gets;      /* ring gets waiting for their data */
     uint32_t gets_out;     /* how many: at most peer_get_slots */
     /* Gets this process answers for the peer, oldest first, in a ring of
@@ -575,6 +579,9 @@ int sm_put_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void 
 /* Runs the callbacks of the inline puts completed (sm_iput_t); returns how
  * many. */
 int sm_iputs_run(sm_module_t *mod);
+int sm_get_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local, size_t size,
+                  uint64_t raddr, const uint8_t *rkey, ferry_btl_rdma_cb_t cb, void *cbctx,
+                  void *cbdata);
 /* Frees the spare records (finalize). */
 void sm_iputs_fini(sm_module_t *mod);
 int sm_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);

@@ -223,7 +223,8 @@ static bool peer_closed(const sm_module_t *mod, const ferry_btl_endpoint_t *ep)
 static bool ep_has_work(const ferry_btl_endpoint_t *ep)
 {
     return !util_list_empty(&ep->queue) || !util_list_empty(&ep->ring_puts) ||
-           !util_list_empty(&ep->iputs) || !util_list_empty(&ep->gets) || ep->rdma_inflight > 0 ||
+           !util_list_empty(&ep->iputs) || !util_list_empty(&ep->gets) ||
+           !util_list_empty(&ep->igets) || ep->rdma_inflight > 0 ||
            btl_amo_inflight(&ep->amo) > 0;
 }
 

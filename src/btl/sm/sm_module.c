@@ -40,6 +40,7 @@ static ferry_btl_endpoint_t *ep_new(sm_module_t *mod, int rank)
     util_list_init(&ep->queue);
     util_list_init(&ep->ring_puts);
     util_list_init(&ep->iputs);
+    util_list_init(&ep->igets);
     util_list_init(&ep->gets);
     return ep;
 }
@@ -330,6 +331,7 @@ static const ferry_btl_ops_t sm_ops = {
     .atomic_cswap = sm_atomic_cswap,
     .rdma_direct = sm_rdma_direct,
     .put_inline = sm_put_inline,
+    .get_inline = sm_get_inline,
     .target_resolve = sm_target_resolve,
     .target_write = sm_target_write,
     .flush = sm_flush,

@@ -339,7 +339,7 @@ static size_t chunk_max(const sm_module_t *mod, size_t hdr)
 bool sm_rdma_busy(const ferry_btl_endpoint_t *ep)
 {
     return !util_list_empty(&ep->queue) || !util_list_empty(&ep->ring_puts) ||
-           !util_list_empty(&ep->iputs) ||
+           !util_list_empty(&ep->iputs) || !util_list_empty(&ep->igets) ||
            !util_list_empty(&ep->gets) || ep->njobs > 0 || btl_amo_owes(&ep->amo);
 }
 
@@ -462,12 +462,54 @@ int sm_put_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void 
     p->end_pos = ep->head;
     p->status_off = (uint64_t)(slot - ep->out->ring) + offsetof(sm_put_hdr_t, status);
     p->ep = ep;
-    p->local = local;
+    p->local = (void *)local;
     p->cb = cb;
     p->cbctx = cbctx;
     p->cbdata = cbdata;
     util_list_append(&ep->iputs, &p->link);
     sm_mark_sending(mod, ep); /* progress reads the tail that completes it */
+    return FERRY_OK;
+}
+
+int sm_get_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local, size_t size,
+                  uint64_t raddr, const uint8_t *rkey, ferry_btl_rdma_cb_t cb, void *cbctx,
+                  void *cbdata)
+{
+    sm_module_t *mod = (sm_module_t *)btl;
+    if (mod == NULL || ep == NULL || ep->mod != mod || rkey == NULL || local == NULL)
+        return FERRY_ERR_INVALID;
+    if (ep->deleted || ep->state == SM_EP_FAILED || ep->state == SM_EP_CLOSED)
+        return FERRY_ERR_UNREACH;
+    /* As for puts, and within the target's budget of gets it answers. */
+    if (size == 0 || size > mod->super.attr.max_rdma_size ||
+        (mod->cma_ok && size >= mod->p.cma_threshold) || ep->state != SM_EP_CONNECTED ||
+        !util_list_empty(&ep->queue) || ep->rank == mod->super.ctx->rank ||
+        ep->gets_out >= ep->peer_get_slots)
+        return FERRY_ERR_NOT_SUPPORTED;
+    util_list_item_t *sp = util_list_pop_front(&mod->iputs_spare);
+    sm_iput_t *g = sp != NULL ? UTIL_CONTAINER_OF(sp, sm_iput_t, link) : malloc(sizeof(*g));
+    if (g == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    unsigned char *slot;
+    uint64_t pos;
+    if (!sm_ring_reserve(ep, sizeof(sm_get_req_t), &slot, &pos)) {
+        util_list_append(&mod->iputs_spare, &g->link);
+        return FERRY_ERR_NOT_SUPPORTED;
+    }
+    sm_get_req_t req = {.raddr = raddr, .len = size};
+    memcpy(&req.key, rkey, sizeof(req.key));
+    g->cookie = req.cookie = ++mod->next_cookie;
+    memcpy(slot, &req, sizeof(req));
+    sm_ring_commit(ep, pos, sizeof(req), 0, SM_T_GET_REQ);
+    g->ep = ep;
+    g->local = local;
+    g->size = size;
+    g->done = 0;
+    g->cb = cb;
+    g->cbctx = cbctx;
+    g->cbdata = cbdata;
+    util_list_append(&ep->igets, &g->link);
+    ep->gets_out++;
     return FERRY_OK;
 }
 
@@ -480,7 +522,7 @@ int sm_iputs_run(sm_module_t *mod)
         /* The record is free before its callback, which may start another. */
         util_list_append(&mod->iputs_spare, it);
         if (done.cb != NULL)
-            done.cb(&mod->super, done.ep, (void *)done.local, NULL, done.cbctx, done.cbdata,
+            done.cb(&mod->super, done.ep, done.local, NULL, done.cbctx, done.cbdata,
                     done.status);
         n++;
     }
@@ -553,6 +595,46 @@ static bool handle_get_req(sm_module_t *mod, ferry_btl_endpoint_t *ep, const uns
     return true;
 }
 
+/* An answer to a get of sm_get_inline's (none of the descriptors' had its
+ * cookie): its data into place, checked as for those; complete, its
+ * callback now (this runs from progress). */
+static void iget_resp(sm_module_t *mod, ferry_btl_endpoint_t *ep, const sm_get_resp_t *resp,
+                      const unsigned char *data, size_t n)
+{
+    sm_iput_t *g = NULL;
+    for (util_list_item_t *it = util_list_first(&ep->igets); it != NULL;
+         it = util_list_next(&ep->igets, it)) {
+        sm_iput_t *x = UTIL_CONTAINER_OF(it, sm_iput_t, link);
+        if (x->cookie == resp->cookie) {
+            g = x;
+            break;
+        }
+    }
+    if (g == NULL) {
+        sm_ep_fail(mod, ep, "it answered a get nobody asked for");
+        return;
+    }
+    if (resp->status == FERRY_OK && (resp->offset != g->done || n > g->size - g->done)) {
+        sm_ep_fail(mod, ep, "it answered a get with data out of place");
+        return;
+    }
+    if (resp->status == FERRY_OK) {
+        memcpy((char *)g->local + g->done, data, n);
+        g->done += n;
+        if (g->done < g->size)
+            return;
+    }
+    util_list_remove(&ep->igets, &g->link);
+    ep->gets_out--;
+    sm_iput_t done = *g;
+    util_list_append(&mod->iputs_spare, &g->link);
+    int status = resp->status == FERRY_OK                                   ? FERRY_OK
+                 : resp->status < 0 && resp->status > FERRY_ERR_LAST ? resp->status
+                                                                        : FERRY_ERR_PROTO;
+    if (done.cb != NULL)
+        done.cb(&mod->super, ep, done.local, NULL, done.cbctx, done.cbdata, status);
+}
+
 static void handle_get_resp(sm_module_t *mod, ferry_btl_endpoint_t *ep, const unsigned char *msg,
                             uint32_t len)
 {
@@ -573,7 +655,7 @@ static void handle_get_resp(sm_module_t *mod, ferry_btl_endpoint_t *ep, const un
         }
     }
     if (frag == NULL) {
-        sm_ep_fail(mod, ep, "it answered a get nobody asked for");
+        iget_resp(mod, ep, &resp, msg + sizeof(resp), n);
         return;
     }
     ferry_btl_segment_t *local = &frag->base.dst[0];
@@ -707,6 +789,10 @@ void sm_rdma_fail(sm_module_t *mod, ferry_btl_endpoint_t *ep, int status)
     while ((it = util_list_pop_front(&ep->ring_puts)) != NULL)
         sm_complete(mod, UTIL_CONTAINER_OF(it, btl_frag_t, link), status);
     while ((it = util_list_pop_front(&ep->iputs)) != NULL) {
+        UTIL_CONTAINER_OF(it, sm_iput_t, link)->status = status;
+        util_list_append(&mod->iputs_done, it);
+    }
+    while ((it = util_list_pop_front(&ep->igets)) != NULL) {
         UTIL_CONTAINER_OF(it, sm_iput_t, link)->status = status;
         util_list_append(&mod->iputs_done, it);
     }
