@@ -720,9 +720,9 @@ ferry_btl_reg_t *api_mem_reg(const ferry_mem_t *local, int m)
     return local != NULL && m < local->n_modules ? local->regs[m] : NULL;
 }
 
-/* The transport's completion of a put without a descriptor: cbctx is the
- * peer's slot, cbdata the operation's record or NULL (no callback, no
- * request: only the count a flush waits for). */
+/* The transport's completion of a put or get without a descriptor: cbctx
+ * is the peer's slot, cbdata the operation's record or NULL (no callback,
+ * no request: only the count a flush waits for). */
 static void inline_done(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
                         ferry_btl_reg_t *lreg, void *cbctx, void *cbdata, int status)
 {
@@ -784,11 +784,13 @@ int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint
         if (direct_no != NULL)
             *direct_no = true;
     }
-    if (is_put && btl->ops->put_inline != NULL && len > 0 && len <= btl->attr.max_send_size &&
-        util_list_empty(&ctx->api->issue_queue) && !bml_multi(ctx, dst)) {
+    if ((is_put ? btl->ops->put_inline != NULL && len <= btl->attr.max_send_size
+                : btl->ops->get_inline != NULL) &&
+        len > 0 && util_list_empty(&ctx->api->issue_queue) && !bml_multi(ctx, dst)) {
         /* Without a descriptor where the transport can (sm: one ring
-         * message): no record at all unless a callback or request names
-         * the put. Behind puts waiting to be issued it waits too. */
+         * message for a put, a request for a get): no record at all
+         * unless a callback or request names the operation. Behind
+         * operations waiting to be issued it waits too. */
         api_rdma_op_t *op = NULL;
         if ((cb != NULL || req != NULL) && (op = util_pool_get(&ctx->api->ops)) == NULL)
             return FERRY_ERR_NO_RESOURCE;
@@ -801,8 +803,10 @@ int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint
             op->arg = arg;
             op->req = req;
         }
-        int rc = btl->ops->put_inline(btl, ctx->peers[dst].ep, buf, len, raddr, key, inline_done,
-                                      &ctx->api->slots[dst], op);
+        int rc = is_put ? btl->ops->put_inline(btl, ctx->peers[dst].ep, buf, len, raddr, key,
+                                               inline_done, &ctx->api->slots[dst], op)
+                        : btl->ops->get_inline(btl, ctx->peers[dst].ep, buf, len, raddr, key,
+                                               inline_done, &ctx->api->slots[dst], op);
         if (rc == FERRY_OK) {
             ctx->api->outstanding[dst]++;
             if (accepted_out != NULL)
