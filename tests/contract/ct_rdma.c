@@ -1457,6 +1457,30 @@ static int pi_do(ct_suite_t *s, int peer, uint8_t *local, size_t n, uint64_t rad
     return d.status;
 }
 
+/* One inline put or get (put: local's n bytes to raddr), then the module's
+ * flush of the endpoint: once it returns, the callback has run. */
+static bool pi_flushed(ct_suite_t *s, int peer, bool put, uint8_t *local, size_t n,
+                       uint64_t raddr, const uint8_t *key)
+{
+    pi_done_t d = {.s = s, .local = local};
+    ferry_btl_module_t *btl = s->btl;
+    s->in_call++;
+    int rc = put ? btl->ops->put_inline(btl, s->peer[peer].ep, local, n, raddr, key, pi_cb, s, &d)
+                 : btl->ops->get_inline(btl, s->peer[peer].ep, local, n, raddr, key, pi_cb, s, &d);
+    s->in_call--;
+    if (rc != FERRY_OK)
+        return false; /* declined (checked elsewhere) */
+    rc = btl->ops->flush(btl, s->peer[peer].ep);
+    CT_CHECK(s, rc == FERRY_OK && d.calls == 1 && d.status == FERRY_OK,
+             "flush to rank %d returned %d with an inline %s of %zu bytes not complete "
+             "(%d callbacks, status %d)",
+             peer, rc, put ? "put" : "get", n, d.calls, d.status);
+    ct_deadline_t dl = ct_deadline();
+    while (d.calls == 0 && ct_step(s, &dl, "an inline operation a flush left behind"))
+        ;
+    return true;
+}
+
 /* A put that must be refused: by the call, or by its completion. */
 static void pi_refused(ct_suite_t *s, int peer, uint8_t *local, size_t n, uint64_t raddr,
                        const uint8_t *key, const char *what)
@@ -1519,6 +1543,11 @@ ct_result_t ct_case_put_inline(ct_suite_t *s)
             CT_CHECK(s, rc == FERRY_OK,
                      "inline put of %zu bytes to rank %d: %s %d (%s)", n, p,
                      taken ? "completed with" : "returned", rc, ferry_strerror(rc));
+        }
+        /* flush covers what went inline. */
+        if (s->btl->ops->flush != NULL) {
+            ct_fill(local, 64, pi_seed(s->rank, p, 0), 0);
+            pi_flushed(s, p, true, local, 64, myslot, ok->key);
         }
         /* Our own process may be left to put (sm copies its own memory). */
         CT_CHECK(s, went_inline > 0 || p == s->rank,
@@ -1644,6 +1673,14 @@ ct_result_t ct_case_get_inline(ct_suite_t *s)
         }
         CT_CHECK(s, went_inline > 0 || p == s->rank, "get_inline took none of the gets from rank %d",
                  p);
+        if (s->btl->ops->flush != NULL) {
+            memset(local, CANARY, 64);
+            if (pi_flushed(s, p, false, local, 64, gk->addr, gk->key)) {
+                size_t at = ct_verify(local, 64, pi_seed(p, p, 5), 0);
+                CT_CHECK(s, at == SIZE_MAX,
+                         "inline get completed by flush from rank %d: byte %zu", p, at);
+            }
+        }
         int rc = s->btl->ops->get_inline(s->btl, s->peer[p].ep, local, 0, gk->addr, gk->key,
                                          pi_cb, s, NULL);
         CT_CHECK(s, rc == FERRY_ERR_NOT_SUPPORTED, "inline get of 0 bytes from rank %d: %d", p,

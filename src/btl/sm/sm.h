@@ -199,6 +199,9 @@ typedef struct sm_iput {
     uint64_t cookie;     /* get: its request's */
     size_t size, done;   /* get: bytes asked for, arrived */
     int status;
+    /* Out of its endpoint's count of operations in flight already (failed
+     * with it: the endpoint may be freed before the callback runs). */
+    bool uncounted;
     ferry_btl_endpoint_t *ep;
     void *local; /* a put's source (not written), a get's destination */
     ferry_btl_rdma_cb_t cb;

@@ -228,10 +228,13 @@ static int sm_progress(ferry_btl_module_t *btl)
             ep->sending = false;
         }
     }
-    if (!util_list_empty(&mod->completed))
-        n += run_completions(mod);
+    /* The inline ones first: when a peer fails, they were started before
+     * any descriptor to it still in flight (those go inline only behind an
+     * empty queue). */
     if (!util_list_empty(&mod->iputs_done))
         n += sm_iputs_run(mod);
+    if (!util_list_empty(&mod->completed))
+        n += run_completions(mod);
     if (!util_list_empty(&mod->amo.completed))
         n += btl_amo_progress(btl, &mod->amo);
     if ((mod->progress_calls & 15) == 0)

@@ -466,7 +466,9 @@ int sm_put_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void 
     p->cb = cb;
     p->cbctx = cbctx;
     p->cbdata = cbdata;
+    p->uncounted = false;
     util_list_append(&ep->iputs, &p->link);
+    ep->rdma_inflight++; /* what flush waits for */
     sm_mark_sending(mod, ep); /* progress reads the tail that completes it */
     return FERRY_OK;
 }
@@ -508,8 +510,10 @@ int sm_get_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local
     g->cb = cb;
     g->cbctx = cbctx;
     g->cbdata = cbdata;
+    g->uncounted = false;
     util_list_append(&ep->igets, &g->link);
     ep->gets_out++;
+    ep->rdma_inflight++;
     return FERRY_OK;
 }
 
@@ -521,6 +525,8 @@ int sm_iputs_run(sm_module_t *mod)
         sm_iput_t done = *UTIL_CONTAINER_OF(it, sm_iput_t, link);
         /* The record is free before its callback, which may start another. */
         util_list_append(&mod->iputs_spare, it);
+        if (!done.uncounted)
+            done.ep->rdma_inflight--;
         if (done.cb != NULL)
             done.cb(&mod->super, done.ep, done.local, NULL, done.cbctx, done.cbdata,
                     done.status);
@@ -626,6 +632,7 @@ static void iget_resp(sm_module_t *mod, ferry_btl_endpoint_t *ep, const sm_get_r
     }
     util_list_remove(&ep->igets, &g->link);
     ep->gets_out--;
+    ep->rdma_inflight--;
     sm_iput_t done = *g;
     util_list_append(&mod->iputs_spare, &g->link);
     int status = resp->status == FERRY_OK                                   ? FERRY_OK
@@ -788,14 +795,14 @@ void sm_rdma_fail(sm_module_t *mod, ferry_btl_endpoint_t *ep, int status)
     util_list_item_t *it;
     while ((it = util_list_pop_front(&ep->ring_puts)) != NULL)
         sm_complete(mod, UTIL_CONTAINER_OF(it, btl_frag_t, link), status);
-    while ((it = util_list_pop_front(&ep->iputs)) != NULL) {
-        UTIL_CONTAINER_OF(it, sm_iput_t, link)->status = status;
-        util_list_append(&mod->iputs_done, it);
-    }
-    while ((it = util_list_pop_front(&ep->igets)) != NULL) {
-        UTIL_CONTAINER_OF(it, sm_iput_t, link)->status = status;
-        util_list_append(&mod->iputs_done, it);
-    }
+    for (int k = 0; k < 2; k++)
+        while ((it = util_list_pop_front(k == 0 ? &ep->iputs : &ep->igets)) != NULL) {
+            sm_iput_t *p = UTIL_CONTAINER_OF(it, sm_iput_t, link);
+            p->status = status;
+            p->uncounted = true;
+            ep->rdma_inflight--;
+            util_list_append(&mod->iputs_done, it);
+        }
     while ((it = util_list_pop_front(&ep->gets)) != NULL)
         sm_complete(mod, UTIL_CONTAINER_OF(it, btl_frag_t, link), status);
     ep->gets_out = 0;
