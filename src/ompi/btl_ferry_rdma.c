@@ -280,6 +280,18 @@ static void rdma_done(ferry_btl_module_t *fbtl, ferry_btl_endpoint_t *ep, ferry_
     op_complete(des->cbdata, status);
 }
 
+/* The completion of one that went without a descriptor. */
+static void inline_done(ferry_btl_module_t *fbtl, ferry_btl_endpoint_t *ep, void *local,
+                        ferry_btl_reg_t *lreg, void *cbctx, void *cbdata, int status)
+{
+    (void)fbtl;
+    (void)ep;
+    (void)local;
+    (void)lreg;
+    (void)cbctx;
+    op_complete(cbdata, status);
+}
+
 /* The remote side of a descriptor: the peer's address and the key bytes
  * Open MPI carried from its handle. */
 static void fill_remote(const mca_btl_ferry_module_t *mod, ferry_btl_segment_t *seg,
@@ -329,16 +341,31 @@ static int op_prepare(mca_btl_ferry_rdma_op_t *op)
 
 /* Hands a put or get to the transport, prepared first if it is not yet;
  * counted when the transport takes it. */
-static int op_issue(mca_btl_ferry_rdma_op_t *op)
+static int op_issue(mca_btl_ferry_rdma_op_t *op, bool waited)
 {
     mca_btl_ferry_module_t *mod = op->mod;
     ferry_btl_module_t *fbtl = mod->fbtl;
     ferry_btl_endpoint_t *ep = fep_of(op->ep);
     size_t size = op->size;
-    int rc = op->des != NULL ? FERRY_OK : op_prepare(op);
-    if (rc != FERRY_OK)
-        return rc;
-    rc = op->is_put ? fbtl->ops->put(fbtl, ep, op->des) : fbtl->ops->get(fbtl, ep, op->des);
+    int rc = FERRY_ERR_NOT_SUPPORTED;
+    /* Without a descriptor where the transport takes it so (sm: a put in
+     * one ring message, a get's request), else prepared now. One that
+     * waited takes a descriptor: it completes, or fails with its peer,
+     * behind those the transport took before it. */
+    if (waited)
+        rc = FERRY_ERR_NOT_SUPPORTED;
+    else if (op->des == NULL && op->is_put && fbtl->ops->put_inline != NULL)
+        rc = fbtl->ops->put_inline(fbtl, ep, op->local, size, op->remote, op->key, inline_done,
+                                   NULL, op);
+    else if (op->des == NULL && !op->is_put && fbtl->ops->get_inline != NULL)
+        rc = fbtl->ops->get_inline(fbtl, ep, op->local, size, op->remote, op->key, inline_done,
+                                   NULL, op);
+    if (rc == FERRY_ERR_NOT_SUPPORTED) {
+        rc = op->des != NULL ? FERRY_OK : op_prepare(op);
+        if (rc != FERRY_OK)
+            return rc;
+        rc = op->is_put ? fbtl->ops->put(fbtl, ep, op->des) : fbtl->ops->get(fbtl, ep, op->des);
+    }
     if (rc != FERRY_OK)
         return rc;
     if (op->is_put) {
@@ -385,7 +412,7 @@ int mca_btl_ferry_rdma_run_waiting(bool closing)
          * a get by its size (the bytes of gets in flight within its send
          * queue's), and would take a smaller one behind it. */
         int rc = closing ? FERRY_ERR_UNREACH
-                         : op_blocked(op) ? FERRY_ERR_NO_RESOURCE : op_issue(op);
+                         : op_blocked(op) ? FERRY_ERR_NO_RESOURCE : op_issue(op, true);
         if (rc == FERRY_ERR_NO_RESOURCE) {
             /* Still refused: those behind it on other endpoints may go. */
             prev = op;
@@ -465,15 +492,11 @@ static int rdma_start(struct mca_btl_base_module_t *btl, struct mca_btl_base_end
     /* Behind others waiting, it waits too: they started first. Its
      * descriptor is prepared when its turn comes, so that those waiting
      * never hold the descriptors the first of them needs. */
-    int rc = FERRY_ERR_NO_RESOURCE;
-    if (mca_btl_ferry.rdma_wait_head == NULL) {
-        rc = op_prepare(op);
-        if (rc != FERRY_OK && rc != FERRY_ERR_NO_RESOURCE) {
-            op_put_back(op);
-            return mca_btl_ferry_status(rc);
-        }
-        if (rc == FERRY_OK)
-            rc = op_issue(op);
+    int rc = mca_btl_ferry.rdma_wait_head == NULL ? op_issue(op, false) : FERRY_ERR_NO_RESOURCE;
+    if (rc != FERRY_OK && rc != FERRY_ERR_NO_RESOURCE && op->des == NULL) {
+        /* Refused before it had a descriptor (or without one). */
+        op_put_back(op);
+        return mca_btl_ferry_status(rc);
     }
     if (rc == FERRY_ERR_NO_RESOURCE) {
         /* ob1 takes OPAL_ERR_OUT_OF_RESOURCE for a get as a cue to retry a

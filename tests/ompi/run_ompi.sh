@@ -413,11 +413,15 @@ wait | dead)
         # call), the smallest ring and 2 target-executed atomics in flight
         # to a peer: the ring fills and atomics are refused. sm queues puts
         # and gets behind a full ring itself; what makes them wait in the
-        # component is sm's pool of 4 descriptors.
+        # component is sm's pool of 4 descriptors. The first 2 gets to a
+        # peer go without a descriptor (its budget of gets it answers,
+        # FERRY_SM_GET_SLOTS), the rest need one.
         export FERRY_BTL=sm FERRY_SM_CMA=0 FERRY_SM_RING_SIZE=16384 FERRY_SM_MAX_SEND_SIZE=4096 \
-            FERRY_BTL_ATOMIC_SLOTS=2 FERRY_SM_FREE_LIST_NUM=4 FERRY_SM_FREE_LIST_MAX=4
+            FERRY_BTL_ATOMIC_SLOTS=2 FERRY_SM_FREE_LIST_NUM=4 FERRY_SM_FREE_LIST_MAX=4 \
+            FERRY_SM_GET_SLOTS=2
         for v in FERRY_BTL FERRY_SM_CMA FERRY_SM_RING_SIZE FERRY_SM_MAX_SEND_SIZE \
-                 FERRY_BTL_ATOMIC_SLOTS FERRY_SM_FREE_LIST_NUM FERRY_SM_FREE_LIST_MAX; do
+                 FERRY_BTL_ATOMIC_SLOTS FERRY_SM_FREE_LIST_NUM FERRY_SM_FREE_LIST_MAX \
+                 FERRY_SM_GET_SLOTS; do
             XOPTS="$XOPTS -x $v"
         done
         ;;
