@@ -85,7 +85,8 @@ typedef struct api_recycler {
     size_t size;          /* of one object, its two links first */
 } api_recycler_t;
 
-/* What an atomic's transport callback needs to find its peer. */
+/* What a transport callback with no record of ferry's (an atomic, a put or
+ * get without a descriptor) needs to find its peer. */
 typedef struct api_peer_slot {
     ferry_ctx_t *ctx;
     int rank;
@@ -266,6 +267,16 @@ int api_cbq_push(ferry_ctx_t *ctx, int dst, int tag, const void *data, ferry_con
  * header (a large message's announcement, a tagged fragment). */
 int api_cbq_push_hdr(ferry_ctx_t *ctx, int dst, int tag, const void *hdr, size_t hlen,
                      const void *data, ferry_convertor_t *conv, size_t len);
+
+/* One operation to slot's peer that nothing else records is over: out of
+ * what a flush to it waits for, its error kept for that flush. */
+static inline void api_peer_done(api_peer_slot_t *slot, int status)
+{
+    struct api_state *api = slot->ctx->api;
+    api->outstanding[slot->rank]--;
+    if (status != FERRY_OK && api->first_error[slot->rank] == FERRY_OK)
+        api->first_error[slot->rank] = status;
+}
 
 /* Messages to dst wait in ferry's queue: a later send must go behind them. */
 static inline bool api_cbq_waiting(const ferry_ctx_t *ctx, int dst)

@@ -525,10 +525,7 @@ static void amo_done(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *lo
     (void)local;
     (void)lreg;
     api_peer_slot_t *slot = cbctx;
-    struct api_state *api = slot->ctx->api;
-    api->outstanding[slot->rank]--;
-    if (status != FERRY_OK && api->first_error[slot->rank] == FERRY_OK)
-        api->first_error[slot->rank] = status;
+    api_peer_done(slot, status);
     if (cbdata != NULL)
         api_req_complete(slot->ctx, cbdata, status);
 }

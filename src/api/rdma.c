@@ -720,6 +720,20 @@ ferry_btl_reg_t *api_mem_reg(const ferry_mem_t *local, int m)
     return local != NULL && m < local->n_modules ? local->regs[m] : NULL;
 }
 
+/* The record of an operation done without a descriptor, kept only when a
+ * callback or request names it: what its completion needs. */
+static void light_op_init(api_rdma_op_t *op, int dst, ferry_comp_cb_t cb, void *arg,
+                          struct ferry_req *req)
+{
+    op->link.next = op->link.prev = NULL;
+    op->mp = NULL;
+    op->peer = dst;
+    op->status = FERRY_OK;
+    op->cb = cb;
+    op->arg = arg;
+    op->req = req;
+}
+
 /* The transport's completion of a put or get without a descriptor: cbctx
  * is the peer's slot, cbdata the operation's record or NULL (no callback,
  * no request: only the count a flush waits for). */
@@ -737,10 +751,7 @@ static void inline_done(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void 
         op_finish(slot->ctx, op);
         return;
     }
-    struct api_state *api = slot->ctx->api;
-    api->outstanding[slot->rank]--;
-    if (status != FERRY_OK && api->first_error[slot->rank] == FERRY_OK)
-        api->first_error[slot->rank] = status;
+    api_peer_done(slot, status);
 }
 
 int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint8_t *key,
@@ -766,13 +777,7 @@ int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint
             if (op == NULL)
                 return FERRY_BTL_DONE;
             /* The callback runs from progress, as always. */
-            op->link.next = op->link.prev = NULL;
-            op->mp = NULL;
-            op->peer = dst;
-            op->status = FERRY_OK;
-            op->cb = cb;
-            op->arg = arg;
-            op->req = req;
+            light_op_init(op, dst, cb, arg, req);
             ctx->api->outstanding[dst]++;
             op_finish(ctx, op);
             return FERRY_OK;
@@ -794,15 +799,8 @@ int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint
         api_rdma_op_t *op = NULL;
         if ((cb != NULL || req != NULL) && (op = util_pool_get(&ctx->api->ops)) == NULL)
             return FERRY_ERR_NO_RESOURCE;
-        if (op != NULL) {
-            op->link.next = op->link.prev = NULL;
-            op->mp = NULL;
-            op->peer = dst;
-            op->status = FERRY_OK;
-            op->cb = cb;
-            op->arg = arg;
-            op->req = req;
-        }
+        if (op != NULL)
+            light_op_init(op, dst, cb, arg, req);
         int rc = is_put ? btl->ops->put_inline(btl, ctx->peers[dst].ep, buf, len, raddr, key,
                                                inline_done, &ctx->api->slots[dst], op)
                         : btl->ops->get_inline(btl, ctx->peers[dst].ep, buf, len, raddr, key,
