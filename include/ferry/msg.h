@@ -37,8 +37,10 @@
  * afterwards, and past FERRY_CB_QUEUE_MAX the send is refused with
  * FERRY_ERR_NO_RESOURCE (no request made, nothing sent). A receive posted
  * there is never refused for lack of resources, nor is any answer of the
- * rendezvous it starts lost: ferry queues those without a bound, one per
- * message received.
+ * rendezvous it starts lost: ferry queues those per peer, one per message
+ * received, bounded by what the peer may have open here (twice
+ * FERRY_AM_LARGE_INFLIGHT, see ferry.h; a peer past it is taken as
+ * failed).
  *
  * Threading: as the context it was made from.
  */
