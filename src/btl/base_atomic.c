@@ -31,7 +31,12 @@ void btl_amo_module_init(btl_amo_module_t *am, const btl_amo_hooks_t *hooks, siz
 {
     am->hooks = hooks;
     util_list_init(&am->completed);
-    util_list_init(&am->spare);
+    /* Nothing allocated before the first atomic, and fixed parameters:
+     * this cannot fail. */
+    util_pool_params_t pp = {.name = "atomics executed by the target",
+                             .elem_size = sizeof(btl_amo_op_t),
+                             .increment = 16};
+    (void)util_pool_init(&am->ops, &pp);
     am->slots = slots;
     am->next_cookie = 0;
 }
@@ -58,9 +63,7 @@ int btl_amo_start(ferry_btl_module_t *btl, btl_amo_module_t *am, ferry_btl_endpo
     ep_lists(aep);
     if (aep->ninflight >= am->slots)
         return FERRY_ERR_NO_RESOURCE;
-    /* One allocation per op only until the peak in flight is reached. */
-    util_list_item_t *sp = util_list_pop_front(&am->spare);
-    btl_amo_op_t *o = sp != NULL ? UTIL_CONTAINER_OF(sp, btl_amo_op_t, link) : malloc(sizeof(*o));
+    btl_amo_op_t *o = util_pool_get(&am->ops);
     if (o == NULL)
         return FERRY_ERR_NO_MEMORY;
     bool w32 = (flags & FERRY_BTL_ATOMIC_FLAG_32BIT) != 0;
@@ -85,7 +88,7 @@ int btl_amo_start(ferry_btl_module_t *btl, btl_amo_module_t *am, ferry_btl_endpo
     memcpy(m.key, rkey, klen <= sizeof(m.key) ? klen : sizeof(m.key));
     rc = am->hooks->send(btl, ep, &m);
     if (rc != FERRY_OK) {
-        util_list_append(&am->spare, &o->link);
+        util_pool_put(&am->ops, o);
         return rc;
     }
     util_list_append(&aep->inflight, &o->link);
@@ -210,7 +213,7 @@ int btl_amo_answer(ferry_btl_module_t *btl, btl_amo_module_t *am, ferry_btl_endp
         btl_atomic_store_result(o->local, o->w32, ans.operand);
     /* Done with o before its callback, which may start others. */
     btl_amo_op_t done = *o;
-    util_list_append(&am->spare, &o->link);
+    util_pool_put(&am->ops, o);
     if (done.cb != NULL)
         done.cb(btl, done.ep, done.local, done.lreg, done.cbctx, done.cbdata, ans.status);
     return 1;
@@ -232,7 +235,7 @@ int btl_amo_progress(ferry_btl_module_t *btl, btl_amo_module_t *am)
         btl_amo_op_t *o = UTIL_CONTAINER_OF(it, btl_amo_op_t, link);
         if (o->cb != NULL)
             o->cb(btl, o->ep, o->local, o->lreg, o->cbctx, o->cbdata, o->status);
-        util_list_append(&am->spare, &o->link);
+        util_pool_put(&am->ops, o);
         n++;
     }
     return n;
@@ -265,7 +268,5 @@ void btl_amo_module_fini(ferry_btl_module_t *btl, btl_amo_module_t *am)
     if (am->hooks == NULL)
         return;
     btl_amo_progress(btl, am);
-    util_list_item_t *it;
-    while ((it = util_list_pop_front(&am->spare)) != NULL)
-        free(UTIL_CONTAINER_OF(it, btl_amo_op_t, link));
+    util_pool_fini(&am->ops);
 }

@@ -34,6 +34,7 @@
 
 #include "btl/base.h"
 #include "util/list.h"
+#include "util/pool.h"
 
 /* ---- the CPU operation: ferry_ferry_btl_atomic_apply (include/ferry/btl.h) ---- */
 
@@ -118,7 +119,7 @@ typedef struct btl_amo_hooks {
 typedef struct btl_amo_module {
     const btl_amo_hooks_t *hooks;
     util_list_t completed; /* ops failed, callbacks not yet run */
-    util_list_t spare;     /* ops done with, for the next ones (freed at fini) */
+    util_pool_t ops;       /* the records of ops in flight */
     size_t slots;          /* FERRY_BTL_ATOMIC_SLOTS */
     uint64_t next_cookie;
 } btl_amo_module_t;

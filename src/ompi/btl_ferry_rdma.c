@@ -352,14 +352,18 @@ static int op_issue(mca_btl_ferry_rdma_op_t *op, bool waited)
      * one ring message, a get's request), else prepared now. One that
      * waited takes a descriptor: it completes, or fails with its peer,
      * behind those the transport took before it. */
-    if (waited)
-        rc = FERRY_ERR_NOT_SUPPORTED;
-    else if (op->des == NULL && op->is_put && fbtl->ops->put_inline != NULL)
-        rc = fbtl->ops->put_inline(fbtl, ep, op->local, size, op->remote, op->key, inline_done,
-                                   NULL, op);
-    else if (op->des == NULL && !op->is_put && fbtl->ops->get_inline != NULL)
-        rc = fbtl->ops->get_inline(fbtl, ep, op->local, size, op->remote, op->key, inline_done,
-                                   NULL, op);
+    if (!waited && op->des == NULL) {
+        if (op->is_put && fbtl->ops->put_inline != NULL)
+            rc = fbtl->ops->put_inline(fbtl, ep, op->local, size, op->remote, op->key,
+                                       inline_done, NULL, op);
+        else if (!op->is_put && fbtl->ops->get_inline != NULL)
+            rc = fbtl->ops->get_inline(fbtl, ep, op->local, size, op->remote, op->key,
+                                       inline_done, NULL, op);
+        if (rc != FERRY_OK && rc != FERRY_ERR_NOT_SUPPORTED) {
+            mod->stats.rdma_failed++; /* refused, as a descriptor's would be counted */
+            return rc;
+        }
+    }
     if (rc == FERRY_ERR_NOT_SUPPORTED) {
         rc = op->des != NULL ? FERRY_OK : op_prepare(op);
         if (rc != FERRY_OK)

@@ -190,7 +190,8 @@ typedef struct sm_put_hdr {
 
 /* A put sm_put_inline wrote into the ring whole, without a descriptor:
  * on its endpoint's iputs until the tail passes end_pos, then on the
- * module's iputs_done until progress runs its callback; then spare. A get
+ * module's iputs_done until progress runs its callback; then back to the
+ * module's pool. A get
  * from sm_get_inline: on igets until its data has come. */
 typedef struct sm_iput {
     util_list_item_t link;
@@ -395,7 +396,7 @@ struct sm_module {
     util_list_t sending;   /* endpoints with queued work */
     util_list_t completed; /* fragments whose completion is due */
     util_list_t iputs_done; /* sm_iput_t whose callback is due */
-    util_list_t iputs_spare; /* sm_iput_t records for reuse (freed at finalize) */
+    util_pool_t iops;        /* the sm_iput_t records */
     btl_frags_t frags;
     btl_amo_module_t amo; /* atomics the target executes (ordinary memory) */
     bool cma_ok;
@@ -585,7 +586,7 @@ int sm_iputs_run(sm_module_t *mod);
 int sm_get_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local, size_t size,
                   uint64_t raddr, const uint8_t *rkey, ferry_btl_rdma_cb_t cb, void *cbctx,
                   void *cbdata);
-/* Frees the spare records (finalize). */
+/* Frees the records (finalize, once every one has completed). */
 void sm_iputs_fini(sm_module_t *mod);
 int sm_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
 int sm_mem_alloc(ferry_btl_module_t *btl, size_t len, uint32_t access, void **addr_out,

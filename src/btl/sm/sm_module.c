@@ -228,9 +228,9 @@ static int sm_progress(ferry_btl_module_t *btl)
             ep->sending = false;
         }
     }
-    /* The inline ones first: when a peer fails, they were started before
-     * any descriptor to it still in flight (those go inline only behind an
-     * empty queue). */
+    /* The inline ones first. Each kind keeps its own order; between the two
+     * there is none to keep (when a peer fails, the descriptors' puts and
+     * gets still queued were started after any inline one). */
     if (!util_list_empty(&mod->iputs_done))
         n += sm_iputs_run(mod);
     if (!util_list_empty(&mod->completed))
@@ -517,7 +517,12 @@ static int sm_init(ferry_btl_module_t *btl, void *arg)
     util_list_init(&mod->sending);
     util_list_init(&mod->completed);
     util_list_init(&mod->iputs_done);
-    util_list_init(&mod->iputs_spare);
+    util_pool_params_t pp = {.name = "sm puts and gets without a descriptor",
+                             .elem_size = sizeof(sm_iput_t),
+                             .increment = 16};
+    int rc = util_pool_init(&mod->iops, &pp);
+    if (rc != FERRY_OK)
+        return rc;
     btl_amo_module_init(&mod->amo, &sm_amo_hooks, p->atomic_slots);
     mod->eps = calloc((size_t)mod->nranks, sizeof(*mod->eps));
     mod->poll = calloc((size_t)mod->nranks, sizeof(*mod->poll));

@@ -426,32 +426,48 @@ int sm_rdma_puts_done(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint64_t tail)
     return n;
 }
 
-/* ---- puts without a descriptor ---- */
+/* ---- puts and gets without a descriptor ---- */
+
+/* What sm_put_inline and sm_get_inline check alike, then a record for the
+ * operation (NULL with *rc_out set: refused, or not this way, max is the
+ * largest size this way). Only to a connected peer with nothing queued
+ * (the descriptor path orders work behind the queue), where the descriptor
+ * path would take the ring too (below the cross-memory attach threshold),
+ * not to our own memory (the descriptor path copies it). */
+static sm_iput_t *iop_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, const void *local,
+                            size_t size, size_t max, const uint8_t *rkey, int *rc_out)
+{
+    *rc_out = FERRY_ERR_INVALID;
+    if (mod == NULL || ep == NULL || ep->mod != mod || rkey == NULL || local == NULL)
+        return NULL;
+    *rc_out = FERRY_ERR_UNREACH;
+    if (ep->deleted || ep->state == SM_EP_FAILED || ep->state == SM_EP_CLOSED)
+        return NULL;
+    *rc_out = FERRY_ERR_NOT_SUPPORTED;
+    if (size == 0 || size > max || (mod->cma_ok && size >= mod->p.cma_threshold) ||
+        ep->state != SM_EP_CONNECTED || !util_list_empty(&ep->queue) ||
+        ep->rank == mod->super.ctx->rank)
+        return NULL;
+    sm_iput_t *p = util_pool_get(&mod->iops);
+    *rc_out = p != NULL ? FERRY_OK : FERRY_ERR_NO_MEMORY;
+    return p;
+}
 
 int sm_put_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void *local,
                   size_t size, uint64_t raddr, const uint8_t *rkey, ferry_btl_rdma_cb_t cb,
                   void *cbctx, void *cbdata)
 {
     sm_module_t *mod = (sm_module_t *)btl;
-    if (mod == NULL || ep == NULL || ep->mod != mod || rkey == NULL || local == NULL)
-        return FERRY_ERR_INVALID;
-    if (ep->deleted || ep->state == SM_EP_FAILED || ep->state == SM_EP_CLOSED)
-        return FERRY_ERR_UNREACH;
-    /* One ring message, where the descriptor path would take the ring too,
-     * behind nothing queued (that path orders it behind the queue), to a
-     * peer (our own memory: the descriptor path copies it). */
-    if (size == 0 || size > chunk_max(mod, sizeof(sm_put_hdr_t)) ||
-        (mod->cma_ok && size >= mod->p.cma_threshold) || ep->state != SM_EP_CONNECTED ||
-        !util_list_empty(&ep->queue) || ep->rank == mod->super.ctx->rank)
-        return FERRY_ERR_NOT_SUPPORTED;
-    util_list_item_t *sp = util_list_pop_front(&mod->iputs_spare);
-    sm_iput_t *p = sp != NULL ? UTIL_CONTAINER_OF(sp, sm_iput_t, link) : malloc(sizeof(*p));
+    int rc;
+    /* One ring message. */
+    size_t max = mod != NULL ? chunk_max(mod, sizeof(sm_put_hdr_t)) : 0;
+    sm_iput_t *p = iop_start(mod, ep, local, size, max, rkey, &rc);
     if (p == NULL)
-        return FERRY_ERR_NO_MEMORY;
+        return rc;
     unsigned char *slot;
     uint64_t pos;
     if (!sm_ring_reserve(ep, sizeof(sm_put_hdr_t) + size, &slot, &pos)) {
-        util_list_append(&mod->iputs_spare, &p->link);
+        util_pool_put(&mod->iops, p);
         return FERRY_ERR_NOT_SUPPORTED;
     }
     sm_put_hdr_t hdr = {.raddr = raddr, .flags = SM_PUT_LAST, .status = FERRY_OK};
@@ -478,24 +494,18 @@ int sm_get_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local
                   void *cbdata)
 {
     sm_module_t *mod = (sm_module_t *)btl;
-    if (mod == NULL || ep == NULL || ep->mod != mod || rkey == NULL || local == NULL)
-        return FERRY_ERR_INVALID;
-    if (ep->deleted || ep->state == SM_EP_FAILED || ep->state == SM_EP_CLOSED)
-        return FERRY_ERR_UNREACH;
-    /* As for puts, and within the target's budget of gets it answers. */
-    if (size == 0 || size > mod->super.attr.max_rdma_size ||
-        (mod->cma_ok && size >= mod->p.cma_threshold) || ep->state != SM_EP_CONNECTED ||
-        !util_list_empty(&ep->queue) || ep->rank == mod->super.ctx->rank ||
-        ep->gets_out >= ep->peer_get_slots)
+    /* Within the target's budget of gets it answers. */
+    if (ep != NULL && mod != NULL && ep->mod == mod && ep->gets_out >= ep->peer_get_slots)
         return FERRY_ERR_NOT_SUPPORTED;
-    util_list_item_t *sp = util_list_pop_front(&mod->iputs_spare);
-    sm_iput_t *g = sp != NULL ? UTIL_CONTAINER_OF(sp, sm_iput_t, link) : malloc(sizeof(*g));
+    int rc;
+    sm_iput_t *g = iop_start(mod, ep, local, size, mod != NULL ? mod->super.attr.max_rdma_size : 0,
+                             rkey, &rc);
     if (g == NULL)
-        return FERRY_ERR_NO_MEMORY;
+        return rc;
     unsigned char *slot;
     uint64_t pos;
     if (!sm_ring_reserve(ep, sizeof(sm_get_req_t), &slot, &pos)) {
-        util_list_append(&mod->iputs_spare, &g->link);
+        util_pool_put(&mod->iops, g);
         return FERRY_ERR_NOT_SUPPORTED;
     }
     sm_get_req_t req = {.raddr = raddr, .len = size};
@@ -522,9 +532,9 @@ int sm_iputs_run(sm_module_t *mod)
     int n = 0;
     util_list_item_t *it;
     while ((it = util_list_pop_front(&mod->iputs_done)) != NULL) {
-        sm_iput_t done = *UTIL_CONTAINER_OF(it, sm_iput_t, link);
+        sm_iput_t *p = UTIL_CONTAINER_OF(it, sm_iput_t, link), done = *p;
         /* The record is free before its callback, which may start another. */
-        util_list_append(&mod->iputs_spare, it);
+        util_pool_put(&mod->iops, p);
         if (!done.uncounted)
             done.ep->rdma_inflight--;
         if (done.cb != NULL)
@@ -537,9 +547,7 @@ int sm_iputs_run(sm_module_t *mod)
 
 void sm_iputs_fini(sm_module_t *mod)
 {
-    util_list_item_t *it;
-    while ((it = util_list_pop_front(&mod->iputs_spare)) != NULL)
-        free(UTIL_CONTAINER_OF(it, sm_iput_t, link));
+    util_pool_fini(&mod->iops);
 }
 
 /* A chunk of a put arrived: copy it in if its key allows, now. */
@@ -601,6 +609,15 @@ static bool handle_get_req(sm_module_t *mod, ferry_btl_endpoint_t *ep, const uns
     return true;
 }
 
+/* A get answer's status as the get ends with: ours, or the peer's error
+ * where it is one of ferry's (anything else breaks the protocol). */
+static int get_resp_status(int32_t status)
+{
+    return status == FERRY_OK                               ? FERRY_OK
+           : status < 0 && status > FERRY_ERR_LAST ? status
+                                                            : FERRY_ERR_PROTO;
+}
+
 /* An answer to a get of sm_get_inline's (none of the descriptors' had its
  * cookie): its data into place, checked as for those; complete, its
  * callback now (this runs from progress). */
@@ -634,12 +651,10 @@ static void iget_resp(sm_module_t *mod, ferry_btl_endpoint_t *ep, const sm_get_r
     ep->gets_out--;
     ep->rdma_inflight--;
     sm_iput_t done = *g;
-    util_list_append(&mod->iputs_spare, &g->link);
-    int status = resp->status == FERRY_OK                                   ? FERRY_OK
-                 : resp->status < 0 && resp->status > FERRY_ERR_LAST ? resp->status
-                                                                        : FERRY_ERR_PROTO;
+    util_pool_put(&mod->iops, g);
     if (done.cb != NULL)
-        done.cb(&mod->super, ep, done.local, NULL, done.cbctx, done.cbdata, status);
+        done.cb(&mod->super, ep, done.local, NULL, done.cbctx, done.cbdata,
+                get_resp_status(resp->status));
 }
 
 static void handle_get_resp(sm_module_t *mod, ferry_btl_endpoint_t *ep, const unsigned char *msg,
@@ -678,10 +693,7 @@ static void handle_get_resp(sm_module_t *mod, ferry_btl_endpoint_t *ep, const un
     if (resp.status != FERRY_OK || frag->done == local->len) {
         util_list_remove(&ep->gets, &frag->link);
         ep->gets_out--;
-        sm_complete(mod, frag, resp.status == FERRY_OK ? FERRY_OK
-                               : resp.status < 0 && resp.status > FERRY_ERR_LAST
-                                   ? resp.status
-                                   : FERRY_ERR_PROTO);
+        sm_complete(mod, frag, get_resp_status(resp.status));
     }
 }
 
