@@ -12,25 +12,6 @@
 
 void api_barrier_recv(ferry_ctx_t *ctx, const void *data, size_t len);
 
-btl_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out)
-{
-    if (!api_ctx_live(ctx) || ctx->api == NULL || dst < 0 || dst >= ctx->size) {
-        *status_out = FERRY_ERR_INVALID;
-        return NULL;
-    }
-    btl_peer_t *peer = &ctx->peers[dst];
-    if (peer->module_idx < 0 || peer->failed) {
-        *status_out = FERRY_ERR_UNREACH;
-        return NULL;
-    }
-    return peer;
-}
-
-bool api_tag_valid(int tag)
-{
-    return tag >= 0 && tag <= FERRY_AM_TAG_MAX;
-}
-
 int ferry_am_register(ferry_ctx_t *ctx, int tag, ferry_am_cb_t cb, void *arg)
 {
     if (!api_ctx_live(ctx) || ctx->api == NULL || !api_tag_valid(tag))
@@ -70,17 +51,19 @@ int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t l
     /* To a peer with several rails a copy is kept for the replay (bml.h);
      * nothing may overtake a replay under way. */
     int m = peer->module_idx;
-    if ((rc = bml_am_gate(ctx, dst)) != FERRY_OK)
+    bool keeping = bml_keeping(ctx, dst);
+    if (keeping && (rc = bml_am_gate(ctx, dst)) != FERRY_OK)
         return rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0
                    ? api_cbq_push(ctx, dst, tag, data, NULL, len)
                    : rc;
     /* An inline send copies straight from the caller's buffer to the
      * transport; a descriptor would add a copy. */
     if (btl->attr.flags & FERRY_BTL_FLAG_SENDI) {
-        if ((rc = bml_am_keep(ctx, dst, (uint8_t)tag, NULL, 0, data, len)) != FERRY_OK)
+        if (keeping && (rc = bml_am_keep(ctx, dst, (uint8_t)tag, NULL, 0, data, len)) != FERRY_OK)
             return rc;
         rc = btl->ops->sendi(btl, peer->ep, NULL, 0, data, len, (uint8_t)tag);
-        rc = bml_am_sent(ctx, dst, m, rc);
+        if (keeping)
+            rc = bml_am_sent(ctx, dst, m, rc);
         if (rc == FERRY_OK)
             api_am_sent(ctx, dst);
         else if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0)
@@ -130,6 +113,10 @@ int api_send_two(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, size_t
 {
     if (ctx->peers == NULL || dst < 0 || dst >= ctx->size || ctx->peers[dst].module_idx < 0)
         return FERRY_ERR_UNREACH;
+    /* A peer of one rail keeps nothing for a replay (and never starts to:
+     * keeping is decided at start-up). */
+    if (!bml_keeping(ctx, dst))
+        return btl_ctx_send(ctx, dst, tag, hdr, hlen, payload, plen);
     int m = ctx->peers[dst].module_idx;
     int rc = bml_am_gate(ctx, dst);
     if (rc == FERRY_OK)

@@ -319,7 +319,10 @@ static inline bool api_ctx_live(const ferry_ctx_t *ctx)
 
 /* An application tag: 0 .. FERRY_AM_TAG_MAX. Checked before any narrowing to
  * the transports' 8-bit tags. */
-bool api_tag_valid(int tag);
+static inline bool api_tag_valid(int tag)
+{
+    return tag >= 0 && tag <= FERRY_AM_TAG_MAX;
+}
 
 /* Sends des, prepared through module m for rank dst (its current module),
  * on tag with the transport owning it, kept for the replay to a peer with
@@ -335,6 +338,18 @@ int api_send_two(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, size_t
                  const void *payload, size_t plen);
 
 /* Validates dst and returns its peer, or NULL with *status_out set. */
-btl_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out);
+static inline btl_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out)
+{
+    if (!api_ctx_live(ctx) || ctx->api == NULL || dst < 0 || dst >= ctx->size) {
+        *status_out = FERRY_ERR_INVALID;
+        return NULL;
+    }
+    btl_peer_t *peer = &ctx->peers[dst];
+    if (peer->module_idx < 0 || peer->failed) {
+        *status_out = FERRY_ERR_UNREACH;
+        return NULL;
+    }
+    return peer;
+}
 
 #endif /* API_API_H */

@@ -215,20 +215,10 @@ struct btl_ctrl_item {
     btl_ctrl_msg_t msg;
 };
 
-int btl_ctx_send(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, size_t hlen,
-                 const void *payload, size_t plen)
+int btl_ctx_send_des(ferry_ctx_t *ctx, btl_peer_t *peer, uint8_t tag, const void *hdr,
+                     size_t hlen, const void *payload, size_t plen)
 {
-    if (ctx->peers == NULL || dst < 0 || dst >= ctx->size || ctx->peers[dst].module_idx < 0)
-        return FERRY_ERR_UNREACH;
-    btl_peer_t *peer = &ctx->peers[dst];
     ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
-    if (hlen + plen > btl->attr.max_send_size)
-        return FERRY_ERR_INVALID;
-    if (btl->attr.flags & FERRY_BTL_FLAG_SENDI) {
-        int rc = btl->ops->sendi(btl, peer->ep, hdr, hlen, payload, plen, tag);
-        if (rc != FERRY_ERR_NOT_SUPPORTED)
-            return rc;
-    }
     ferry_btl_desc_t *des;
     int rc = btl->ops->alloc(btl, peer->ep, hlen + plen, FERRY_BTL_DES_OWNERSHIP, &des);
     if (rc != FERRY_OK)

@@ -222,6 +222,11 @@ ferry_btl_module_t *btl_ctx_find_module(ferry_ctx_t *ctx, const char *name);
  * messages to the transports; returns events handled. */
 int btl_ctx_progress(ferry_ctx_t *ctx);
 
+/* btl_ctx_send's path through a descriptor, for peer's transport when it
+ * has no inline send or declined this one. */
+int btl_ctx_send_des(ferry_ctx_t *ctx, btl_peer_t *peer, uint8_t tag, const void *hdr,
+                     size_t hlen, const void *payload, size_t plen);
+
 /*
  * Sends hdr then payload (either may be empty) as one message of at most
  * the transport's max send size to rank dst on tag through its chosen
@@ -230,8 +235,23 @@ int btl_ctx_progress(ferry_ctx_t *ctx);
  * sent); FERRY_ERR_UNREACH when no transport reaches dst;
  * FERRY_ERR_INVALID when it is too large.
  */
-int btl_ctx_send(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, size_t hlen,
-                 const void *payload, size_t plen);
+static inline int btl_ctx_send(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr,
+                               size_t hlen, const void *payload, size_t plen)
+{
+    if (ctx->peers == NULL || dst < 0 || dst >= ctx->size || ctx->peers[dst].module_idx < 0)
+        return FERRY_ERR_UNREACH;
+    btl_peer_t *peer = &ctx->peers[dst];
+    ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
+    if (hlen + plen > btl->attr.max_send_size)
+        return FERRY_ERR_INVALID;
+    if (btl->attr.flags & FERRY_BTL_FLAG_SENDI) {
+        int rc = btl->ops->sendi(btl, peer->ep, hdr, hlen, payload, plen, tag);
+        if (rc != FERRY_ERR_NOT_SUPPORTED)
+            return rc;
+    }
+    /* Copied into a descriptor the transport frees. */
+    return btl_ctx_send_des(ctx, peer, tag, hdr, hlen, payload, plen);
+}
 
 /* btl_ctx_send of one buffer. */
 static inline int btl_ctx_send_small(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data,
