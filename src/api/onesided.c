@@ -146,7 +146,7 @@ void api_req_complete(ferry_ctx_t *ctx, ferry_req_t *req, int status)
 
 /* The request an operation needs for p (NULL: none needed, *rc_out
  * FERRY_OK; or out of memory, *rc_out set). */
-static ferry_req_t *req_for(ferry_ctx_t *ctx, const ferry_op_params_t *p, int *rc_out)
+static inline ferry_req_t *req_for(ferry_ctx_t *ctx, const ferry_op_params_t *p, int *rc_out)
 {
     *rc_out = FERRY_OK;
     if (p == NULL || (p->cb == NULL && p->req_out == NULL))
@@ -290,17 +290,21 @@ int ferry_rkey_unpack(ferry_ctx_t *ctx, int dst, const ferry_rkey_t *rkey, ferry
 }
 
 /* The check of a handle given to a call: live, and of ctx. */
-static bool rh_valid(const ferry_ctx_t *ctx, const ferry_rkey_h *rh)
+static bool __attribute__((noinline)) rh_refuse(const ferry_ctx_t *ctx, const ferry_rkey_h *rh)
+{
+    rt_log(&ctx->log, RT_LOG_ERROR,
+           "a remote key handle (%p) that is not a live handle of this context was "
+           "passed: used after ferry_rkey_release?",
+           (const void *)rh);
+    return false;
+}
+
+static inline bool rh_valid(const ferry_ctx_t *ctx, const ferry_rkey_h *rh)
 {
     if (rh == NULL)
         return false;
-    if (rh->magic != API_RKEY_H_MAGIC || rh->ctx != ctx) {
-        rt_log(&ctx->log, RT_LOG_ERROR,
-               "a remote key handle (%p) that is not a live handle of this context was "
-               "passed: used after ferry_rkey_release?",
-               (const void *)rh);
-        return false;
-    }
+    if (rh->magic != API_RKEY_H_MAGIC || rh->ctx != ctx)
+        return rh_refuse(ctx, rh);
     return true;
 }
 
@@ -323,9 +327,26 @@ static inline bool rh_covers(const ferry_rkey_h *rh, uint64_t raddr, size_t len,
            len <= rh->len - (raddr - rh->base);
 }
 
+/* The peer's traffic moved to another rail: rh takes its key there, from
+ * the same remote key (checked again as at unpack). */
+static int __attribute__((noinline)) rh_follow(ferry_ctx_t *ctx, ferry_rkey_h *rh,
+                                               btl_peer_t *peer)
+{
+    api_rkey_header_t hdr;
+    uint8_t key[FERRY_BTL_KEY_MAX];
+    if (api_rkey_parse(ctx, peer->module_idx, rh->dst, &rh->raw, &hdr, key) != FERRY_OK ||
+        hdr.access != rh->access || hdr.base != rh->base || hdr.len != rh->len)
+        return FERRY_ERR_UNREACH;
+    rh->module = peer->module_idx;
+    memcpy(rh->key, key, sizeof(rh->key));
+    rh->direct_no = false;
+    return FERRY_OK;
+}
+
 /* The checks every handle operation starts with; on success the peer. */
-static btl_peer_t *op_peer(ferry_ctx_t *ctx, ferry_rkey_h *rh, const ferry_op_params_t *p,
-                           const void *buf, size_t len, int *rc_out)
+static inline btl_peer_t *op_peer(ferry_ctx_t *ctx, ferry_rkey_h *rh,
+                                  const ferry_op_params_t *p, const void *buf, size_t len,
+                                  int *rc_out)
 {
     if (!api_ctx_live(ctx) || ctx->api == NULL || !rh_valid(ctx, rh) ||
         (buf == NULL && len > 0) ||
@@ -339,20 +360,8 @@ static btl_peer_t *op_peer(ferry_ctx_t *ctx, ferry_rkey_h *rh, const ferry_op_pa
         *rc_out = FERRY_ERR_UNREACH;
         return NULL;
     }
-    if (peer->module_idx != rh->module) {
-        /* The peer's traffic moved to another rail: its key, from the
-         * same remote key (checked again as at unpack). */
-        api_rkey_header_t hdr;
-        uint8_t key[FERRY_BTL_KEY_MAX];
-        if (api_rkey_parse(ctx, peer->module_idx, rh->dst, &rh->raw, &hdr, key) != FERRY_OK ||
-            hdr.access != rh->access || hdr.base != rh->base || hdr.len != rh->len) {
-            *rc_out = FERRY_ERR_UNREACH;
-            return NULL;
-        }
-        rh->module = peer->module_idx;
-        memcpy(rh->key, key, sizeof(rh->key));
-        rh->direct_no = false;
-    }
+    if (peer->module_idx != rh->module && (*rc_out = rh_follow(ctx, rh, peer)) != FERRY_OK)
+        return NULL;
     return peer;
 }
 
