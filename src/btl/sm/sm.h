@@ -26,6 +26,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "btl/base.h"
@@ -571,7 +572,14 @@ int sm_target_check(const sm_module_t *mod, const sm_key_t *key, uint64_t addr, 
 int sm_check_peer_key(const sm_reg_entry_t *table, uint32_t nslots, const uint8_t *keybytes,
                       uint64_t addr, size_t len, uint32_t need, sm_reg_view_t *view);
 /* Is the entry the key names still the one the key was made for? */
-bool sm_peer_key_live(const sm_reg_entry_t *table, uint32_t nslots, const uint8_t *keybytes);
+static inline bool sm_peer_key_live(const sm_reg_entry_t *table, uint32_t nslots,
+                                    const uint8_t *keybytes)
+{
+    sm_key_t key;
+    memcpy(&key, keybytes, sizeof(key));
+    return key.slot < nslots &&
+           atomic_load_explicit(&table[key.slot].gen, memory_order_acquire) == key.gen;
+}
 /* Detaches from the unmap monitor and frees every registration. */
 void sm_regs_release(sm_module_t *mod);
 

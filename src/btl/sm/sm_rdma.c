@@ -920,6 +920,15 @@ const btl_amo_hooks_t sm_amo_hooks = {
     .ep_state = amo_ep,
 };
 
+/* memcpy, with a word's size inline rather than a call. */
+static inline void copy_small(void *dst, const void *src, size_t n)
+{
+    if (n == 8)
+        memcpy(dst, src, 8);
+    else
+        memcpy(dst, src, n);
+}
+
 /*
  * Where [raddr, raddr + size) under rkey lies in our mapping of the peer's
  * heap, with need among the registration's rights: FERRY_OK and *there;
@@ -930,14 +939,18 @@ const btl_amo_hooks_t sm_amo_hooks = {
  * rewrite, so a repeated key costs one compare and one load. The caller
  * checks the generation again after the access (sm_peer_key_live).
  */
-static int heap_resolve(sm_module_t *mod, ferry_btl_endpoint_t *ep, const uint8_t *rkey,
-                        uint64_t raddr, size_t size, uint32_t need, unsigned char **there)
+static int heap_resolve_slow(sm_module_t *mod, ferry_btl_endpoint_t *ep, const uint8_t *rkey,
+                             uint64_t raddr, size_t size, uint32_t need, unsigned char **there);
+
+static inline int heap_resolve(sm_module_t *mod, ferry_btl_endpoint_t *ep, const uint8_t *rkey,
+                               uint64_t raddr, size_t size, uint32_t need,
+                               unsigned char **there)
 {
-    const sm_reg_entry_t *table = peer_table(ep);
     sm_key_t key;
     memcpy(&key, rkey, sizeof(key));
-    if (ep->hcache.valid && memcmp(&key, &ep->hcache.key, sizeof(key)) == 0 &&
-        atomic_load_explicit(&table[key.slot].gen, memory_order_acquire) == key.gen) {
+    if (ep->hcache.valid && key.slot == ep->hcache.key.slot && key.gen == ep->hcache.key.gen &&
+        key.nonce == ep->hcache.key.nonce &&
+        atomic_load_explicit(&peer_table(ep)[key.slot].gen, memory_order_acquire) == key.gen) {
         /* Only the range and the right are new. */
         if (ep->hcache.there == NULL || ((need & FERRY_ACCESS_REMOTE_ATOMIC) &&
                                          (ep->hcache.access & FERRY_BTL_ACCESS_TARGET_ATOMICS)))
@@ -948,6 +961,17 @@ static int heap_resolve(sm_module_t *mod, ferry_btl_endpoint_t *ep, const uint8_
         *there = ep->hcache.there + (raddr - ep->hcache.base);
         return FERRY_OK;
     }
+    return heap_resolve_slow(mod, ep, rkey, raddr, size, need, there);
+}
+
+static int __attribute__((noinline)) heap_resolve_slow(sm_module_t *mod, ferry_btl_endpoint_t *ep,
+                                                       const uint8_t *rkey, uint64_t raddr,
+                                                       size_t size, uint32_t need,
+                                                       unsigned char **there)
+{
+    const sm_reg_entry_t *table = peer_table(ep);
+    sm_key_t key;
+    memcpy(&key, rkey, sizeof(key));
     sm_reg_view_t view;
     int rc = sm_check_peer_key(table, ep->peer_reg_slots, rkey, raddr, size, need, &view);
     if (rc != FERRY_OK)
@@ -1037,9 +1061,9 @@ int sm_rdma_direct(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, bool put, 
     if (rc != FERRY_OK)
         return rc;
     if (put)
-        memcpy(there, local, size);
+        copy_small(there, local, size);
     else
-        memcpy(local, there, size);
+        copy_small(local, there, size);
     /* Visible to whoever hears of the completion after this. */
     atomic_thread_fence(memory_order_release);
     return sm_peer_key_live(peer_table(ep), ep->peer_reg_slots, rkey) ? FERRY_BTL_DONE

@@ -450,11 +450,3 @@ int sm_check_peer_key(const sm_reg_entry_t *table, uint32_t nslots, const uint8_
         return FERRY_ERR_ACCESS;
     return btl_base_check_access(&view->reg, addr, len, need);
 }
-
-bool sm_peer_key_live(const sm_reg_entry_t *table, uint32_t nslots, const uint8_t *keybytes)
-{
-    sm_key_t key;
-    memcpy(&key, keybytes, sizeof(key));
-    return key.slot < nslots &&
-           atomic_load_explicit(&table[key.slot].gen, memory_order_acquire) == key.gen;
-}
