@@ -13,9 +13,9 @@ static bool __attribute__((noinline)) reserve_slow(ferry_btl_endpoint_t *ep, siz
                                                    unsigned char **slot_out, uint64_t *pos_out)
 {
     const uint64_t ring = ep->mod->p.ring_size;
-    const uint64_t size = sm_align(SM_HDR_SIZE + len);
     uint64_t off = ep->head & (ring - 1);
-    uint64_t need = (off + size > ring ? ring - off : 0) + size + SM_ALIGN;
+    uint64_t size = sm_span(off, len);
+    uint64_t need = off + size > ring ? ring - off + sm_span(0, len) + SM_ALIGN : size + SM_ALIGN;
     if (sm_ring_refresh_tail(ep) < 0 || ep->head + need - ep->cached_tail > ring)
         return false;
     return sm_ring_reserve_slow(ep, len, slot_out, pos_out);
@@ -25,9 +25,11 @@ bool sm_ring_reserve_slow(ferry_btl_endpoint_t *ep, size_t len, unsigned char **
                           uint64_t *pos_out)
 {
     const uint64_t ring = ep->mod->p.ring_size;
-    const uint64_t size = sm_align(SM_HDR_SIZE + len);
     uint64_t off = ep->head & (ring - 1);
+    uint64_t size = sm_span(off, len);
     uint64_t skip = off + size > ring ? ring - off : 0;
+    if (skip > 0)
+        size = sm_span(0, len);
     /* One more slot than the message: the next header's place must be free,
      * because sm_ring_commit zeroes it. */
     uint64_t need = skip + size + SM_ALIGN;
@@ -136,7 +138,7 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
         }
         if (!ep->polled)
             return n; /* a handler failed the endpoint */
-        ep->rpos += sm_align(SM_HDR_SIZE + len);
+        ep->rpos += sm_span(off, len);
         n++;
     }
 out:

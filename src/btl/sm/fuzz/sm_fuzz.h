@@ -145,9 +145,11 @@ static inline unsigned char *smf_write(smf_t *f, uint8_t type, uint8_t tag, cons
 {
     ferry_btl_endpoint_t *ep = f->ep;
     unsigned char *ring = ep->out->ring;
-    uint64_t size = sm_align(SM_HDR_SIZE + (uint64_t)len);
     uint64_t off = f->wpos & (SMF_RING - 1);
+    uint64_t size = sm_span(off, len);
     uint64_t skip = off + size > SMF_RING ? SMF_RING - off : 0;
+    if (skip > 0)
+        size = sm_span(0, len);
     if (size > SMF_RING / 2 || f->wpos + skip + size + SM_ALIGN - ep->rpos > SMF_RING)
         return NULL;
     if (skip > 0) {
@@ -200,7 +202,7 @@ static inline bool smf_read(smf_t *f, uint64_t *rpos, uint8_t *type, const unsig
         *type = t;
         *msg = ep->out->ring + off + SM_HDR_SIZE;
         *len = n;
-        *rpos += sm_align(SM_HDR_SIZE + n);
+        *rpos += sm_span(off, n);
         return true;
     }
 }
