@@ -104,6 +104,14 @@ void mem_monitor_unwatch(mem_monitor_watch_t *watch);
 void mem_monitor_lock(void);
 void mem_monitor_unlock(void);
 
+/* Whether the monitor thread is between reads of events: no unmapping it
+ * has released (whose munmap may have returned) is still being handled.
+ * Then a client's mark of such a range, read with acquire after this, is
+ * already set, and a reader that needs only that ordering can do without
+ * the lock; when false, take the lock. An unmapping reported after this
+ * call is one that races the caller, as under the lock. */
+bool mem_monitor_settled(void);
+
 /* Events handled since the process started (tests). */
 uint64_t mem_monitor_events(void);
 

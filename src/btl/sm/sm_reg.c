@@ -14,9 +14,10 @@
  * into or out of (a fault would kill us). Two mechanisms, used together:
  * - The unmap monitor (mem/monitor.h): registrations with remote rights are
  *   watched; when their range is unmapped or moved, the monitor thread
- *   marks them revoked, under the monitor lock. A copy takes the same lock,
- *   checks the mark and copies, so memory unmapped before the copy began is
- *   refused. The kernel reports an unmap after the pages are gone, so this
+ *   marks them revoked, under the monitor lock. A copy checks the mark and
+ *   copies, under the same lock when the monitor is handling events (and
+ *   with no lock when it is settled, mem_monitor_settled), so memory
+ *   unmapped before the copy began is refused. The kernel reports an unmap after the pages are gone, so this
  *   cannot stop an unmapping that another thread makes during the copy.
  * - A copy that cannot fault: process_vm_readv/writev on our own pid reads
  *   and writes our memory through the kernel, which answers EFAULT where
@@ -375,22 +376,25 @@ int sm_target_copy(sm_module_t *mod, const sm_key_t *key, uint64_t addr, void *b
         return FERRY_ERR_ACCESS;
     void *mem = (void *)(uintptr_t)addr;
     if (reg->watch != NULL) {
-        /* Under the lock the monitor holds while it revokes: anything
-         * unmapped before now is marked. */
-        bool copied = false;
-        mem_monitor_lock();
-        bool live = !atomic_load_explicit(&reg->revoked, memory_order_relaxed);
-        if (live && len > 0 && !mod->p.copy_checked) {
+        /* Anything unmapped before now is marked: when the monitor is
+         * settled, by the time of the load below; when it is handling
+         * events, once it lets go of its lock. */
+        bool copy = len > 0 && !mod->p.copy_checked;
+        bool settled = mem_monitor_settled();
+        if (!settled)
+            mem_monitor_lock();
+        bool live = !atomic_load_explicit(&reg->revoked, memory_order_acquire);
+        if (live && copy) {
             if (to_mem)
                 memcpy(mem, buf, len);
             else
                 memcpy(buf, mem, len);
-            copied = true;
         }
-        mem_monitor_unlock();
+        if (!settled)
+            mem_monitor_unlock();
         if (!live)
             return FERRY_ERR_ACCESS;
-        if (copied)
+        if (copy)
             return FERRY_OK;
     }
     if (len == 0)
