@@ -93,6 +93,7 @@ typedef enum bench_mode {
     /* bench_amo.c */
     BENCH_AMO_FADD_LAT,
     BENCH_AMO_CSWAP_LAT,
+    BENCH_AMO_FADD_AM,
     BENCH_PUT_NOTIFY_LAT,
     BENCH_AMO_RATE,
     BENCH_PUT_NOTIFY_BW,

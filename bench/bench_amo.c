@@ -6,6 +6,10 @@
  *                    ferry_flush that completes it; the floor is a
  *                    ping-pong of CPU fetch-adds on a cache line the two
  *                    ranks share (half a round trip each);
+ *  amo-fadd-am       amo-fadd-lat's fetch-add beside a whole round trip of
+ *                    ferry's own active messages of the same size (the
+ *                    cost of an atomic the target executes, against the
+ *                    messages it is made of);
  *  put-notify-lat    a ping-pong of ferry_put_notify: each rank's handler
  *                    sees the notification, then puts back; half a round
  *                    trip, beside ferry's own active-message ping-pong of
@@ -146,7 +150,7 @@ static int amo_block(bench_t *b, const bench_block_t *blk, long n, uint64_t *ns_
         bench_deadline_init(b, &d);
         int rc;
         for (;;) {
-            rc = mode == BENCH_AMO_FADD_LAT
+            rc = mode != BENCH_AMO_CSWAP_LAT
                      ? ferry_atomic_fetch(b->ctx, b->amo_rh, b->amo_raddr, FERRY_ATOMIC_ADD, size,
                                           1, &old, NULL)
                      : ferry_atomic_cswap(b->ctx, b->amo_rh, b->amo_raddr, size, old, old + 1,
@@ -554,6 +558,12 @@ static int one_size(bench_t *b, bench_mode_t mode, size_t size, bench_row_t *row
                               .per_time = true, .unit = 2.0};
         floor = fig;
         floor.arg = (void *)&no;
+    } else if (mode == BENCH_AMO_FADD_AM) {
+        /* Beside a whole round trip of ferry's active messages. */
+        fig = (bench_block_t){.run = amo_block, .arg = &mode, .size = size, .rank0_only = true,
+                              .per_time = true, .unit = 1.0};
+        floor = (bench_block_t){.run = note_block, .arg = (void *)&no, .size = size,
+                                .per_time = true, .unit = 1.0};
     } else {
         fig = (bench_block_t){.run = amo_block, .arg = &mode, .size = size, .rank0_only = true,
                               .per_time = true, .unit = 1.0};
@@ -600,6 +610,12 @@ int bench_run_amo(bench_t *b, bench_mode_t mode)
                           "floor); windows of 64 ferry_put_notify, one ferry_flush each; "
                           "notifications counted",
                           "Bandwidth (MB/s)", "Floor (MB/s)");
+    else if (mode == BENCH_AMO_FADD_AM)
+        bench_table_begin(b, mode,
+                          "ferry's active-message ping-pong of the same size, a whole round "
+                          "trip (ratio = latency / floor); latency = one fetch-add and its "
+                          "ferry_flush, as amo-fadd-lat",
+                          "Latency (us)", "AM RTT (us)");
     else if (mode == BENCH_PUT_NOTIFY_LAT)
         bench_table_begin(b, mode,
                           "ferry's active-message ping-pong of the same size (ratio = latency / "

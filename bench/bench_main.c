@@ -26,7 +26,8 @@ static const char *const mode_names[BENCH_MODE_COUNT] = {
     [BENCH_AM_LAT_RNDV] = "am-lat-rndv", [BENCH_AM_BW_RNDV] = "am-bw-rndv",
     [BENCH_TAG_LAT] = "tag-lat", [BENCH_TAG_BW] = "tag-bw", [BENCH_TAG_BIBW] = "tag-bibw",
     [BENCH_TAG_RATE] = "tag-rate", [BENCH_AMO_FADD_LAT] = "amo-fadd-lat",
-    [BENCH_AMO_CSWAP_LAT] = "amo-cswap-lat", [BENCH_PUT_NOTIFY_LAT] = "put-notify-lat",
+    [BENCH_AMO_CSWAP_LAT] = "amo-cswap-lat", [BENCH_AMO_FADD_AM] = "amo-fadd-am",
+    [BENCH_PUT_NOTIFY_LAT] = "put-notify-lat",
     [BENCH_AMO_RATE] = "amo-rate", [BENCH_PUT_NOTIFY_BW] = "put-notify-bw",
 };
 
@@ -39,11 +40,13 @@ static const char usage_text[] =
     "usage: ferryrun -n 2 [--bind-to core] ferry-bench [mode] [options]\n"
     "modes: limits am-lat am-bw am-bibw am-rate put-lat get-lat put-bw get-bw am-lat-rndv\n"
     "       am-bw-rndv tag-lat tag-bw tag-bibw tag-rate amo-fadd-lat amo-cswap-lat\n"
-    "       put-notify-lat amo-rate put-notify-bw, all (the default), or a comma list\n"
-    "       of them, which run in the order above. am-*-rndv send each message whole\n"
-    "       (rendezvous above the eager size; am-* cut it into chunks); tag-* use the\n"
-    "       tagged layer (ferry/msg.h); amo-*-lat time one remote atomic (sizes 4 and\n"
-    "       8) to completion beside a CPU fetch-add ping-pong on a shared cache line;\n"
+    "       amo-fadd-am put-notify-lat amo-rate put-notify-bw, all (the default), or a\n"
+    "       comma list of them, which run in the order above. am-*-rndv send each\n"
+    "       message whole (rendezvous above the eager size; am-* cut it into chunks);\n"
+    "       tag-* use the tagged layer (ferry/msg.h); amo-*-lat time one remote atomic\n"
+    "       (sizes 4 and 8) to completion beside a CPU fetch-add ping-pong on a shared\n"
+    "       cache line; amo-fadd-am times the same fetch-add beside ferry's own\n"
+    "       active-message round trip;\n"
     "       put-notify-lat is a ping-pong of puts with notification beside ferry's\n"
     "       own active-message ping-pong; amo-rate keeps windows of 64 fetch-adds in\n"
     "       flight to one counter (sizes 4 and 8; its sum is checked) beside rank 0's\n"
@@ -355,6 +358,7 @@ static mode_kind_t mode_kind(bench_mode_t mode)
     case BENCH_TAG_LAT:
     case BENCH_AMO_FADD_LAT:
     case BENCH_AMO_CSWAP_LAT:
+    case BENCH_AMO_FADD_AM:
     case BENCH_PUT_NOTIFY_LAT:
         return KIND_LAT;
     case BENCH_AM_RATE:
@@ -472,6 +476,7 @@ static bool rdma_alloc(const bench_t *b, bench_mode_t mode)
 {
     return b->opts.alloc && (mode == BENCH_PUT_LAT || mode == BENCH_GET_LAT ||
                              mode == BENCH_AMO_FADD_LAT || mode == BENCH_AMO_CSWAP_LAT ||
+                             mode == BENCH_AMO_FADD_AM ||
                              mode == BENCH_PUT_NOTIFY_LAT || mode == BENCH_AMO_RATE ||
                              mode == BENCH_PUT_NOTIFY_BW ||
                              mode == BENCH_PUT_BW || mode == BENCH_GET_BW);
@@ -491,6 +496,7 @@ static bool floor_of_transport(const bench_t *b, bench_mode_t mode)
     switch (mode) {
     case BENCH_AMO_FADD_LAT:
     case BENCH_AMO_CSWAP_LAT:
+    case BENCH_AMO_FADD_AM:
     case BENCH_PUT_NOTIFY_LAT:
     case BENCH_AMO_RATE:
         return false;
@@ -775,6 +781,7 @@ static int run_mode(bench_t *b, bench_mode_t mode)
         return bench_run_tag(b, mode);
     case BENCH_AMO_FADD_LAT:
     case BENCH_AMO_CSWAP_LAT:
+    case BENCH_AMO_FADD_AM:
     case BENCH_PUT_NOTIFY_LAT:
     case BENCH_AMO_RATE:
     case BENCH_PUT_NOTIFY_BW:

@@ -144,7 +144,7 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "ferry-bench all exited with ${rc}")
 endif()
 check_file("${CSV}.csv"
-           "am-lat;am-bw;am-bibw;put-lat;get-lat;put-bw;get-bw;am-lat-rndv;am-bw-rndv;tag-lat;tag-bw;tag-bibw;amo-fadd-lat;amo-cswap-lat;put-notify-lat;amo-rate;put-notify-bw")
+           "am-lat;am-bw;am-bibw;put-lat;get-lat;put-bw;get-bw;am-lat-rndv;am-bw-rndv;tag-lat;tag-bw;tag-bibw;amo-fadd-lat;amo-cswap-lat;amo-fadd-am;put-notify-lat;amo-rate;put-notify-bw")
 set(alloc_modes put-bw,get-bw,amo-rate,put-notify-bw)
 execute_process(COMMAND "${FERRYRUN}" -n 2 "${BENCH}" ${alloc_modes} --alloc ${common}
                         --csv "${CSV}-alloc.csv"
