@@ -85,7 +85,10 @@ int btl_amo_start(ferry_btl_module_t *btl, btl_amo_module_t *am, ferry_btl_endpo
                        .operand = w32 ? (uint32_t)operand : operand,
                        .compare = w32 ? (uint32_t)compare : compare};
     size_t klen = btl->attr.reg_handle_size;
-    memcpy(m.key, rkey, klen <= sizeof(m.key) ? klen : sizeof(m.key));
+    if (klen == 16) /* sm's and tcp's keys: a copy of two words, not a call */
+        memcpy(m.key, rkey, 16);
+    else
+        memcpy(m.key, rkey, klen <= sizeof(m.key) ? klen : sizeof(m.key));
     rc = am->hooks->send(btl, ep, &m);
     if (rc != FERRY_OK) {
         util_pool_put(&am->ops, o);

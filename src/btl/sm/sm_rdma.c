@@ -851,14 +851,15 @@ static int amo_send(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const btl
     if (!sm_ring_reserve(ep, len, &slot, &pos))
         return FERRY_ERR_NO_RESOURCE;
     if (req) {
-        sm_amo_req_t r = {.op = msg->op,
-                          .flags = (uint16_t)msg->flags,
-                          .cookie = msg->cookie,
-                          .raddr = msg->raddr,
-                          .operand = msg->operand,
-                          .compare = msg->compare};
-        memcpy(&r.key, msg->key, sizeof(r.key));
-        memcpy(slot, &r, sizeof(r));
+        /* Straight into the ring (slot is aligned for it). */
+        sm_amo_req_t *r = (sm_amo_req_t *)(void *)slot;
+        *r = (sm_amo_req_t){.op = msg->op,
+                            .flags = (uint16_t)msg->flags,
+                            .cookie = msg->cookie,
+                            .raddr = msg->raddr,
+                            .operand = msg->operand,
+                            .compare = msg->compare};
+        memcpy(&r->key, msg->key, sizeof(r->key));
     } else {
         sm_amo_answer_t a = {.status = msg->status, .cookie = msg->cookie, .operand = msg->operand};
         memcpy(slot, &a, sizeof(a));
