@@ -140,7 +140,7 @@ compare)
         rejected "medians.csv lacks the lat and put-lat rows of ferrymsg-sm"
     [ "$(grep -c '^lat,[12],vader-c' "$dir/medians.csv")" -ge 4 ] ||
         rejected "medians.csv lacks the lat rows of both configurations"
-    awk -F, 'NR > 1 { n++; if ($5 !~ /^[0-9]+(\.[0-9]+)?$/ || $5 !~ /[1-9]/ || $8 < 1) bad = $0 }
+    awk -F, 'NR > 1 { n++; if ($5 !~ /^[0-9]+(\.[0-9]+)?(e[-+]?[0-9]+)?$/ || $5 + 0 <= 0 || $8 < 1) bad = $0 }
              END { if (n < 4 || bad != "") { print "rejected: ratios.csv: " (bad != "" ? bad : n " rows"); exit 1 } }' \
         "$dir/ratios.csv" || exit 1
     if command -v gnuplot >/dev/null 2>&1; then

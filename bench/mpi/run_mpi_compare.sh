@@ -337,7 +337,7 @@ awk -F, -v refs="$refs" -v order="${chosen[*]}" -v outdir="$out" '
                 }
                 if (n == 0) continue
                 m = q(a, n, 0.5); lo = q(a, n, 0.25); hi = q(a, n, 0.75)
-                printf "%s,%s,%s,%s,%.4f,%.4f,%.4f,%d\n", ks[1], ks[2], rs[x], cs[c], m, lo, hi, n > rat
+                printf "%s,%s,%s,%s,%.6g,%.6g,%.6g,%d\n", ks[1], ks[2], rs[x], cs[c], m, lo, hi, n > rat
             }
         }
     }' "$all"
@@ -362,7 +362,7 @@ for m in $metric_list; do
     for ref in ${refs//,/ }; do
         echo "## $m: paired ratio $ref / peer, median [Q1 Q3] over the rounds"
         awk -F, -v m="$m" -v ref="$ref" -v order="${chosen[*]}" '
-            NR > 1 && $1 == m && $3 == ref { v[$2 "," $4] = sprintf("%.2f [%.2f %.2f]", $5, $6, $7)
+            NR > 1 && $1 == m && $3 == ref { v[$2 "," $4] = sprintf("%.3g [%.3g %.3g]", $5, $6, $7)
                 if (!($2 in s)) { s[$2] = 1; sz[++n] = $2 } }
             END {
                 nc = split(order, cs, " ")
