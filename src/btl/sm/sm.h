@@ -507,6 +507,17 @@ static inline bool sm_ring_reserve(ferry_btl_endpoint_t *ep, size_t len, unsigne
 
 /* Publishes the message reserved at pos: its header, written last with
  * release, makes the payload visible to the reader. */
+/* Clears the header bits of slots [from, to), a word at a time. */
+static inline void sm_ring_bits_clear(uint64_t *bits, uint64_t from, uint64_t to)
+{
+    while (from < to) {
+        uint64_t bit = from % 64, n = to - from < 64 - bit ? to - from : 64 - bit;
+        uint64_t mask = n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1) << bit;
+        bits[from / 64] &= ~mask;
+        from += n;
+    }
+}
+
 static inline void sm_ring_commit(ferry_btl_endpoint_t *ep, uint64_t pos, uint32_t len,
                                   uint8_t tag, uint8_t type)
 {
@@ -518,8 +529,7 @@ static inline void sm_ring_commit(ferry_btl_endpoint_t *ep, uint64_t pos, uint32
     uint64_t *bits = ep->hdr_bits;
 
     /* The payload now fills the slots after the header. */
-    for (uint64_t slot = first + 1; slot < end; slot++)
-        bits[slot / 64] &= ~((uint64_t)1 << (slot % 64));
+    sm_ring_bits_clear(bits, first + 1, end);
     bits[first / 64] |= (uint64_t)1 << (first % 64);
     /* A payload word of an earlier lap where the next header goes could pass
      * for a header by chance; zero it first, ordered before this header by

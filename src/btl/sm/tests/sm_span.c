@@ -3,7 +3,8 @@
  * alike: never less than its header and payload, never running past the
  * lap (a header that lies is refused before it is used), and, for messages
  * of more than half a cache line, ending on a line so that a stream of
- * them puts each in as few lines as it can.
+ * them puts each in as few lines as it can; and the header bits a commit
+ * clears for the slots its message covers.
  */
 #include <stdio.h>
 
@@ -45,5 +46,20 @@ int main(void)
         pos += sm_span(pos, 8);
     CHECK(pos == SM_LINE);
     printf("ok  messages over half a line start on lines; small ones still pack\n");
+
+    /* The header bits a commit clears: exactly [from, to), word edges
+     * included, set bits elsewhere untouched. */
+    enum { WORDS = 8 };
+    for (uint64_t from = 0; from < 64 * WORDS; from++) {
+        for (uint64_t to = from; to <= 64 * WORDS; to++) {
+            uint64_t bits[WORDS];
+            for (int w = 0; w < WORDS; w++)
+                bits[w] = ~(uint64_t)0;
+            sm_ring_bits_clear(bits, from, to);
+            for (uint64_t slot = 0; slot < 64 * WORDS; slot++)
+                CHECK(sm_ring_slot_is_hdr(bits, slot) == (slot < from || slot >= to));
+        }
+    }
+    printf("ok  a commit clears the header bits of its slots and of no others\n");
     return 0;
 }
