@@ -257,7 +257,26 @@ struct ferry_rkey_handle {
     /* The module's rdma_direct declined this key (taken as final, btl.h):
      * puts and gets take the ordinary path without asking again. */
     bool direct_no;
+    /* Data and payload bytes a put with notification through the module
+     * carries inside its one message (putn_inline; 0: none): what the
+     * module's largest message leaves beside the header and the key. */
+    uint32_t putn_room;
 };
+
+/* rh's module is settled (unpack, or a move to another rail): what follows
+ * from it alone. */
+static void rh_module_set(ferry_ctx_t *ctx, ferry_rkey_h *rh, int m)
+{
+    const ferry_btl_module_t *btl = ctx->modules[m];
+    size_t over = sizeof(api_putn_hdr_t) + btl->attr.reg_handle_size;
+    size_t room = 0;
+    if (btl->ops->target_resolve != NULL && btl->attr.reg_handle_size <= FERRY_BTL_KEY_MAX &&
+        btl->attr.max_send_size > over)
+        room = btl->attr.max_send_size - over;
+    rh->module = m;
+    rh->direct_no = false;
+    rh->putn_room = (uint32_t)(room < API_PUTN_INLINE_MAX ? room : API_PUTN_INLINE_MAX);
+}
 
 int ferry_rkey_unpack(ferry_ctx_t *ctx, int dst, const ferry_rkey_t *rkey, ferry_rkey_h **rh_out)
 {
@@ -278,13 +297,12 @@ int ferry_rkey_unpack(ferry_ctx_t *ctx, int dst, const ferry_rkey_t *rkey, ferry
     rh->magic = API_RKEY_H_MAGIC;
     rh->ctx = ctx;
     rh->dst = dst;
-    rh->module = peer->module_idx;
     rh->access = hdr.access;
     rh->base = hdr.base;
     rh->len = hdr.len;
     memcpy(rh->key, key, sizeof(rh->key));
     rh->raw = *rkey;
-    rh->direct_no = false;
+    rh_module_set(ctx, rh, peer->module_idx);
     *rh_out = rh;
     return FERRY_OK;
 }
@@ -337,9 +355,8 @@ static int __attribute__((noinline)) rh_follow(ferry_ctx_t *ctx, ferry_rkey_h *r
     if (api_rkey_parse(ctx, peer->module_idx, rh->dst, &rh->raw, &hdr, key) != FERRY_OK ||
         hdr.access != rh->access || hdr.base != rh->base || hdr.len != rh->len)
         return FERRY_ERR_UNREACH;
-    rh->module = peer->module_idx;
     memcpy(rh->key, key, sizeof(rh->key));
-    rh->direct_no = false;
+    rh_module_set(ctx, rh, peer->module_idx);
     return FERRY_OK;
 }
 
@@ -770,19 +787,18 @@ static int putn_inline(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const
                        size_t len, int tag, const void *payload, size_t plen)
 {
     struct api_state *api = ctx->api;
-    int dst = rh->dst, m = rh->module;
-    ferry_btl_module_t *btl = ctx->modules[m];
-    size_t key_len = btl->attr.reg_handle_size;
+    int dst = rh->dst;
     /* After a failover the message could reach a rail whose key it does
-     * not carry: peers with several rails take the general path. */
-    if (len > API_PUTN_INLINE_MAX || btl->ops->target_resolve == NULL ||
-        key_len > FERRY_BTL_KEY_MAX || m != ctx->peers[dst].module_idx || bml_multi(ctx, dst) ||
-        !util_list_empty(&api->notify_q) || api_cbq_waiting(ctx, dst))
+     * not carry: peers with several rails take the general path. The
+     * handle's module is the peer's (op_peer). */
+    if (len + plen > rh->putn_room || bml_multi(ctx, dst) || !util_list_empty(&api->notify_q) ||
+        api_cbq_waiting(ctx, dst))
         return 1;
+    btl_peer_t *peer = &ctx->peers[dst];
+    ferry_btl_module_t *btl = ctx->modules[rh->module];
+    size_t key_len = btl->attr.reg_handle_size;
     unsigned char hdr[sizeof(api_putn_hdr_t) + FERRY_BTL_KEY_MAX + FERRY_PUT_NOTIFY_MAX];
     size_t hlen = sizeof(api_putn_hdr_t) + key_len + plen;
-    if (hlen + len > btl->attr.max_send_size)
-        return 1;
     api_putn_hdr_t h = {.kind = API_PUTN_DATA,
                         .tag = (uint8_t)tag,
                         .key_len = (uint8_t)key_len,
@@ -790,10 +806,18 @@ static int putn_inline(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const
                         .len = (uint32_t)len,
                         .raddr = raddr};
     memcpy(hdr, &h, sizeof(h));
-    memcpy(hdr + sizeof(h), rh->key, key_len);
+    /* The whole key array, a copy of fixed size: what lies past key_len
+     * is the payload's place, or not sent. */
+    memcpy(hdr + sizeof(h), rh->key, sizeof(rh->key));
     if (plen > 0)
         memcpy(hdr + sizeof(h) + key_len, payload, plen);
-    int rc = api_send_two(ctx, dst, API_TAG_PUTN, hdr, hlen, buf, len);
+    int rc = FERRY_ERR_NOT_SUPPORTED;
+    /* A peer of one rail keeps nothing for a replay: straight to its
+     * transport, as ferry_am_send does. */
+    if ((btl->attr.flags & FERRY_BTL_FLAG_SENDI) && !bml_keeping(ctx, dst))
+        rc = btl->ops->sendi(btl, peer->ep, hdr, hlen, buf, len, API_TAG_PUTN);
+    if (rc == FERRY_ERR_NOT_SUPPORTED)
+        rc = api_send_two(ctx, dst, API_TAG_PUTN, hdr, hlen, buf, len);
     if (rc == FERRY_ERR_NO_RESOURCE)
         return 1; /* the general path queues it */
     if (rc == FERRY_OK)

@@ -342,16 +342,3 @@ int btl_base_unsupported_mem_free(ferry_btl_module_t *btl, ferry_btl_reg_t *reg)
 void btl_base_dump_nothing(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, int verbose)
 {
 }
-
-int btl_base_check_access(const ferry_btl_reg_t *reg, uint64_t addr, size_t len,
-                          uint32_t need)
-{
-    uint64_t base = (uint64_t)(uintptr_t)reg->base;
-    if ((reg->access & need) != need)
-        return FERRY_ERR_ACCESS;
-    /* Written so that no sum can overflow: addr - base is computed only once
-     * addr >= base is known. */
-    if (addr < base || addr - base > reg->len || len > reg->len - (addr - base))
-        return FERRY_ERR_ACCESS;
-    return FERRY_OK;
-}

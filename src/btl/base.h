@@ -172,7 +172,17 @@ static inline int btl_base_atomic_check(const ferry_btl_module_t *btl, uint32_t 
 /* The access check every transport makes before touching memory for a peer:
  * [addr, addr + len) inside [reg->base, reg->base + reg->len) with every
  * bit of need in reg->access. FERRY_OK or FERRY_ERR_ACCESS. Overflow-safe. */
-int btl_base_check_access(const ferry_btl_reg_t *reg, uint64_t addr, size_t len,
-                          uint32_t need);
+static inline int btl_base_check_access(const ferry_btl_reg_t *reg, uint64_t addr, size_t len,
+                                        uint32_t need)
+{
+    uint64_t base = (uint64_t)(uintptr_t)reg->base;
+    if ((reg->access & need) != need)
+        return FERRY_ERR_ACCESS;
+    /* Written so that no sum can overflow: addr - base is computed only once
+     * addr >= base is known. */
+    if (addr < base || addr - base > reg->len || len > reg->len - (addr - base))
+        return FERRY_ERR_ACCESS;
+    return FERRY_OK;
+}
 
 #endif /* BTL_BASE_H */
