@@ -236,19 +236,26 @@ function(ferry_generate_tables)
       if(kind STREQUAL "disabled")
         continue()
       endif()
-      if(kind STREQUAL "builtin" OR lib STREQUAL "static")
-        string(APPEND FERRY_COMPONENT_DECLS "extern const ferry_btl_component_t btl_${t}_component;\n")
-        string(APPEND FERRY_COMPONENT_ENTRIES
-               "    {.name = \"${t}\", .builtin = &btl_${t}_component},\n")
-      else()
+      # A module's devices, in both tables: the static library has its
+      # code built in, and opens it by the same rule as the shared one
+      # loads it.
+      set(hw_field "")
+      if(NOT kind STREQUAL "builtin")
         get_property(hw GLOBAL PROPERTY FERRY_TRANSPORT_${t}_HARDWARE)
         string(APPEND FERRY_COMPONENT_DECLS "static const char *const btl_${t}_hardware[] = {")
         foreach(h IN LISTS hw)
           string(APPEND FERRY_COMPONENT_DECLS "\"${h}\", ")
         endforeach()
         string(APPEND FERRY_COMPONENT_DECLS "NULL};\n")
+        set(hw_field ", .hardware = btl_${t}_hardware")
+      endif()
+      if(kind STREQUAL "builtin" OR lib STREQUAL "static")
+        string(APPEND FERRY_COMPONENT_DECLS "extern const ferry_btl_component_t btl_${t}_component;\n")
         string(APPEND FERRY_COMPONENT_ENTRIES
-               "    {.name = \"${t}\", .module = \"ferry_btl_${t}\", .hardware = btl_${t}_hardware},\n")
+               "    {.name = \"${t}\", .builtin = &btl_${t}_component${hw_field}},\n")
+      else()
+        string(APPEND FERRY_COMPONENT_ENTRIES
+               "    {.name = \"${t}\", .module = \"ferry_btl_${t}\"${hw_field}},\n")
       endif()
     endforeach()
     configure_file(${PROJECT_SOURCE_DIR}/src/btl/components.c.in

@@ -133,6 +133,21 @@ int btl_ctx_select(ferry_ctx_t *ctx, const char *list, unsigned flags)
         bool named = list_has(list, e->name, strlen(e->name));
         slot->entry = e;
         slot->comp = e->builtin;
+        if (e->builtin != NULL && e->hardware != NULL && !named &&
+            (flags & BTL_CTX_ALL_MODULES) == 0 && !(list[0] == '\0' && hardware_present(e))) {
+            /* A module's code built into the static library: opened by the
+             * rule the shared library loads the module by, so that no
+             * program opens a fabric it has no device for. */
+            slot->comp = NULL;
+            slot->load_status = FERRY_ERR_NOT_FOUND;
+            slot->why_not = strdup(list[0] == '\0'
+                                       ? "built in, not opened: no device it is for was found "
+                                         "here (FERRY_BTL naming it opens it)"
+                                       : "built in, not opened: FERRY_BTL does not name it");
+            rt_log(&ctx->log, RT_LOG_DEBUG, "transport %s %s", e->name,
+                   slot->why_not != NULL ? slot->why_not : "not opened");
+            continue;
+        }
         if (e->builtin == NULL) {
             bool load = named || (flags & BTL_CTX_ALL_MODULES) != 0 ||
                         (list[0] == '\0' && hardware_present(e));
