@@ -3,13 +3,15 @@
 # FERRY_BTL empty on a host without a fabric device, ofi must not be opened
 # (no libfabric endpoint), as the shared library would not load its module;
 # named in FERRY_BTL, it must be.
-# Usage: check_static_ofi.sh FERRYRUN BENCH
+# Usage: check_static_ofi.sh FERRYRUN BENCH PATTERN... (ofi's HARDWARE globs)
 run=$1 bench=$2
-for dev in /sys/class/infiniband/* /sys/class/cxi/* /dev/hfi1_*; do
-    if [ -e "$dev" ]; then
+shift 2
+for pat in "$@"; do
+    for dev in $pat; do
+        [ -e "$dev" ] || continue
         echo "SKIPPED: this host has a fabric device ($dev): ofi is opened here by rule"
         exit 77
-    fi
+    done
 done
 out=$(FERRY_BTL= FERRY_LOG_LEVEL=debug "$run" -n 2 -x FERRY_BTL -x FERRY_LOG_LEVEL \
       "$bench" am-lat -m 8:8 -i 20 -w 2 -r 1 -p 1 -b 0.01 2>&1) || {

@@ -108,15 +108,9 @@ int api_send_des(ferry_ctx_t *ctx, int dst, int m, ferry_btl_desc_t *des, uint8_
     return bml_am_sent(ctx, dst, m, rc);
 }
 
-int api_send_two(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, size_t hlen,
-                 const void *payload, size_t plen)
+int api_send_two_kept(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, size_t hlen,
+                      const void *payload, size_t plen)
 {
-    if (ctx->peers == NULL || dst < 0 || dst >= ctx->size || ctx->peers[dst].module_idx < 0)
-        return FERRY_ERR_UNREACH;
-    /* A peer of one rail keeps nothing for a replay (and never starts to:
-     * keeping is decided at start-up). */
-    if (!bml_keeping(ctx, dst))
-        return btl_ctx_send(ctx, dst, tag, hdr, hlen, payload, plen);
     int m = ctx->peers[dst].module_idx;
     int rc = bml_am_gate(ctx, dst);
     if (rc == FERRY_OK)
@@ -124,11 +118,6 @@ int api_send_two(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, size_t
     if (rc != FERRY_OK)
         return rc;
     return bml_am_sent(ctx, dst, m, btl_ctx_send(ctx, dst, tag, hdr, hlen, payload, plen));
-}
-
-int api_send_small(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size_t len)
-{
-    return api_send_two(ctx, dst, tag, data, len, NULL, 0);
 }
 
 void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, void *cbdata)

@@ -8,6 +8,7 @@
 #include <ferry/ferry.h>
 
 #include "api/rkey.h"
+#include "bml/bml.h"
 #include "btl/ctx.h"
 #include "rt/progress.h"
 #include "util/list.h"
@@ -332,10 +333,26 @@ int api_send_des(ferry_ctx_t *ctx, int dst, int m, ferry_btl_desc_t *des, uint8_
 /* btl_ctx_send_small for the API's own messages (barrier, flush markers,
  * notifications, callback queues): kept for the replay to a peer with
  * several rails (src/bml). */
-int api_send_small(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size_t len);
-/* As api_send_small, of a header and a payload sent as one message. */
-int api_send_two(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, size_t hlen,
-                 const void *payload, size_t plen);
+/* api_send_two to a peer whose messages are kept for the replay. */
+int api_send_two_kept(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, size_t hlen,
+                      const void *payload, size_t plen);
+/* As api_send_small, of a header and a payload sent as one message. A peer
+ * of one rail keeps nothing for a replay (and never starts to: keeping is
+ * decided at start-up): straight to its transport. */
+static inline int api_send_two(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr,
+                               size_t hlen, const void *payload, size_t plen)
+{
+    if (ctx->peers == NULL || dst < 0 || dst >= ctx->size || ctx->peers[dst].module_idx < 0)
+        return FERRY_ERR_UNREACH;
+    if (!bml_keeping(ctx, dst))
+        return btl_ctx_send(ctx, dst, tag, hdr, hlen, payload, plen);
+    return api_send_two_kept(ctx, dst, tag, hdr, hlen, payload, plen);
+}
+static inline int api_send_small(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data,
+                                 size_t len)
+{
+    return api_send_two(ctx, dst, tag, data, len, NULL, 0);
+}
 
 /* Validates dst and returns its peer, or NULL with *status_out set. */
 static inline btl_peer_t *api_peer(ferry_ctx_t *ctx, int dst, int *status_out)

@@ -794,9 +794,7 @@ static int putn_inline(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const
     if (len + plen > rh->putn_room || bml_multi(ctx, dst) || !util_list_empty(&api->notify_q) ||
         api_cbq_waiting(ctx, dst))
         return 1;
-    btl_peer_t *peer = &ctx->peers[dst];
-    ferry_btl_module_t *btl = ctx->modules[rh->module];
-    size_t key_len = btl->attr.reg_handle_size;
+    size_t key_len = ctx->modules[rh->module]->attr.reg_handle_size;
     unsigned char hdr[sizeof(api_putn_hdr_t) + FERRY_BTL_KEY_MAX + FERRY_PUT_NOTIFY_MAX];
     size_t hlen = sizeof(api_putn_hdr_t) + key_len + plen;
     api_putn_hdr_t h = {.kind = API_PUTN_DATA,
@@ -811,13 +809,7 @@ static int putn_inline(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const
     memcpy(hdr + sizeof(h), rh->key, sizeof(rh->key));
     if (plen > 0)
         memcpy(hdr + sizeof(h) + key_len, payload, plen);
-    int rc = FERRY_ERR_NOT_SUPPORTED;
-    /* A peer of one rail keeps nothing for a replay: straight to its
-     * transport, as ferry_am_send does. */
-    if ((btl->attr.flags & FERRY_BTL_FLAG_SENDI) && !bml_keeping(ctx, dst))
-        rc = btl->ops->sendi(btl, peer->ep, hdr, hlen, buf, len, API_TAG_PUTN);
-    if (rc == FERRY_ERR_NOT_SUPPORTED)
-        rc = api_send_two(ctx, dst, API_TAG_PUTN, hdr, hlen, buf, len);
+    int rc = api_send_two(ctx, dst, API_TAG_PUTN, hdr, hlen, buf, len);
     if (rc == FERRY_ERR_NO_RESOURCE)
         return 1; /* the general path queues it */
     if (rc == FERRY_OK)

@@ -133,32 +133,29 @@ int btl_ctx_select(ferry_ctx_t *ctx, const char *list, unsigned flags)
         bool named = list_has(list, e->name, strlen(e->name));
         slot->entry = e;
         slot->comp = e->builtin;
-        if (e->builtin != NULL && e->hardware != NULL && !named &&
-            (flags & BTL_CTX_ALL_MODULES) == 0 && !(list[0] == '\0' && hardware_present(e))) {
-            /* A module's code built into the static library: opened by the
-             * rule the shared library loads the module by, so that no
-             * program opens a fabric it has no device for. */
+        /* A transport that comes as a module (its code built into the
+         * static library, or a module file for the shared one) is taken
+         * only when named, or with FERRY_BTL empty when a device it is for
+         * is here: no program opens a fabric it has no device for. */
+        if ((e->builtin == NULL || e->hardware != NULL) && !named &&
+            (flags & BTL_CTX_ALL_MODULES) == 0 &&
+            !(list[0] == '\0' && hardware_present(e))) {
             slot->comp = NULL;
             slot->load_status = FERRY_ERR_NOT_FOUND;
-            slot->why_not = strdup(list[0] == '\0'
-                                       ? "built in, not opened: no device it is for was found "
-                                         "here (FERRY_BTL naming it opens it)"
-                                       : "built in, not opened: FERRY_BTL does not name it");
-            rt_log(&ctx->log, RT_LOG_DEBUG, "transport %s %s", e->name,
-                   slot->why_not != NULL ? slot->why_not : "not opened");
+            const char *why = e->builtin != NULL
+                                  ? (list[0] == '\0'
+                                         ? "built in, not opened: no device it is for was found "
+                                           "here (FERRY_BTL naming it opens it)"
+                                         : "built in, not opened: FERRY_BTL does not name it")
+                                  : (list[0] == '\0'
+                                         ? "not loaded: no device it is for was found here "
+                                           "(FERRY_BTL naming it loads it)"
+                                         : "not loaded: FERRY_BTL does not name it");
+            slot->why_not = strdup(why);
+            rt_log(&ctx->log, RT_LOG_DEBUG, "transport %s %s", e->name, why);
             continue;
         }
         if (e->builtin == NULL) {
-            bool load = named || (flags & BTL_CTX_ALL_MODULES) != 0 ||
-                        (list[0] == '\0' && hardware_present(e));
-            if (!load) {
-                slot->load_status = FERRY_ERR_NOT_FOUND;
-                slot->why_not = strdup(list[0] == '\0'
-                                           ? "not loaded: no device it is for was found here "
-                                             "(FERRY_BTL naming it loads it)"
-                                           : "not loaded: FERRY_BTL does not name it");
-                continue;
-            }
             rc = load_module(ctx, slot, named ? source : NULL);
             if (rc == FERRY_ERR_NO_MEMORY || (rc != FERRY_OK && named))
                 return rc == FERRY_ERR_NO_MEMORY ? rc : FERRY_ERR_NOT_SUPPORTED;

@@ -505,8 +505,6 @@ static inline bool sm_ring_reserve(ferry_btl_endpoint_t *ep, size_t len, unsigne
     return sm_ring_reserve_slow(ep, len, slot_out, pos_out);
 }
 
-/* Publishes the message reserved at pos: its header, written last with
- * release, makes the payload visible to the reader. */
 /* Clears the header bits of slots [from, to), a word at a time. */
 static inline void sm_ring_bits_clear(uint64_t *bits, uint64_t from, uint64_t to)
 {
@@ -518,6 +516,8 @@ static inline void sm_ring_bits_clear(uint64_t *bits, uint64_t from, uint64_t to
     }
 }
 
+/* Publishes the message reserved at pos: its header, written last with
+ * release, makes the payload visible to the reader. */
 static inline void sm_ring_commit(ferry_btl_endpoint_t *ep, uint64_t pos, uint32_t len,
                                   uint8_t tag, uint8_t type)
 {
