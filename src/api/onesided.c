@@ -395,6 +395,22 @@ static int rdma_nb(ferry_ctx_t *ctx, bool is_put, ferry_rkey_h *rh, uint64_t rad
         return FERRY_ERR_NOT_SUPPORTED;
     if (!rh_covers(rh, raddr, len, is_put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ))
         return FERRY_ERR_ACCESS;
+    if ((p == NULL || p->cb == NULL) && btl->ops->rdma_direct != NULL && !rh->direct_no &&
+        len > 0 && len <= btl->attr.max_rdma_size) {
+        /* Done inside the call where the transport can (a peer's heap on
+         * sm) with nobody to call back: no request, no record, nothing
+         * for flush (api_rdma_start_key's first path, without its
+         * arguments for the others). */
+        rc = btl->ops->rdma_direct(btl, ctx->peers[rh->dst].ep, is_put, buf, raddr, rh->key, len);
+        if (rc == FERRY_BTL_DONE) {
+            if (p != NULL && p->req_out != NULL)
+                *p->req_out = NULL;
+            return FERRY_OK;
+        }
+        if (rc != FERRY_ERR_NOT_SUPPORTED)
+            return rc;
+        rh->direct_no = true;
+    }
     ferry_req_t *req = req_for(ctx, p, &rc);
     if (rc != FERRY_OK)
         return rc;
@@ -574,7 +590,7 @@ typedef struct api_amo_wait {
     uint8_t key[FERRY_BTL_KEY_MAX];
 } api_amo_wait_t;
 
-static int amo_issue(ferry_ctx_t *ctx, int kind, int dst, int m, const uint8_t *key,
+static inline int amo_issue(ferry_ctx_t *ctx, int kind, int dst, int m, const uint8_t *key,
                      uint64_t raddr, ferry_atomic_op_t op, uint32_t flags, uint64_t operand,
                      uint64_t compare, void *result, ferry_btl_reg_t *lreg, ferry_req_t *req)
 {
@@ -622,9 +638,11 @@ static int amo_drain(ferry_ctx_t *ctx)
     return events;
 }
 
-static int amo_start(ferry_ctx_t *ctx, int kind, ferry_rkey_h *rh, uint64_t raddr,
-                     ferry_atomic_op_t op, size_t size, uint64_t operand, uint64_t compare,
-                     void *result, const ferry_op_params_t *p)
+/* Inline in each of the three calls, where kind is a constant. */
+static inline __attribute__((always_inline)) int
+amo_start(ferry_ctx_t *ctx, int kind, ferry_rkey_h *rh, uint64_t raddr, ferry_atomic_op_t op,
+          size_t size, uint64_t operand, uint64_t compare, void *result,
+          const ferry_op_params_t *p)
 {
     int rc;
     if ((size != 4 && size != 8) || (raddr & (size - 1)) != 0 ||

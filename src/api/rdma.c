@@ -960,6 +960,12 @@ int ferry_flush(ferry_ctx_t *ctx, int dst)
     if (ctx->in_callback > 0)
         return FERRY_ERR_BUSY;
     struct api_state *api = ctx->api;
+    /* Nothing in flight to dst and nothing sent since its last flush (what
+     * an operation done inside its call leaves): done, as the wait below
+     * would find at once. */
+    if (dst >= 0 && api->outstanding[dst] == 0 && !api->am_dirty[dst] &&
+        api->first_error[dst] == FERRY_OK)
+        return FERRY_OK;
     int lo = dst < 0 ? 0 : dst, hi = dst < 0 ? ctx->size : dst + 1;
     int rc = api_flush_wait(ctx, lo, hi, true);
     int first = FERRY_OK;

@@ -996,8 +996,9 @@ static int __attribute__((noinline)) heap_resolve_slow(sm_module_t *mod, ferry_b
 
 /* An atomic: on our own memory or a peer's heap, the CPU's atomic here and
  * now (FERRY_BTL_DONE); on a peer's ordinary memory, executed by the peer
- * (cross-memory attach cannot do atomics). */
-static int atomic_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, void *local,
+ * (cross-memory attach cannot do atomics). Inline in each of the three ops,
+ * where cswap and fetch are constants. */
+static inline __attribute__((always_inline)) int atomic_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, void *local,
                         ferry_btl_reg_t *lreg, uint64_t raddr, const uint8_t *rkey, uint32_t op,
                         uint64_t operand, uint64_t compare, uint32_t flags, bool cswap,
                         bool fetch, ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata)
