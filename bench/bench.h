@@ -213,6 +213,7 @@ typedef struct bench {
     bool rdma_ready;
     uint64_t peer_raddr;
     ferry_rkey_t peer_rkey;
+    ferry_rkey_h *peer_rh; /* peer_rkey unpacked: what put and get go through */
     bench_rx_t rx;
     bench_floors_t floors;
     FILE *csv;

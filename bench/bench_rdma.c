@@ -31,12 +31,19 @@ static int rdma_setup(bench_t *b)
     if ((rc = bench_exchange_rkey(b, b->mem, b->buf, b->buf_len, &b->peer_raddr,
                                   &b->peer_rkey)) != FERRY_OK)
         return rc;
+    if ((rc = ferry_rkey_unpack(b->ctx, b->peer, &b->peer_rkey, &b->peer_rh)) != FERRY_OK) {
+        bench_error(b, "ferry_rkey_unpack of rank %d's key: %s", b->peer, ferry_strerror(rc));
+        return rc;
+    }
     b->rdma_ready = true;
     return FERRY_OK;
 }
 
 void bench_rdma_fini(bench_t *b)
 {
+    if (b->peer_rh != NULL)
+        ferry_rkey_release(b->ctx, b->peer_rh);
+    b->peer_rh = NULL;
     if (b->mem != NULL && b->opts.alloc)
         ferry_mem_free(b->ctx, b->mem);
     else if (b->mem != NULL)
@@ -51,16 +58,17 @@ static bool is_put(bench_mode_t mode)
 }
 
 /* Starts one put or get of size bytes at the start of both buffers,
- * progressing and retrying while ferry is out of resources. */
+ * progressing and retrying while ferry is out of resources. Through the
+ * peer's key unpacked once into a handle, as a runtime keeps it (UCX's
+ * rkeys): the raw key's ferry_put checks it again on every call. */
 static int start_op(bench_t *b, bool put, size_t size)
 {
     bench_deadline_t d;
     bench_deadline_init(b, &d);
+    const ferry_op_params_t p = {.local = b->mem};
     for (;;) {
-        int rc = put ? ferry_put(b->ctx, b->peer, b->buf, size, b->mem, b->peer_raddr,
-                                 &b->peer_rkey, NULL, NULL)
-                     : ferry_get(b->ctx, b->peer, b->buf, size, b->mem, b->peer_raddr,
-                                 &b->peer_rkey, NULL, NULL);
+        int rc = put ? ferry_put_nb(b->ctx, b->peer_rh, b->peer_raddr, b->buf, size, &p)
+                     : ferry_get_nb(b->ctx, b->peer_rh, b->peer_raddr, b->buf, size, &p);
         if (rc == FERRY_OK)
             return FERRY_OK;
         if (rc != FERRY_ERR_NO_RESOURCE) {
