@@ -921,15 +921,6 @@ const btl_amo_hooks_t sm_amo_hooks = {
     .ep_state = amo_ep,
 };
 
-/* memcpy, with a word's size inline rather than a call. */
-static inline void copy_small(void *dst, const void *src, size_t n)
-{
-    if (n == 8)
-        memcpy(dst, src, 8);
-    else
-        memcpy(dst, src, n);
-}
-
 /*
  * Where [raddr, raddr + size) under rkey lies in our mapping of the peer's
  * heap, with need among the registration's rights: FERRY_OK and *there;
@@ -1063,9 +1054,9 @@ int sm_rdma_direct(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, bool put, 
     if (rc != FERRY_OK)
         return rc;
     if (put)
-        copy_small(there, local, size);
+        sm_copy_small(there, local, size);
     else
-        copy_small(local, there, size);
+        sm_copy_small(local, there, size);
     /* Visible to whoever hears of the completion after this. */
     atomic_thread_fence(memory_order_release);
     return sm_peer_key_live(peer_table(ep), ep->peer_reg_slots, rkey) ? FERRY_BTL_DONE
