@@ -29,6 +29,14 @@ int bml_register_params(ferry_ctx_t *ctx)
         &bml->stripe_frag);
     if (rc != FERRY_OK)
         return rc;
+    rc = rt_param_register_size(
+        &ctx->params, "bml_keep_max_message", (size_t)64 << 10, 4096, (size_t)1 << 30,
+        "The largest active message sent whole to a peer with several rails, where each "
+        "message is kept (copied) for the replay until the peer has counted it; larger "
+        "ones go by rendezvous, whose data moves by put or get, striped and without a copy",
+        &bml->keep_max);
+    if (rc != FERRY_OK)
+        return rc;
     long long ms = 0;
     rc = rt_param_register_int(
         &ctx->params, "bml_replay_timeout", 30000, 1, 24LL * 3600 * 1000,
@@ -298,8 +306,11 @@ int bml_init(ferry_ctx_t *ctx)
             if (bp->kept == NULL)
                 return FERRY_ERR_NO_MEMORY;
             bp->keeping = true;
-            /* What is kept must fit every rail that may replay it: larger
-             * messages go by rendezvous, whose messages are all small. */
+            /* What is kept must fit every rail that may replay it, and
+             * costs a copy of its own: larger messages go by rendezvous,
+             * whose messages are all small. */
+            if (bml->keep_max < peer->max_send)
+                peer->max_send = bml->keep_max;
             for (int i = 0; i < bp->n_live; i++) {
                 size_t max = ctx->modules[bp->path[i].m]->attr.max_send_size;
                 if (max < peer->max_send)

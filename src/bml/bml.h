@@ -131,6 +131,7 @@ struct bml {
     uint64_t replayed;   /* messages sent again after their rail was lost */
     size_t stripe_min;   /* FERRY_BML_STRIPE_MIN */
     size_t stripe_frag;  /* FERRY_BML_STRIPE_FRAG */
+    size_t keep_max;     /* FERRY_BML_KEEP_MAX_MESSAGE */
     uint64_t replay_timeout_ns; /* FERRY_BML_REPLAY_TIMEOUT */
     uint64_t failovers;  /* paths lost while another took over */
     uint64_t reissued;   /* bytes of puts and gets issued again after their rail was lost */

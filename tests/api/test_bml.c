@@ -362,6 +362,9 @@ static int initiator(ferry_ctx_t *ctx, ferry_mem_t *mem, int dst)
     long max = ferry_am_max_size(ctx, dst);
     for (int i = 0; i < n; i++)
         CHECK(max > 0 && (size_t)max <= ctx->modules[ms[i]]->attr.max_send_size);
+    /* Nor larger than what is worth a copy for the replay
+     * (FERRY_BML_KEEP_MAX_MESSAGE): larger ones go by rendezvous. */
+    CHECK((size_t)max <= ctx->bml->keep_max);
     printf("rank %d: active messages up to %ld bytes to rank %d in one\n", ctx->rank, max, dst);
     char *src = g_region + REGION / 2;
     char *back = malloc(STRIPE_LEN);
