@@ -953,19 +953,11 @@ int api_rdma_progress(ferry_ctx_t *ctx)
     return events;
 }
 
-int ferry_flush(ferry_ctx_t *ctx, int dst)
+/* ferry_flush's wait, out of line: the call that finds nothing to wait
+ * for saves no registers for it. */
+static int __attribute__((noinline)) flush_wait(ferry_ctx_t *ctx, int dst)
 {
-    if (!api_ctx_live(ctx) || ctx->api == NULL || dst < -1 || dst >= ctx->size)
-        return FERRY_ERR_INVALID;
-    if (ctx->in_callback > 0)
-        return FERRY_ERR_BUSY;
     struct api_state *api = ctx->api;
-    /* Nothing in flight to dst and nothing sent since its last flush (what
-     * an operation done inside its call leaves): done, as the wait below
-     * would find at once. */
-    if (dst >= 0 && api->outstanding[dst] == 0 && !api->am_dirty[dst] &&
-        api->first_error[dst] == FERRY_OK)
-        return FERRY_OK;
     int lo = dst < 0 ? 0 : dst, hi = dst < 0 ? ctx->size : dst + 1;
     int rc = api_flush_wait(ctx, lo, hi, true);
     int first = FERRY_OK;
@@ -975,6 +967,22 @@ int ferry_flush(ferry_ctx_t *ctx, int dst)
         api->first_error[r] = FERRY_OK;
     }
     return first != FERRY_OK ? first : rc;
+}
+
+int ferry_flush(ferry_ctx_t *ctx, int dst)
+{
+    if (!api_ctx_live(ctx) || ctx->api == NULL || dst < -1 || dst >= ctx->size)
+        return FERRY_ERR_INVALID;
+    if (ctx->in_callback > 0)
+        return FERRY_ERR_BUSY;
+    const struct api_state *api = ctx->api;
+    /* Nothing in flight to dst and nothing sent since its last flush (what
+     * an operation done inside its call leaves): done, as the wait would
+     * find at once. */
+    if (dst >= 0 && api->outstanding[dst] == 0 && !api->am_dirty[dst] &&
+        api->first_error[dst] == FERRY_OK)
+        return FERRY_OK;
+    return flush_wait(ctx, dst);
 }
 
 int api_state_init(ferry_ctx_t *ctx)
