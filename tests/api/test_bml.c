@@ -365,6 +365,9 @@ static int initiator(ferry_ctx_t *ctx, ferry_mem_t *mem, int dst)
     /* Nor larger than what is worth a copy for the replay
      * (FERRY_BML_KEEP_MAX_MESSAGE): larger ones go by rendezvous. */
     CHECK((size_t)max <= ctx->bml->keep_max);
+    const char *want_max = getenv("TEST_EXPECT_AM_MAX");
+    if (want_max != NULL)
+        CHECK(max == atol(want_max));
     printf("rank %d: active messages up to %ld bytes to rank %d in one\n", ctx->rank, max, dst);
     char *src = g_region + REGION / 2;
     char *back = malloc(STRIPE_LEN);
