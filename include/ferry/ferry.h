@@ -641,8 +641,9 @@ int ferry_get_conv(ferry_ctx_t *ctx, int dst, ferry_convertor_t *conv, uint64_t 
  * pipe nothing is registered: after the clear-to-send the sender streams
  * the data as ordinary messages (packed fragment by fragment from any
  * layout) and the receiver copies each into place; auto takes pipe up to
- * the size the path reports as faster that way (its rndv_pipe_max; none of
- * ferry's transports does today), get or put above it.
+ * the size the path reports as faster that way (its rndv_pipe_max: sm's
+ * FERRY_SM_RNDV_PIPE_MAX, 0 by default, measured slower than get; 0 on the
+ * other transports), get or put above it.
  *
  * At the receiver a large message reaches, in the order sent:
  * - the tag's data handler (ferry_am_register_data), when it has one, at

@@ -938,13 +938,16 @@ int main(int argc, char **argv)
      * straddle it: the smaller one is used. */
     long self_max = ferry_am_max_size(ctx, st.me);
     size_t max = (size_t)(maxl < self_max ? maxl : self_max);
+    const char *rndv_name = sz.rndv == FERRY_AM_RNDV_GET   ? "get"
+                            : sz.rndv == FERRY_AM_RNDV_PUT ? "put"
+                                                           : "pipe";
     if (st.me == 0)
         printf("max send %zu (next) / %ld (self), rendezvous by %s, large max %zu\n", (size_t)maxl,
-               self_max,
-               sz.rndv == FERRY_AM_RNDV_GET   ? "get"
-               : sz.rndv == FERRY_AM_RNDV_PUT ? "put"
-                                              : "pipe",
-               sz.large_max);
+               self_max, rndv_name, sz.large_max);
+    /* What the test's settings must make of the rule (ctest names it). */
+    const char *want_rndv = getenv("TEST_EXPECT_RNDV");
+    if (want_rndv != NULL)
+        CHECK(strcmp(want_rndv, rndv_name) == 0);
 
     if (limit) {
         phase_limit(&st);

@@ -359,11 +359,16 @@ struct sm_reg {
     mem_itree_node_t node;
 };
 
+/* FERRY_SM_RNDV_PIPE_MAX's default: the pipe rendezvous measured slower
+ * than get at every size (docs/msg.md). */
+#define SM_RNDV_PIPE_MAX_DEFAULT 0
+
 typedef struct sm_params {
     size_t ring_size;
     size_t eager_limit;
     size_t max_send_size;
     size_t cma_threshold;
+    size_t rndv_pipe_max;
     bool cma;
     long long fail_timeout_ms;
     size_t reg_slots;

@@ -367,6 +367,11 @@ static int sm_read_params(ferry_ctx_t *ctx, sm_params_t *p)
                                      "Put/get of this many bytes or more use cross-memory "
                                      "attach; smaller ones go through the ring",
                                      &p->cma_threshold)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "sm_rndv_pipe_max", SM_RNDV_PIPE_MAX_DEFAULT, 0, 0,
+                                     "Large messages of up to this many bytes go by the pipe "
+                                     "rendezvous (streamed through the ring, a copy at each "
+                                     "end) rather than by get (cross-memory attach); 0: never",
+                                     &p->rndv_pipe_max)) != FERRY_OK ||
         (rc = rt_param_register_int(r, "sm_fail_timeout", 500, 10, 600000,
                                     "Milliseconds within which a dead local peer is noticed",
                                     &p->fail_timeout_ms)) != FERRY_OK ||
@@ -565,6 +570,7 @@ static int sm_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *cou
         .reg_handle_size = sizeof(sm_key_t),
         .atomic_flags = BTL_ATOMIC_SUPPORTS_CPU,
         .mem_per_peer = 2 * p.ring_size, /* a ring each way */
+        .rndv_pipe_max = p.rndv_pipe_max,
     };
     const btl_frag_params_t fp = {
         .eager_size = p.eager_limit,
