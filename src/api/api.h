@@ -200,6 +200,16 @@ static inline bool api_rdma_pending(const struct api_state *api)
     return !util_list_empty(&api->issue_queue) || !util_list_empty(&api->done);
 }
 
+/* Whether a put or get of len bytes asks btl's rdma_direct first (done
+ * inside the call where the transport can: a peer's heap on sm); not once
+ * it has declined the key (*direct_no, a key handle's). */
+static inline bool api_direct_may(const ferry_btl_module_t *btl, size_t len,
+                                  const bool *direct_no)
+{
+    return btl->ops->rdma_direct != NULL && (direct_no == NULL || !*direct_no) && len > 0 &&
+           len <= btl->attr.max_rdma_size;
+}
+
 /*
  * Starts a put or get of [buf, buf + len) to raddr of rank dst through
  * module m with the transport key key (already resolved and checked): the

@@ -395,8 +395,7 @@ static int rdma_nb(ferry_ctx_t *ctx, bool is_put, ferry_rkey_h *rh, uint64_t rad
         return FERRY_ERR_NOT_SUPPORTED;
     if (!rh_covers(rh, raddr, len, is_put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ))
         return FERRY_ERR_ACCESS;
-    if ((p == NULL || p->cb == NULL) && btl->ops->rdma_direct != NULL && !rh->direct_no &&
-        len > 0 && len <= btl->attr.max_rdma_size) {
+    if ((p == NULL || p->cb == NULL) && api_direct_may(btl, len, &rh->direct_no)) {
         /* Done inside the call where the transport can (a peer's heap on
          * sm) with nobody to call back: no request, no record, nothing
          * for flush (api_rdma_start_key's first path, without its
@@ -936,8 +935,7 @@ int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const v
         return rc;
     bool put_done = false;
     rc = FERRY_ERR_NOT_SUPPORTED;
-    if (btl->ops->rdma_direct != NULL && !rh->direct_no && len > 0 &&
-        len <= btl->attr.max_rdma_size && util_list_empty(&ctx->api->notify_q)) {
+    if (api_direct_may(btl, len, &rh->direct_no) && util_list_empty(&ctx->api->notify_q)) {
         rc = btl->ops->rdma_direct(btl, ctx->peers[rh->dst].ep, true, (void *)buf, raddr, rh->key,
                                    len);
         rh->direct_no = rc == FERRY_ERR_NOT_SUPPORTED;

@@ -761,8 +761,7 @@ int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint
                        bool *accepted_out, bool *direct_no)
 {
     ferry_btl_module_t *btl = ctx->modules[m];
-    if (btl->ops->rdma_direct != NULL && (direct_no == NULL || !*direct_no) && len > 0 &&
-        len <= btl->attr.max_rdma_size) {
+    if (api_direct_may(btl, len, direct_no)) {
         /* Done inside the call where the transport can (a peer's heap on
          * sm): no descriptor, nothing queued, nothing left for flush. A
          * callback's record is taken first: once done, the operation must

@@ -581,22 +581,17 @@ int sm_deregister_mem(ferry_btl_module_t *btl, ferry_btl_reg_t *reg);
 int sm_target_resolve(ferry_btl_module_t *btl, const uint8_t *key, uint64_t addr, size_t len,
                       uint32_t need, void **ptr_out);
 
-/* memcpy, with a word's size inline rather than a call. */
-static inline void sm_copy_small(void *dst, const void *src, size_t n)
+/* memcpy, inline for 8 to 32 bytes (a word's put or get, a message's
+ * header, a small payload): a word at once, else two copies of fixed size
+ * that overlap in the middle, writing those bytes twice with the same
+ * value. */
+static inline void sm_copy(void *to, const void *src, size_t n)
 {
-    if (n == 8)
-        memcpy(dst, src, 8);
-    else
-        memcpy(dst, src, n);
-}
-
-/* memcpy into a ring slot not yet committed, of 8 to 32 bytes (a message's
- * header, a small payload) inline: two copies of fixed size that overlap
- * in the middle, where writing a byte twice is harmless. */
-static inline void sm_copy_in(unsigned char *dst, const void *src, size_t n)
-{
+    unsigned char *dst = to;
     const unsigned char *s = src;
-    if (n >= 8 && n <= 16) {
+    if (n == 8) {
+        memcpy(dst, s, 8);
+    } else if (n > 8 && n <= 16) {
         memcpy(dst, s, 8);
         memcpy(dst + n - 8, s + n - 8, 8);
     } else if (n > 16 && n <= 32) {

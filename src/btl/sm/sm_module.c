@@ -165,9 +165,9 @@ static int sm_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const voi
     if (!sm_ring_reserve(ep, len, &slot, &pos))
         return ep->state == SM_EP_FAILED ? FERRY_ERR_UNREACH : FERRY_ERR_NO_RESOURCE;
     if (header_len > 0)
-        sm_copy_in(slot, header, header_len);
+        sm_copy(slot, header, header_len);
     if (payload_len > 0)
-        sm_copy_in(slot + header_len, payload, payload_len);
+        sm_copy(slot + header_len, payload, payload_len);
     sm_ring_commit(ep, pos, (uint32_t)len, tag, SM_T_DATA);
     return FERRY_OK;
 }

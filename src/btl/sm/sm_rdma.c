@@ -989,10 +989,11 @@ static int __attribute__((noinline)) heap_resolve_slow(sm_module_t *mod, ferry_b
  * now (FERRY_BTL_DONE); on a peer's ordinary memory, executed by the peer
  * (cross-memory attach cannot do atomics). Inline in each of the three ops,
  * where cswap and fetch are constants. */
-static inline __attribute__((always_inline)) int atomic_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, void *local,
-                        ferry_btl_reg_t *lreg, uint64_t raddr, const uint8_t *rkey, uint32_t op,
-                        uint64_t operand, uint64_t compare, uint32_t flags, bool cswap,
-                        bool fetch, ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata)
+static inline __attribute__((always_inline)) int
+atomic_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, void *local, ferry_btl_reg_t *lreg,
+             uint64_t raddr, const uint8_t *rkey, uint32_t op, uint64_t operand,
+             uint64_t compare, uint32_t flags, bool cswap, bool fetch, ferry_btl_rdma_cb_t cb,
+             void *cbctx, void *cbdata)
 {
     if (mod == NULL || ep == NULL || ep->mod != mod || rkey == NULL || (fetch && local == NULL))
         return FERRY_ERR_INVALID;
@@ -1054,9 +1055,9 @@ int sm_rdma_direct(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, bool put, 
     if (rc != FERRY_OK)
         return rc;
     if (put)
-        sm_copy_small(there, local, size);
+        sm_copy(there, local, size);
     else
-        sm_copy_small(local, there, size);
+        sm_copy(local, there, size);
     /* Visible to whoever hears of the completion after this. */
     atomic_thread_fence(memory_order_release);
     return sm_peer_key_live(peer_table(ep), ep->peer_reg_slots, rkey) ? FERRY_BTL_DONE

@@ -386,9 +386,9 @@ int sm_target_copy(sm_module_t *mod, const sm_key_t *key, uint64_t addr, void *b
         bool live = !atomic_load_explicit(&reg->revoked, memory_order_acquire);
         if (live && copy) {
             if (to_mem)
-                sm_copy_small(mem, buf, len);
+                sm_copy(mem, buf, len);
             else
-                sm_copy_small(buf, mem, len);
+                sm_copy(buf, mem, len);
         }
         if (!settled)
             mem_monitor_unlock();

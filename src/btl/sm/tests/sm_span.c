@@ -4,7 +4,8 @@
  * lap (a header that lies is refused before it is used), and, for messages
  * of more than half a cache line, ending on a line so that a stream of
  * them puts each in as few lines as it can; and the header bits a commit
- * clears for the slots its message covers; the copies into a slot.
+ * clears for the slots its message covers; sm_copy, which fills slots and
+ * makes small puts and gets.
  */
 #include <stdio.h>
 #include <string.h>
@@ -63,7 +64,7 @@ int main(void)
     }
     printf("ok  a commit clears the header bits of its slots and of no others\n");
 
-    /* The copies into a slot: every length a sendi's header or payload
+    /* sm_copy: every length a sendi's header or payload, or a small put,
      * may have, at every alignment, the bytes exactly, nothing after. */
     unsigned char src[64 + 8], dst[64 + 16];
     for (size_t i = 0; i < sizeof(src); i++)
@@ -71,11 +72,11 @@ int main(void)
     for (size_t at = 0; at < 8; at++) {
         for (size_t n = 0; n <= 64; n++) {
             memset(dst, 0xee, sizeof(dst));
-            sm_copy_in(dst + at, src + at, n);
+            sm_copy(dst + at, src + at, n);
             for (size_t i = 0; i < sizeof(dst); i++)
                 CHECK(dst[i] == (i >= at && i < at + n ? src[i] : 0xee));
         }
     }
-    printf("ok  a copy into a slot writes its bytes and no others\n");
+    printf("ok  sm_copy writes its bytes and no others\n");
     return 0;
 }
