@@ -185,6 +185,12 @@ struct ferry_btl_endpoint {
      * nothing is posted to it before then, so that nothing goes down the
      * connection that is being torn down. 0: none. */
     uint64_t settle_until_ns;
+    /* Puts and gets whose key the target refused as its connection broke
+     * (ofi_msg.c): a dying target can answer so too, so their verdict
+     * waits on its liveness (ofi_live.c). held_heard: it spoke since. */
+    util_list_t held;
+    uint64_t held_since_ns;
+    bool held_heard;
     btl_amo_ep_t amo;        /* atomics, executed by the target (ofi_atomic.c) */
 };
 
@@ -396,6 +402,8 @@ void ofi_rdma_done(ofi_module_t *mod, ofi_opctx_t *oc, int status);
  * provider, which may never answer for a dead peer (shm); their contexts
  * stay posted until the provider returns them or the endpoint closes. */
 void ofi_rdma_abandon(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status);
+void ofi_rdma_hold(ofi_module_t *mod, ofi_opctx_t *oc);
+int ofi_rdma_release_held(ofi_module_t *mod, ferry_btl_endpoint_t *ep, uint64_t now);
 /* Completes with FERRY_ERR_TIMEOUT the puts and gets, queued or posted,
  * whose deadline is before now; their peers become suspects. Returns how
  * many. */

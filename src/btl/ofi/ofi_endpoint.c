@@ -122,6 +122,7 @@ static ferry_btl_endpoint_t *ep_new(ofi_module_t *mod, int rank, const ofi_addr_
     ep->fi_addr = FI_ADDR_NOTAVAIL;
     ep->pidfd = -1;
     util_list_init(&ep->queue);
+    util_list_init(&ep->held);
     ofi_wire_peer_init(&ep->wire);
     return ep;
 }
@@ -219,6 +220,8 @@ void ofi_ep_fail_pending(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status
 {
     util_list_item_t *it;
     while ((it = util_list_pop_front(&ep->queue)) != NULL)
+        ofi_complete(mod, UTIL_CONTAINER_OF(it, btl_frag_t, link), status);
+    while ((it = util_list_pop_front(&ep->held)) != NULL)
         ofi_complete(mod, UTIL_CONTAINER_OF(it, btl_frag_t, link), status);
     /* What the provider holds for it may never come back (shm waits for a
      * dead target to copy a large write): completed now, so that no flush

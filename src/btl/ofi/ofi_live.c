@@ -23,6 +23,9 @@
  *   provider took and lost would otherwise vanish unreported.
  * - Puts and gets past their deadline complete with FERRY_ERR_TIMEOUT
  *   (ofi_rdma.c); the peer is then a suspect and the above decides.
+ * - Puts and gets whose key was refused as the connection broke wait for
+ *   the same verdict: FERRY_ERR_UNREACH if the peer is failed, else
+ *   FERRY_ERR_ACCESS once it is known alive (ofi_rdma_release_held).
  *
  * All of it runs from progress, at most every FERRY_OFI_PROBE_INTERVAL.
  */
@@ -162,7 +165,7 @@ static int check_processes(ofi_module_t *mod)
 static bool waits_on(const ferry_btl_endpoint_t *ep)
 {
     return !util_list_empty(&ep->queue) || ep->rdma_inflight > 0 ||
-           ep->wire.tx_next != ep->wire.tx_acked || ep->suspect;
+           !util_list_empty(&ep->held) || ep->wire.tx_next != ep->wire.tx_acked || ep->suspect;
 }
 
 /* One peer's silence, holes and probes. */
@@ -239,6 +242,7 @@ int ofi_live_check(ofi_module_t *mod, uint64_t now)
         }
         if (ep->state != OFI_EP_READY || r == mod->super.ctx->rank)
             continue;
+        n += ofi_rdma_release_held(mod, ep, now);
         n += check_peer(mod, ep, now);
     }
     return n;

@@ -286,6 +286,7 @@ static void wire_heard(void *arg, int rank, const ofi_hdr_t *h)
     ofi_module_t *mod = arg;
     ferry_btl_endpoint_t *ep = mod->eps[rank];
     ep->heard = true;
+    ep->held_heard = true;
     ep->used = true;
 }
 
@@ -515,7 +516,10 @@ static void handle_error(ofi_module_t *mod)
          * peer becomes a suspect that the liveness check probes (a peer on
          * this host: its process decides). A message lost with the
          * connection shows as a hole in its sequence and fails the peer
-         * (ofi_live.c), so nothing is lost unreported. */
+         * (ofi_live.c), so nothing is lost unreported. A target being
+         * killed can answer "no such key" too, as its registrations go
+         * before its process: that operation's verdict waits on the
+         * peer's liveness. */
         bool broken = err.err == FI_ECANCELED && !mod->closing && oc->frag != NULL;
         bool key_refused = broken && err.prov_errno == FI_ENOENT;
         if (broken) {
@@ -523,10 +527,20 @@ static void handle_error(ofi_module_t *mod)
             if (!ep->local)
                 ep->suspect = true;
         }
-        if (status == FERRY_ERR_ACCESS || status == FERRY_ERR_INVALID || broken) {
+        if (key_refused) {
+            /* A target that is being killed closes its sockets before its
+             * process is gone, and can send that answer on the way: the
+             * operation's verdict, ACCESS or UNREACH, waits on the peer's
+             * liveness (ofi_rdma_release_held). */
+            rt_log(&mod->super.ctx->log, RT_LOG_DEBUG,
+                   "ofi: %s to rank %d refused as its connection broke (%s): held until its "
+                   "liveness is known",
+                   what, ep->rank, ptext);
+            ofi_rdma_hold(mod, oc);
+        } else if (status == FERRY_ERR_ACCESS || status == FERRY_ERR_INVALID || broken) {
             rt_log(&mod->super.ctx->log, RT_LOG_DEBUG, "ofi: %s to rank %d %s: %s", what,
-                   ep->rank, key_refused || !broken ? "refused" : "lost its connection", ptext);
-            ofi_rdma_done(mod, oc, broken && !key_refused ? FERRY_ERR_UNREACH : FERRY_ERR_ACCESS);
+                   ep->rank, !broken ? "refused" : "lost its connection", ptext);
+            ofi_rdma_done(mod, oc, broken ? FERRY_ERR_UNREACH : FERRY_ERR_ACCESS);
         } else {
             char why[320];
             snprintf(why, sizeof(why), "%s failed: %s", what, ptext);

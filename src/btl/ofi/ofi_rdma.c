@@ -140,6 +140,40 @@ void ofi_rdma_abandon(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status)
     }
 }
 
+void ofi_rdma_hold(ofi_module_t *mod, ofi_opctx_t *oc)
+{
+    btl_frag_t *frag = oc->frag;
+    ferry_btl_endpoint_t *ep = oc->ep;
+    util_list_remove(&mod->rma_posted, &oc->link);
+    ofi_mr_release(mod, oc->tmp_reg, oc->tmp_creg);
+    util_pool_put(&mod->rma_ctxs, oc);
+    ep->held_since_ns = rt_now_coarse_ns();
+    ep->held_heard = false;
+    util_list_append(&ep->held, &frag->link);
+}
+
+int ofi_rdma_release_held(ofi_module_t *mod, ferry_btl_endpoint_t *ep, uint64_t now)
+{
+    /* Failing the peer completes them with FERRY_ERR_UNREACH
+     * (ofi_ep_fail_pending). It is alive when, a probe interval after the
+     * last refusal, its process still runs (a peer on this host: the
+     * check ran just before) or it has spoken since (any other). */
+    if (util_list_empty(&ep->held) || ep->state != OFI_EP_READY ||
+        now - ep->held_since_ns < (uint64_t)mod->p.probe_interval_ms * 1000000ull ||
+        !(ep->local || ep->held_heard))
+        return 0;
+    int n = 0;
+    util_list_item_t *it;
+    while ((it = util_list_pop_front(&ep->held)) != NULL) {
+        ofi_complete(mod, UTIL_CONTAINER_OF(it, btl_frag_t, link), FERRY_ERR_ACCESS);
+        n++;
+    }
+    rt_log(&mod->super.ctx->log, RT_LOG_DEBUG,
+           "ofi: rank %d is alive: %d put(s) or get(s) it refused fail with FERRY_ERR_ACCESS",
+           ep->rank, n);
+    return n;
+}
+
 int ofi_rdma_expire(ofi_module_t *mod, uint64_t now)
 {
     int n = 0;
