@@ -254,7 +254,8 @@ static inline uint64_t ferry_btl_atomic_apply(void *p, bool w32, bool cswap, uin
 
 /* Flags of one atomic operation. */
 enum {
-    FERRY_BTL_ATOMIC_FLAG_32BIT = 0x1 /* a 32-bit integer; else 64-bit */
+    FERRY_BTL_ATOMIC_FLAG_32BIT = 0x1, /* a 32-bit integer; else 64-bit */
+    FERRY_BTL_ATOMIC_FLAG_CSWAP = 0x2  /* atomic_direct only: a compare-and-swap */
 };
 
 /*
@@ -626,6 +627,21 @@ typedef struct ferry_btl_ops {
                         uint64_t raddr, ferry_btl_reg_t *lreg, const uint8_t *rkey,
                         uint64_t compare, uint64_t value, uint32_t flags,
                         ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata);
+
+    /* Optional (NULL: none). The atomic of atomic_op (result NULL),
+     * atomic_fop or, with FERRY_BTL_ATOMIC_FLAG_CSWAP in flags,
+     * atomic_cswap (op ignored; result required), done inside the call
+     * where the module can: the CPU's atomic on memory it maps (sm: a
+     * peer's mem_alloc heap, or its own memory; a module with mem_alloc
+     * and this op does its peers' mem_alloc memory so, the contract's
+     * atomic cases hold it to that). Returns FERRY_BTL_DONE (complete at
+     * both ends, the old value in result), FERRY_ERR_NOT_SUPPORTED when
+     * it cannot do this one so (nothing done: use the op above; a caller
+     * may take it as final for ep and rkey), or what the op above would
+     * refuse it with, nothing done. Never calls back. */
+    int (*atomic_direct)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *result,
+                         uint64_t raddr, const uint8_t *rkey, ferry_btl_atomic_op_t op,
+                         uint64_t operand, uint64_t compare, uint32_t flags);
 
     /* Progresses until every put, get and atomic started on ep (all
      * endpoints when NULL) has completed. */

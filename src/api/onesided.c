@@ -257,6 +257,9 @@ struct ferry_rkey_handle {
     /* The module's rdma_direct declined this key (taken as final, btl.h):
      * puts and gets take the ordinary path without asking again. */
     bool direct_no;
+    /* The module's atomic_direct declined this key: atomics take the
+     * ordinary path without asking again. */
+    bool amo_direct_no;
     /* Data and payload bytes a put with notification through the module
      * carries inside its one message (putn_inline; 0: none): what the
      * module's largest message leaves beside the header and the key. */
@@ -275,6 +278,7 @@ static void rh_module_set(ferry_ctx_t *ctx, ferry_rkey_h *rh, int m)
         room = btl->attr.max_send_size - over;
     rh->module = m;
     rh->direct_no = false;
+    rh->amo_direct_no = btl->ops->atomic_direct == NULL;
     rh->putn_room = (uint32_t)(room < API_PUTN_INLINE_MAX ? room : API_PUTN_INLINE_MAX);
 }
 
@@ -661,6 +665,23 @@ amo_start(ferry_ctx_t *ctx, int kind, ferry_rkey_h *rh, uint64_t raddr, ferry_at
     if (!(btl->attr.flags & need))
         return FERRY_ERR_NOT_SUPPORTED;
     uint32_t flags = size == 4 ? FERRY_BTL_ATOMIC_FLAG_32BIT : 0;
+    if ((p == NULL || p->cb == NULL) && !rh->amo_direct_no) {
+        /* Done inside the call where the transport can (a peer's heap on
+         * sm) with nobody to call back: no request, no record, nothing
+         * for flush. */
+        rc = btl->ops->atomic_direct(btl, ctx->peers[rh->dst].ep, result, raddr, rh->key,
+                                     amo_ops[op], operand, compare,
+                                     kind == AMO_CSWAP ? flags | FERRY_BTL_ATOMIC_FLAG_CSWAP
+                                                       : flags);
+        if (rc == FERRY_BTL_DONE) {
+            if (p != NULL && p->req_out != NULL)
+                *p->req_out = NULL;
+            return FERRY_OK;
+        }
+        if (rc != FERRY_ERR_NOT_SUPPORTED)
+            return rc;
+        rh->amo_direct_no = true;
+    }
     ferry_req_t *req = req_for(ctx, p, &rc);
     if (rc != FERRY_OK)
         return rc;

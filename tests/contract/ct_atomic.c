@@ -26,6 +26,9 @@
  *   owner's own plain (not atomic) increments between its progress calls
  *   lose none of them: the sum is exact, and no peer's atomic was done
  *   inside the call (FERRY_BTL_DONE).
+ * Where the module has atomic_direct, every other atomic of these cases
+ * goes through it (and through the op where it declines; on a peer's
+ * mem_alloc memory it must not), and each refusal is tried both ways.
  * A module without atomics skips them saying so; an operation a module does
  * not list in attr.atomic_flags is skipped by name.
  */
@@ -151,7 +154,12 @@ typedef struct at_req {
     uint64_t raddr;
     const uint8_t *key;
     void *local;
+    bool heap; /* the target's mem_alloc memory: atomic_direct must do it */
 } at_req_t;
+
+/* Every other atomic goes through the module's atomic_direct, where it has
+ * one, and through the op only where that declines. */
+static unsigned at_calls;
 
 /* Starts one: the transport's answer (FERRY_BTL_DONE, FERRY_OK with the
  * callback due, or a refusal). */
@@ -162,6 +170,23 @@ static int at_start(ct_suite_t *s, int peer, const at_req_t *q, at_done_t *d)
     int rc;
     d->local = q->kind == AT_OP ? NULL : q->local;
     s->in_call++;
+    /* A fetch without a result has no direct form (NULL there means no
+     * fetch): it goes to atomic_fop, which must refuse it. */
+    if (btl->ops->atomic_direct != NULL && (at_calls++ & 1) != 0 &&
+        (q->kind == AT_OP || q->local != NULL || q->kind == AT_CSWAP)) {
+        uint32_t flags = q->flags | (q->kind == AT_CSWAP ? FERRY_BTL_ATOMIC_FLAG_CSWAP : 0);
+        rc = btl->ops->atomic_direct(btl, ep, q->kind == AT_OP ? NULL : q->local, q->raddr,
+                                     q->key, (ferry_btl_atomic_op_t)q->op, q->operand,
+                                     q->compare, flags);
+        CT_CHECK(s, rc == FERRY_BTL_DONE || rc <= 0, "atomic_direct returned %d, not a status",
+                 rc);
+        CT_CHECK(s, !q->heap || rc != FERRY_ERR_NOT_SUPPORTED,
+                 "atomic_direct declined an atomic on rank %d's mem_alloc memory", peer);
+        if (rc != FERRY_ERR_NOT_SUPPORTED) {
+            s->in_call--;
+            return rc;
+        }
+    }
     switch (q->kind) {
     case AT_OP:
         rc = btl->ops->atomic_op(btl, ep, q->raddr, q->key, (ferry_btl_atomic_op_t)q->op,
@@ -256,7 +281,7 @@ static void ac_run(ct_suite_t *s, bool heap)
                 at_req_t q = {.kind = AT_FOP, .op = FERRY_BTL_ATOMIC_ADD, .operand = 1,
                               .raddr = rk->addr + (w32 ? 8 : 0), .key = rk->key,
                               .flags = w32 ? FERRY_BTL_ATOMIC_FLAG_32BIT : 0,
-                              .local = &fetched[next]};
+                              .local = &fetched[next], .heap = heap};
                 if (w32)
                     fetched[next] = 0xffffffff00000000ull; /* the upper half must stay */
                 done[next] = (at_done_t){.s = s, .pending = &pending};
@@ -640,17 +665,20 @@ typedef struct ar_try {
 
 static void ar_check(ct_suite_t *s, int r, const ar_try_t *t)
 {
-    uint8_t res[8];
-    memset(res, AT_CANARY, sizeof(res));
-    at_req_t q = {.kind = t->kind, .op = t->op, .operand = 0x1111111111111111ull,
-                  .compare = 0, .raddr = t->raddr, .key = t->key, .flags = t->flags,
-                  .local = t->null_local ? NULL : res};
-    int rc = at_do(s, r, &q);
-    if (!CT_CHECK(s, rc == t->want, "an atomic %s at rank %d: status %d (%s), want %d (%s)",
-                  t->what, r, rc, ferry_strerror(rc), t->want, ferry_strerror(t->want)))
-        return;
-    CT_CHECK(s, res[0] == AT_CANARY && res[7] == AT_CANARY,
-             "a refused atomic %s wrote a result", t->what);
+    /* Twice: through the op and, where the module has it, atomic_direct. */
+    for (int pass = 0; pass < 2; pass++) {
+        uint8_t res[8];
+        memset(res, AT_CANARY, sizeof(res));
+        at_req_t q = {.kind = t->kind, .op = t->op, .operand = 0x1111111111111111ull,
+                      .compare = 0, .raddr = t->raddr, .key = t->key, .flags = t->flags,
+                      .local = t->null_local ? NULL : res};
+        int rc = at_do(s, r, &q);
+        if (!CT_CHECK(s, rc == t->want, "an atomic %s at rank %d: status %d (%s), want %d (%s)",
+                      t->what, r, rc, ferry_strerror(rc), t->want, ferry_strerror(t->want)))
+            return;
+        CT_CHECK(s, res[0] == AT_CANARY && res[7] == AT_CANARY,
+                 "a refused atomic %s wrote a result", t->what);
+    }
 }
 
 static void ar_run(ct_suite_t *s, bool heap)

@@ -687,6 +687,9 @@ int sm_atomic_cswap(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *loc
                     uint64_t raddr, ferry_btl_reg_t *lreg, const uint8_t *rkey, uint64_t compare,
                     uint64_t value, uint32_t flags, ferry_btl_rdma_cb_t cb, void *cbctx,
                     void *cbdata);
+int sm_atomic_direct(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *result,
+                     uint64_t raddr, const uint8_t *rkey, ferry_btl_atomic_op_t op,
+                     uint64_t operand, uint64_t compare, uint32_t flags);
 
 /* sm_sweep.c */
 /* Creates our segment file under name (O_EXCL), locked for our lifetime;

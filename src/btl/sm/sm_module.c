@@ -332,6 +332,7 @@ static const ferry_btl_ops_t sm_ops = {
     .atomic_op = sm_atomic_op,
     .atomic_fop = sm_atomic_fop,
     .atomic_cswap = sm_atomic_cswap,
+    .atomic_direct = sm_atomic_direct,
     .rdma_direct = sm_rdma_direct,
     .put_inline = sm_put_inline,
     .get_inline = sm_get_inline,

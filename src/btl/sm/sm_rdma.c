@@ -992,8 +992,8 @@ static int __attribute__((noinline)) heap_resolve_slow(sm_module_t *mod, ferry_b
 static inline __attribute__((always_inline)) int
 atomic_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, void *local, ferry_btl_reg_t *lreg,
              uint64_t raddr, const uint8_t *rkey, uint32_t op, uint64_t operand,
-             uint64_t compare, uint32_t flags, bool cswap, bool fetch, ferry_btl_rdma_cb_t cb,
-             void *cbctx, void *cbdata)
+             uint64_t compare, uint32_t flags, bool cswap, bool fetch, bool direct,
+             ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata)
 {
     if (mod == NULL || ep == NULL || ep->mod != mod || rkey == NULL || (fetch && local == NULL))
         return FERRY_ERR_INVALID;
@@ -1019,8 +1019,9 @@ atomic_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, void *local, ferry_btl_
     unsigned char *there;
     rc = heap_resolve(mod, ep, rkey, raddr, size, FERRY_ACCESS_REMOTE_ATOMIC, &there);
     if (rc == FERRY_ERR_NOT_SUPPORTED)
-        return btl_amo_start(&mod->super, &mod->amo, ep, local, lreg, raddr, rkey, op, operand,
-                             compare, flags, cswap, fetch, cb, cbctx, cbdata);
+        return direct ? rc
+                      : btl_amo_start(&mod->super, &mod->amo, ep, local, lreg, raddr, rkey, op,
+                                      operand, compare, flags, cswap, fetch, cb, cbctx, cbdata);
     if (rc != FERRY_OK)
         return rc;
     uint64_t old = ferry_btl_atomic_apply(there, w32, cswap, op, operand, compare);
@@ -1069,7 +1070,7 @@ int sm_atomic_op(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, uint64_t rad
                  ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata)
 {
     return atomic_start((sm_module_t *)btl, ep, NULL, NULL, raddr, rkey, op, operand, 0, flags,
-                        false, false, cb, cbctx, cbdata);
+                        false, false, false, cb, cbctx, cbdata);
 }
 
 int sm_atomic_fop(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local, uint64_t raddr,
@@ -1078,7 +1079,7 @@ int sm_atomic_fop(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local
                   void *cbdata)
 {
     return atomic_start((sm_module_t *)btl, ep, local, lreg, raddr, rkey, op, operand, 0, flags,
-                        false, true, cb, cbctx, cbdata);
+                        false, true, false, cb, cbctx, cbdata);
 }
 
 int sm_atomic_cswap(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
@@ -1087,5 +1088,24 @@ int sm_atomic_cswap(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *loc
                     void *cbdata)
 {
     return atomic_start((sm_module_t *)btl, ep, local, lreg, raddr, rkey, 0, value, compare,
-                        flags, true, true, cb, cbctx, cbdata);
+                        flags, true, true, false, cb, cbctx, cbdata);
+}
+
+/* The direct path (ferry_btl_ops.atomic_direct): the CPU's atomic where
+ * atomic_start would do it inside the call; a peer's ordinary memory is
+ * left to the three ops above. */
+int sm_atomic_direct(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *result,
+                     uint64_t raddr, const uint8_t *rkey, ferry_btl_atomic_op_t op,
+                     uint64_t operand, uint64_t compare, uint32_t flags)
+{
+    sm_module_t *mod = (sm_module_t *)btl;
+    uint32_t wflags = flags & ~(uint32_t)FERRY_BTL_ATOMIC_FLAG_CSWAP;
+    if (flags & FERRY_BTL_ATOMIC_FLAG_CSWAP)
+        return atomic_start(mod, ep, result, NULL, raddr, rkey, 0, operand, compare, wflags,
+                            true, true, true, NULL, NULL, NULL);
+    if (result != NULL)
+        return atomic_start(mod, ep, result, NULL, raddr, rkey, op, operand, 0, wflags, false,
+                            true, true, NULL, NULL, NULL);
+    return atomic_start(mod, ep, NULL, NULL, raddr, rkey, op, operand, 0, wflags, false, false,
+                        true, NULL, NULL, NULL);
 }
