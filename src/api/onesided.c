@@ -165,6 +165,19 @@ static int req_started(const ferry_op_params_t *p, ferry_req_t *req)
     return FERRY_OK;
 }
 
+/* A direct path's answer (rdma_direct, atomic_direct) for an operation
+ * nobody is called back for: done inside the call (FERRY_OK, no request),
+ * a refusal, or FERRY_ERR_NOT_SUPPORTED, declined, which *no keeps so that
+ * the key is not asked again. */
+static inline int direct_answer(const ferry_op_params_t *p, int rc, bool *no)
+{
+    if (rc == FERRY_BTL_DONE)
+        return req_started(p, NULL);
+    if (rc == FERRY_ERR_NOT_SUPPORTED)
+        *no = true;
+    return rc;
+}
+
 /* The operation completed inside the call with FERRY_OK. */
 static int req_done_now(ferry_ctx_t *ctx, const ferry_op_params_t *p, ferry_req_t *req)
 {
@@ -404,15 +417,11 @@ static int rdma_nb(ferry_ctx_t *ctx, bool is_put, ferry_rkey_h *rh, uint64_t rad
          * sm) with nobody to call back: no request, no record, nothing
          * for flush (api_rdma_start_key's first path, without its
          * arguments for the others). */
-        rc = btl->ops->rdma_direct(btl, ctx->peers[rh->dst].ep, is_put, buf, raddr, rh->key, len);
-        if (rc == FERRY_BTL_DONE) {
-            if (p != NULL && p->req_out != NULL)
-                *p->req_out = NULL;
-            return FERRY_OK;
-        }
+        rc = direct_answer(p, btl->ops->rdma_direct(btl, ctx->peers[rh->dst].ep, is_put, buf,
+                                                    raddr, rh->key, len),
+                           &rh->direct_no);
         if (rc != FERRY_ERR_NOT_SUPPORTED)
             return rc;
-        rh->direct_no = true;
     }
     ferry_req_t *req = req_for(ctx, p, &rc);
     if (rc != FERRY_OK)
@@ -669,18 +678,13 @@ amo_start(ferry_ctx_t *ctx, int kind, ferry_rkey_h *rh, uint64_t raddr, ferry_at
         /* Done inside the call where the transport can (a peer's heap on
          * sm) with nobody to call back: no request, no record, nothing
          * for flush. */
-        rc = btl->ops->atomic_direct(btl, ctx->peers[rh->dst].ep, result, raddr, rh->key,
-                                     amo_ops[op], operand, compare,
-                                     kind == AMO_CSWAP ? flags | FERRY_BTL_ATOMIC_FLAG_CSWAP
-                                                       : flags);
-        if (rc == FERRY_BTL_DONE) {
-            if (p != NULL && p->req_out != NULL)
-                *p->req_out = NULL;
-            return FERRY_OK;
-        }
+        uint32_t dflags = kind == AMO_CSWAP ? flags | FERRY_BTL_ATOMIC_FLAG_CSWAP : flags;
+        rc = direct_answer(p, btl->ops->atomic_direct(btl, ctx->peers[rh->dst].ep, result, raddr,
+                                                      rh->key, amo_ops[op], operand, compare,
+                                                      dflags),
+                           &rh->amo_direct_no);
         if (rc != FERRY_ERR_NOT_SUPPORTED)
             return rc;
-        rh->amo_direct_no = true;
     }
     ferry_req_t *req = req_for(ctx, p, &rc);
     if (rc != FERRY_OK)
