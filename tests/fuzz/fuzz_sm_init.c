@@ -21,7 +21,8 @@
  *   TABLE     rewrite an entry: slot, how, then the fields (raw, or a
  *             plausible entry of a heap object)
  *   DIRECT    sm_rdma_direct put or get: key, address, size, data
- *   ATOMIC    fetch-add, any other operation or cswap, 32 or 64 bits
+ *   ATOMIC    fetch-add, any other operation or cswap, 32 or 64 bits,
+ *             through atomic_op/fop/cswap or atomic_direct
  *   RDMA      sm_put or sm_get with a descriptor (heap path, or the ring)
  *   TAIL      the peer's tail of our channel: raw, or near head or tail
  *   GET_RESP  an answer to a ring get: cookie, offset, status, data, cut
@@ -566,6 +567,7 @@ static void rec_atomic(fuzz_in_t *in)
     uint64_t addr = pick_addr(in, &key);
     uint8_t how = fuzz_u8(in);
     bool w32 = how & 1, cswap = (how & 6) == 6, fetch = cswap || (how & 2);
+    bool direct = how & 0x10; /* through sm_atomic_direct */
     uint32_t op = (how & 6) == 4 ? amo_ops[fuzz_u8(in) % 10] : FERRY_BTL_ATOMIC_ADD;
     if (how & 0x80)
         op = fuzz_u8(in);
@@ -590,7 +592,13 @@ static void rec_atomic(fuzz_in_t *in)
     uint64_t cookie = w.mod->amo.next_cookie;
     ferry_btl_module_t *btl = &w.mod->super;
     int rc;
-    if (cswap)
+    if (direct) {
+        rc = sm_atomic_direct(btl, w.ep, fetch ? o->local : NULL, addr, key.bytes, op, operand,
+                              compare, cswap ? flags | FERRY_BTL_ATOMIC_FLAG_CSWAP : flags);
+        /* Done, or declined or refused with nothing started. */
+        if (rc == FERRY_OK || w.mod->amo.next_cookie != cookie)
+            FINDING("atomic_direct left work behind (%d)", rc);
+    } else if (cswap)
         rc = sm_atomic_cswap(btl, w.ep, o->local, addr, NULL, key.bytes, compare, operand, flags,
                              on_amo, NULL, o);
     else if (fetch)

@@ -116,12 +116,20 @@ int ofi_rdma_post(ofi_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag)
     return FERRY_ERR_UNREACH;
 }
 
-void ofi_rdma_done(ofi_module_t *mod, ofi_opctx_t *oc, int status)
+/* A context the provider gave back: off the posted list, its temporary
+ * registration released, back to the pool. Returns its descriptor. */
+static btl_frag_t *rdma_ctx_back(ofi_module_t *mod, ofi_opctx_t *oc)
 {
     btl_frag_t *frag = oc->frag;
     util_list_remove(&mod->rma_posted, &oc->link);
     ofi_mr_release(mod, oc->tmp_reg, oc->tmp_creg);
     util_pool_put(&mod->rma_ctxs, oc);
+    return frag;
+}
+
+void ofi_rdma_done(ofi_module_t *mod, ofi_opctx_t *oc, int status)
+{
+    btl_frag_t *frag = rdma_ctx_back(mod, oc);
     if (frag != NULL)
         ofi_complete(mod, frag, status);
 }
@@ -142,11 +150,8 @@ void ofi_rdma_abandon(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status)
 
 void ofi_rdma_hold(ofi_module_t *mod, ofi_opctx_t *oc)
 {
-    btl_frag_t *frag = oc->frag;
     ferry_btl_endpoint_t *ep = oc->ep;
-    util_list_remove(&mod->rma_posted, &oc->link);
-    ofi_mr_release(mod, oc->tmp_reg, oc->tmp_creg);
-    util_pool_put(&mod->rma_ctxs, oc);
+    btl_frag_t *frag = rdma_ctx_back(mod, oc);
     ep->held_since_ns = rt_now_coarse_ns();
     ep->held_heard = false;
     util_list_append(&ep->held, &frag->link);
