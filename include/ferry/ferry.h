@@ -545,13 +545,15 @@ int ferry_atomic_cswap(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, size_
  * once the put has completed and the notification has been handed to the
  * transport; ferry_flush also waits for its handler to have run.
  * Where the transport reaching the peer orders a put before the messages
- * sent after it (FERRY_BTL_FLAG_PUT_ORDERED: sm and tcp) and takes the whole
- * put at once, the notification is sent right behind it, with no extra
+ * sent after it (FERRY_BTL_FLAG_PUT_ORDERED: sm, tcp, and ofi where the
+ * provider orders a send after a write, as tcp;ofi_rxm does) and takes the
+ * whole put at once, the notification is sent right behind it, with no extra
  * round trip; a put the target refuses there (its registration withdrawn
  * meanwhile) completes with FERRY_ERR_ACCESS, and the handler runs all the
- * same without the data. Elsewhere (self, ofi, or a put that had to wait for
- * resources) the notification leaves once the put has completed: one round
- * trip more, and a refused put sends no notification. A put of at most 4096
+ * same without the data. Elsewhere (self, ofi over a provider without that
+ * order such as shm, or a put that had to wait for resources) the
+ * notification leaves once the put has completed: one round trip more, and a
+ * refused put sends no notification. A put of at most 4096
  * bytes with neither callback nor request (p NULL, or only p->local), to a
  * peer on one path whose transport checks its own keys for a message (self,
  * sm, tcp, ofi), travels inside one message with its notification: the

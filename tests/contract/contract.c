@@ -36,6 +36,7 @@ static const ct_case_t ct_cases[] = {
     {"rdma_direct", ct_case_rdma_direct},
     {"put_inline", ct_case_put_inline},
     {"get_inline", ct_case_get_inline},
+    {"put_ordered", ct_case_put_ordered},
     {"invalid_args", ct_case_invalid_args},
     {"flush", ct_case_flush},
     {"atomic_counter", ct_case_atomic_counter},

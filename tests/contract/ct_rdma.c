@@ -1750,3 +1750,136 @@ finish:
     free(local);
     return CT_RESULT_RUN;
 }
+
+/* ---- put_ordered ------------------------------------------------------------------------ */
+
+/*
+ * FERRY_BTL_FLAG_PUT_ORDERED, for a transport that sets it. Each rank
+ * registers O, writable, a region per writer of one place per size (1 byte
+ * to 1 MiB, each one put as long as max_rdma_size allows). To every
+ * reachable peer, for each size, a rank puts a pattern of its own into its
+ * place there and, as soon as put has accepted it and before anything has
+ * progressed, sends a data message naming the writer and the size; the
+ * peer's handler must find the whole place holding that pattern at that
+ * moment. The writer waits for the put's completion before the next, so
+ * that nothing else is in flight to the place. Refused puts are not
+ * covered here: the message after one is handled all the same.
+ */
+static const size_t po_sizes[] = {1, 8, 100, 4096, 65536, 1 << 20};
+#define PO_NSIZES (sizeof(po_sizes) / sizeof(po_sizes[0]))
+
+typedef struct po_msg {
+    uint32_t writer;
+    uint32_t idx;
+} po_msg_t;
+
+typedef struct po_state {
+    uint8_t *o;
+    size_t region; /* bytes per writer */
+    unsigned checked;
+} po_state_t;
+
+static uint64_t po_seed(int writer, int target, size_t idx)
+{
+    return ct_seed((uint64_t)writer, (uint64_t)target, 0x50, (uint64_t)idx);
+}
+
+static size_t po_off(size_t idx)
+{
+    size_t off = 0;
+    for (size_t i = 0; i < idx; i++)
+        off += po_sizes[i];
+    return off;
+}
+
+static void po_rx(ct_suite_t *s, int peer, uint8_t tag, uint8_t slot_tag, const uint8_t *data,
+                  size_t len)
+{
+    (void)tag;
+    (void)slot_tag;
+    po_state_t *st = s->case_state;
+    po_msg_t m;
+    if (!CT_CHECK(s, len == sizeof(m), "put_ordered: a %zu-byte message from rank %d", len, peer))
+        return;
+    memcpy(&m, data, sizeof(m));
+    if (!CT_CHECK(s, m.writer == (uint32_t)peer && m.idx < PO_NSIZES,
+                  "put_ordered: rank %d's message names writer %u, size index %u", peer,
+                  m.writer, m.idx))
+        return;
+    size_t n = po_sizes[m.idx];
+    const uint8_t *place = st->o + (size_t)peer * st->region + po_off(m.idx);
+    size_t bad = ct_verify(place, n, po_seed(peer, s->rank, m.idx), 0);
+    CT_CHECK(s, bad == SIZE_MAX,
+             "the message after rank %d's put of %zu bytes was handled before the put's data "
+             "was in place (byte %zu differs)",
+             peer, n, bad);
+    st->checked++;
+}
+
+ct_result_t ct_case_put_ordered(ct_suite_t *s)
+{
+    if (!ct_has(s, FERRY_BTL_FLAG_PUT_ORDERED)) {
+        printf("skip %s: transport %s does not set FERRY_BTL_FLAG_PUT_ORDERED\n", s->case_name,
+               s->attr->name);
+        fflush(stdout);
+        return CT_RESULT_SKIP;
+    }
+    po_state_t st = {.region = po_off(PO_NSIZES)};
+    size_t olen = st.region * (size_t)s->size;
+    st.o = at_pages((olen + AT_PAGE - 1) / AT_PAGE, 0);
+    memset(st.o, CANARY, olen);
+    uint8_t *local = xmalloc(po_sizes[PO_NSIZES - 1]);
+    ferry_btl_reg_t *oreg = reg_mem(s, st.o, olen, FERRY_ACCESS_REMOTE_WRITE);
+    unsigned sent = 0, want = 0;
+
+    ct_case_begin(s, po_rx, &st);
+    if (oreg == NULL || !ct_exchange_rkey(s, 0, oreg))
+        goto finish;
+    for (int i = 0; i < s->nreach; i++) {
+        int p = s->reach[i];
+        const ct_rkey_t *rk = &s->peer[p].rkey[0];
+        uint64_t mine = rk->addr + (uint64_t)s->rank * st.region;
+        for (size_t k = 0; k < PO_NSIZES; k++) {
+            size_t n = po_sizes[k];
+            if (n > s->attr->max_rdma_size)
+                continue;
+            ct_fill(local, n, po_seed(s->rank, p, k), 0);
+            int rc;
+            ct_op_t *op = NULL;
+            uint64_t raddr = mine + po_off(k);
+            if (!ct_put_start(s, p, NULL, local, n, raddr, n, rk->key, false, true, &rc, &op))
+                break;
+            if (!CT_CHECK_RC(s, rc, FERRY_OK, "put before a message"))
+                break;
+            po_msg_t m = {.writer = (uint32_t)s->rank, .idx = (uint32_t)k};
+            if (ct_send(s, p, CT_DATA_TAG, (k & 1) ? CT_PATH_SENDI : CT_PATH_ALLOC, &m,
+                        sizeof(m), false, true) != FERRY_OK)
+                break;
+            sent++;
+            if (!ct_wait_op(s, op, "a put followed by a message"))
+                break;
+        }
+    }
+finish:
+    ct_case_finish(s);
+    /* Every writer's message was checked, and each place holds its put. */
+    for (int i = 0; i < s->nreach && oreg != NULL; i++) {
+        int w = s->reach[i];
+        for (size_t k = 0; k < PO_NSIZES; k++) {
+            if (po_sizes[k] > s->attr->max_rdma_size)
+                continue;
+            want++;
+            size_t bad = ct_verify(st.o + (size_t)w * st.region + po_off(k), po_sizes[k],
+                                   po_seed(w, s->rank, k), 0);
+            CT_CHECK(s, bad == SIZE_MAX, "rank %d's put of %zu bytes differs at byte %zu", w,
+                     po_sizes[k], bad);
+        }
+    }
+    CT_CHECK(s, oreg == NULL || st.checked == want,
+             "put_ordered: %u messages after puts were checked, %u expected (%u sent)",
+             st.checked, want, sent);
+    dereg_mem(s, oreg);
+    free(st.o);
+    free(local);
+    return CT_RESULT_RUN;
+}

@@ -549,10 +549,12 @@ static int ofi_start(ferry_btl_module_t *btl, void *argp)
         return rc;
     rt_log(&ctx->log, RT_LOG_DEBUG,
            "ofi: module %d: provider %s, domain %s, mr_mode 0x%llx (keys of %zu bytes), "
-           "inject %zu, %s receives, senders named by FI_SOURCE%s",
+           "inject %zu, %s receives, senders named by FI_SOURCE%s, sends %s writes",
            arg->index, prov, mod->info->domain_attr->name, (unsigned long long)mod->mr_mode,
            mod->mr_key_size, mod->inject_size, mod->use_multi_recv ? "multi" : "single",
-           mod->source_err ? " and FI_SOURCE_ERR" : "");
+           mod->source_err ? " and FI_SOURCE_ERR" : "",
+           (mod->super.attr.flags & FERRY_BTL_FLAG_PUT_ORDERED) ? "ordered after"
+                                                                : "not ordered with");
     if (arg->key_gap != NULL)
         rt_log(&ctx->log, RT_LOG_INFO,
                "ofi: provider %s does not enforce revoked memory keys (%s); "
@@ -568,6 +570,12 @@ int ofi_module_open(ferry_ctx_t *ctx, const ofi_params_t *p, struct fi_info *inf
     size_t max_rdma = max_msg < ((size_t)1 << 30) ? max_msg : ((size_t)1 << 30);
     bool native = default_exclusivity(prov) > 512;
     const char *key_gap = revoked_key_gap(prov);
+    /* The provider performs a send after the writes posted before it on the
+     * endpoint (FI_ORDER_SAW both ways; tcp;ofi_rxm does, shm does not):
+     * ep->queue keeps ferry's own order of puts and sends, so a message
+     * sent after an accepted put is handled after its data is in place. */
+    bool put_ordered = (info->tx_attr->msg_order & FI_ORDER_SAW) &&
+                       (info->rx_attr->msg_order & FI_ORDER_SAW);
     const ferry_btl_attr_t attr = {
         .name = "ofi",
         .eager_limit = p->eager_limit,
@@ -582,7 +590,8 @@ int ofi_module_open(ferry_ctx_t *ctx, const ofi_params_t *p, struct fi_info *inf
         .flags = FERRY_BTL_FLAG_SEND | FERRY_BTL_FLAG_SEND_INPLACE | FERRY_BTL_FLAG_PUT |
                  FERRY_BTL_FLAG_GET | FERRY_BTL_FLAG_SENDI |
                  (key_gap != NULL ? FERRY_BTL_FLAG_NO_KEY_REVOKE : 0u) |
-                 FERRY_BTL_FLAG_ATOMIC_OPS | FERRY_BTL_FLAG_ATOMIC_FOPS,
+                 FERRY_BTL_FLAG_ATOMIC_OPS | FERRY_BTL_FLAG_ATOMIC_FOPS |
+                 (put_ordered ? FERRY_BTL_FLAG_PUT_ORDERED : 0u),
         .reg_handle_size = sizeof(ofi_key_t),
         .atomic_flags = BTL_ATOMIC_SUPPORTS_CPU,
         .mem_per_peer = 64, /* an address vector entry and an endpoint */
