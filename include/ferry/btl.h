@@ -252,6 +252,11 @@ static inline uint64_t ferry_btl_atomic_apply(void *p, bool w32, bool cswap, uin
     }
 }
 
+/* Flags of put_notify_inline. */
+enum {
+    FERRY_BTL_PUTN_UNTRACKED = 0x1 /* no completion; cb only for a refusal */
+};
+
 /* Flags of one atomic operation. */
 enum {
     FERRY_BTL_ATOMIC_FLAG_32BIT = 0x1, /* a 32-bit integer; else 64-bit */
@@ -553,6 +558,34 @@ typedef struct ferry_btl_ops {
     int (*get_inline)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
                       size_t size, uint64_t raddr, const uint8_t *rkey, ferry_btl_rdma_cb_t cb,
                       void *cbctx, void *cbdata);
+
+    /* Optional (NULL: none). put_inline's put followed, inside the same
+     * message, by an active message on tag (below FERRY_BTL_TAG_BTL_MIN)
+     * with payload's plen bytes: the target writes the data, then runs
+     * tag's handler with the payload; a put it refuses (key, range, right)
+     * writes nothing, and the handler runs all the same. size may be 0
+     * (local then may be NULL); size + plen is at most what one message of
+     * the module carries beside its header. The message is ordered with
+     * ep's active messages as a send is.
+     * Completion as put_inline's: cb(btl, ep, local, NULL, cbctx, cbdata,
+     * status) from progress once the put is complete at both ends, with
+     * FERRY_ERR_ACCESS for a refusal. With FERRY_BTL_PUTN_UNTRACKED in
+     * flags nothing is kept for it and nothing completes: cb runs only for
+     * a refusal, cb(btl, ep, NULL, NULL, cbctx, NULL, FERRY_ERR_ACCESS),
+     * from progress, before anything the target sent after handling the
+     * message is delivered here (a flush marker's answer, say).
+     * Returns FERRY_OK, FERRY_ERR_NOT_SUPPORTED when it does not take this
+     * one so now (too large, work queued ahead, no room, the caller's own
+     * process: nothing started), or another error with nothing started
+     * (FERRY_ERR_INVALID for a reserved tag, NULL with a length or no cb;
+     * FERRY_ERR_UNREACH; FERRY_ERR_NO_MEMORY). sm: one ring message; its
+     * completion the target's tail passing it, an untracked one's refusal a
+     * counter in the channel. */
+    int (*put_notify_inline)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                             const void *local, size_t size, uint64_t raddr,
+                             const uint8_t *rkey, uint8_t tag, const void *payload,
+                             size_t plen, uint32_t flags, ferry_btl_rdma_cb_t cb, void *cbctx,
+                             void *cbdata);
 
     /* Optional (NULL: none). The target's side of a put that came inside a
      * message (a put with notification small enough to travel with it):

@@ -230,6 +230,39 @@ int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint
                        uint64_t raddr, ferry_comp_cb_t cb, void *arg, struct ferry_req *req,
                        bool *accepted_out, bool *direct_no);
 
+/* The refusal of an untracked put with notification (put_notify_inline,
+ * cbctx the peer's slot): kept for the next flush to it, which it reaches
+ * first. */
+void api_putn_refused(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                      ferry_btl_reg_t *lreg, void *cbctx, void *cbdata, int status);
+/* A tracked one, req completed once the put is complete at both ends;
+ * returns as api_putn_inline_start. */
+int api_putn_tracked_start(ferry_ctx_t *ctx, int dst, int m, const uint8_t *key, const void *buf,
+                           size_t len, uint64_t raddr, uint8_t tag, const void *payload,
+                           size_t plen, struct ferry_req *req);
+
+/* A put with notification in one message of module m's own (its
+ * put_notify_inline, btl.h) to dst, through key: FERRY_OK, started (req,
+ * when not NULL, completed once the put is complete at both ends; without
+ * it a refusal is kept for the next flush); FERRY_ERR_NOT_SUPPORTED when
+ * not this way (nothing started); or the transport's error, nothing
+ * started. Behind puts and gets waiting to be issued, and to a peer of
+ * several rails, it is never taken. */
+static inline int api_putn_inline_start(ferry_ctx_t *ctx, int dst, int m, const uint8_t *key,
+                                        const void *buf, size_t len, uint64_t raddr, uint8_t tag,
+                                        const void *payload, size_t plen, struct ferry_req *req)
+{
+    ferry_btl_module_t *btl = ctx->modules[m];
+    if (btl->ops->put_notify_inline == NULL || !util_list_empty(&ctx->api->issue_queue) ||
+        bml_multi(ctx, dst))
+        return FERRY_ERR_NOT_SUPPORTED;
+    if (req != NULL)
+        return api_putn_tracked_start(ctx, dst, m, key, buf, len, raddr, tag, payload, plen, req);
+    return btl->ops->put_notify_inline(btl, ctx->peers[dst].ep, buf, len, raddr, key, tag, payload,
+                                       plen, FERRY_BTL_PUTN_UNTRACKED, api_putn_refused,
+                                       &ctx->api->slots[dst], NULL);
+}
+
 /* Is [buf, buf + len) inside local (a registration of ctx)? */
 bool api_mem_covers(const ferry_ctx_t *ctx, const ferry_mem_t *local, const void *buf,
                     size_t len);

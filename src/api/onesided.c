@@ -965,6 +965,19 @@ int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const v
                                    len);
         rh->direct_no = rc == FERRY_ERR_NOT_SUPPORTED;
     }
+    if (rc == FERRY_ERR_NOT_SUPPORTED && util_list_empty(&ctx->api->notify_q) &&
+        !api_cbq_waiting(ctx, rh->dst)) {
+        /* The transport's own message of a put and its notification (sm's
+         * ring), completed as a put: one message, callback or not. */
+        rc = api_putn_inline_start(ctx, rh->dst, rh->module, rh->key, buf, len, raddr,
+                                   (uint8_t)tag, payload, plen, req);
+        if (rc == FERRY_OK) {
+            api_am_sent(ctx, rh->dst);
+            return req_started(p, req);
+        }
+        if (rc != FERRY_ERR_NOT_SUPPORTED)
+            return req_abandon(ctx, req, rc);
+    }
     if (rc == FERRY_ERR_NOT_SUPPORTED && req == NULL) {
         /* Nothing observes the put's own completion: one message, where
          * it fits. */

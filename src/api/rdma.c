@@ -754,6 +754,44 @@ static void inline_done(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void 
     api_peer_done(slot, status);
 }
 
+void api_putn_refused(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                      ferry_btl_reg_t *lreg, void *cbctx, void *cbdata, int status)
+{
+    (void)btl;
+    (void)ep;
+    (void)local;
+    (void)lreg;
+    (void)cbdata;
+    api_peer_slot_t *slot = cbctx;
+    struct api_state *api = slot->ctx->api;
+    rt_log_limited(&slot->ctx->log, &slot->ctx->ctrl_bad, RT_LOG_WARN,
+                   "rank %d refused a put with notification: its registration does not cover "
+                   "it (any more)",
+                   slot->rank);
+    if (api->first_error[slot->rank] == FERRY_OK)
+        api->first_error[slot->rank] = status;
+}
+
+int api_putn_tracked_start(ferry_ctx_t *ctx, int dst, int m, const uint8_t *key, const void *buf,
+                           size_t len, uint64_t raddr, uint8_t tag, const void *payload,
+                           size_t plen, struct ferry_req *req)
+{
+    ferry_btl_module_t *btl = ctx->modules[m];
+    api_rdma_op_t *op = util_pool_get(&ctx->api->ops);
+    if (op == NULL)
+        return FERRY_ERR_NOT_SUPPORTED;
+    light_op_init(op, dst, NULL, NULL, req);
+    int rc = btl->ops->put_notify_inline(btl, ctx->peers[dst].ep, buf, len, raddr, key, tag,
+                                         payload, plen, 0, inline_done, &ctx->api->slots[dst],
+                                         op);
+    if (rc == FERRY_OK) {
+        ctx->api->outstanding[dst]++;
+        return FERRY_OK;
+    }
+    util_pool_put(&ctx->api->ops, op);
+    return rc;
+}
+
 int api_rdma_start_key(ferry_ctx_t *ctx, bool is_put, int dst, int m, const uint8_t *key,
                        const ferry_rkey_t *raw, void *buf, size_t len, ferry_mem_t *local,
                        uint64_t raddr,

@@ -41,9 +41,6 @@ static struct {
     util_list_t clients;
     bool clients_ready;
     _Atomic uint64_t events;
-    /* 1 from before the monitor thread reads events until it has handled
-     * them all (mem_monitor_settled). */
-    _Atomic unsigned draining;
     /* Every live watch, by its pages, so that a page is unregistered only
      * when no watch covers it; `watch_lock` guards the tree and orders the
      * register and unregister calls (the monitor thread never needs it). */
@@ -68,10 +65,9 @@ void mem_monitor_unlock(void)
     pthread_mutex_unlock(&mon.lock);
 }
 
-bool mem_monitor_settled(void)
-{
-    return atomic_load_explicit(&mon.draining, memory_order_acquire) == 0;
-}
+/* 1 from before the monitor thread reads events until it has handled them
+ * all (mem_monitor_settled, inline in monitor.h). */
+_Atomic unsigned mem_monitor_draining;
 
 uint64_t mem_monitor_events(void)
 {
@@ -175,9 +171,9 @@ static void *monitor_main(void *arg)
         /* The read that releases the unmapping thread and the invalidation
          * happen under one hold of the lock: see monitor.h. */
         pthread_mutex_lock(&mon.lock);
-        atomic_store_explicit(&mon.draining, 1, memory_order_seq_cst);
+        atomic_store_explicit(&mem_monitor_draining, 1, memory_order_seq_cst);
         drain();
-        atomic_store_explicit(&mon.draining, 0, memory_order_release);
+        atomic_store_explicit(&mem_monitor_draining, 0, memory_order_release);
         pthread_mutex_unlock(&mon.lock);
     }
     return NULL;

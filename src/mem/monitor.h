@@ -46,6 +46,7 @@
 #ifndef MEM_MONITOR_H
 #define MEM_MONITOR_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -110,7 +111,11 @@ void mem_monitor_unlock(void);
  * already set, and a reader that needs only that ordering can do without
  * the lock; when false, take the lock. An unmapping reported after this
  * call is one that races the caller, as under the lock. */
-bool mem_monitor_settled(void);
+extern _Atomic unsigned mem_monitor_draining;
+static inline bool mem_monitor_settled(void)
+{
+    return atomic_load_explicit(&mem_monitor_draining, memory_order_acquire) == 0;
+}
 
 /* Events handled since the process started (tests). */
 uint64_t mem_monitor_events(void);

@@ -37,6 +37,7 @@ static const ct_case_t ct_cases[] = {
     {"put_inline", ct_case_put_inline},
     {"get_inline", ct_case_get_inline},
     {"put_ordered", ct_case_put_ordered},
+    {"put_notify_inline", ct_case_put_notify_inline},
     {"invalid_args", ct_case_invalid_args},
     {"flush", ct_case_flush},
     {"atomic_counter", ct_case_atomic_counter},

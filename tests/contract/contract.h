@@ -333,6 +333,7 @@ ct_result_t ct_case_rdma_direct(ct_suite_t *s);
 ct_result_t ct_case_put_inline(ct_suite_t *s);
 ct_result_t ct_case_get_inline(ct_suite_t *s);
 ct_result_t ct_case_put_ordered(ct_suite_t *s);
+ct_result_t ct_case_put_notify_inline(ct_suite_t *s);
 ct_result_t ct_case_rdma_prepared(ct_suite_t *s);
 ct_result_t ct_case_invalid_args(ct_suite_t *s);
 ct_result_t ct_case_flush(ct_suite_t *s);

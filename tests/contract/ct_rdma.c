@@ -1883,3 +1883,252 @@ finish:
     free(local);
     return CT_RESULT_RUN;
 }
+
+/* ---- put_notify_inline ------------------------------------------------------------------ */
+
+/*
+ * put_notify_inline, for a transport with the optional op. Each rank
+ * registers O (a PN_SLOT place per writer, writable) and R (read-only, its
+ * pattern). Act 1, to every reachable peer: puts with notification of 0 to
+ * PN_SLOT bytes into its place, tracked (the callback's FERRY_OK, from
+ * progress, once; the source overwritten as soon as the call returns) and
+ * untracked (no callback); the target's handler gets the notification's
+ * payload (writer, sequence, size, whether the put should land) and finds
+ * the data in place before it. Then refusals: a tracked put into R, across
+ * O's end and through a key with a byte changed complete with
+ * FERRY_ERR_ACCESS (a changed key that is taken writes only this rank's
+ * own place), the handler running all the same; untracked ones into R are
+ * reported to their callback, once or more but never more often than
+ * sent, before the target's next message (act 2: one message from every
+ * peer, sent after it has handled all of act 1). Bad arguments are
+ * FERRY_ERR_INVALID; to this rank's own process, or larger than a message,
+ * FERRY_ERR_NOT_SUPPORTED or taken. At the end each target finds every
+ * writer's place as its last put left it and R untouched.
+ */
+#define PN_SLOT 256
+
+typedef struct pn_note {
+    uint32_t writer;
+    uint32_t seq;
+    uint32_t size;
+    uint32_t lands;
+} pn_note_t;
+
+typedef struct pn_state {
+    uint8_t *o;
+    uint32_t last_seq[256]; /* per writer: the last put that landed, + 1 */
+    unsigned notes;
+    unsigned refusals; /* untracked refusals reported to this rank */
+} pn_state_t;
+
+static uint64_t pn_seed(int writer, int target, uint32_t seq)
+{
+    return ct_seed((uint64_t)writer, (uint64_t)target, 0x9e, (uint64_t)seq);
+}
+
+static void pn_rx(ct_suite_t *s, int peer, uint8_t tag, uint8_t slot_tag, const uint8_t *data,
+                  size_t len)
+{
+    (void)tag;
+    (void)slot_tag;
+    pn_state_t *st = s->case_state;
+    pn_note_t n;
+    if (st == NULL)
+        return; /* act 2's message */
+    if (!CT_CHECK(s, len == sizeof(n), "put_notify_inline: a %zu-byte notification from rank %d",
+                  len, peer))
+        return;
+    memcpy(&n, data, sizeof(n));
+    st->notes++;
+    if (!CT_CHECK(s, n.writer == (uint32_t)peer && n.size <= PN_SLOT && peer < 256,
+                  "put_notify_inline: rank %d's notification names writer %u, size %u", peer,
+                  n.writer, n.size))
+        return;
+    if (!n.lands)
+        return;
+    size_t bad = ct_verify(st->o + (size_t)peer * PN_SLOT, n.size, pn_seed(peer, s->rank, n.seq),
+                           0);
+    CT_CHECK(s, bad == SIZE_MAX,
+             "rank %d's notification %u ran before its %u bytes were in place (byte %zu)", peer,
+             n.seq, n.size, bad);
+    st->last_seq[peer] = n.seq + 1;
+}
+
+/* An untracked one's refusal: cbctx is the case's state. */
+static void pn_refused_cb(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                          ferry_btl_reg_t *lreg, void *cbctx, void *cbdata, int status)
+{
+    (void)btl;
+    (void)ep;
+    (void)lreg;
+    pn_state_t *st = cbctx;
+    /* Anything but the contract's form counts too many, which fails below. */
+    st->refusals += local == NULL && cbdata == NULL && status == FERRY_ERR_ACCESS ? 1 : 1000;
+}
+
+/* One put with notification to peer; tracked ones are waited for. Returns
+ * the call's status, or the callback's for a tracked one taken. */
+static int pn_do(ct_suite_t *s, pn_state_t *st, int peer, uint8_t *local, size_t n,
+                 uint64_t raddr, const uint8_t *key, bool tracked, uint32_t seq, bool lands)
+{
+    pn_note_t note = {.writer = (uint32_t)s->rank, .seq = seq, .size = (uint32_t)n,
+                      .lands = lands};
+    pi_done_t d = {.s = s, .local = n > 0 ? local : NULL};
+    s->in_call++;
+    int rc = s->btl->ops->put_notify_inline(
+        s->btl, s->peer[peer].ep, n > 0 ? local : NULL, n, raddr, key, CT_DATA_TAG, &note,
+        sizeof(note), tracked ? 0 : FERRY_BTL_PUTN_UNTRACKED, tracked ? pi_cb : pn_refused_cb,
+        tracked ? (void *)s : (void *)st, tracked ? &d : NULL);
+    s->in_call--;
+    if (rc != FERRY_OK)
+        return rc;
+    s->peer[peer].tx_count++; /* its notification is a data message */
+    if (n > 0)
+        memset(local, 0x5a, n);
+    if (!tracked)
+        return FERRY_OK;
+    ct_deadline_t dl = ct_deadline();
+    while (d.calls == 0)
+        if (!ct_step(s, &dl, "a put with notification's completion"))
+            return FERRY_ERR_TIMEOUT;
+    return d.status;
+}
+
+ct_result_t ct_case_put_notify_inline(ct_suite_t *s)
+{
+    if (s->btl->ops->put_notify_inline == NULL) {
+        printf("skip %s: transport %s has no put_notify_inline op\n", s->case_name,
+               s->attr->name);
+        fflush(stdout);
+        return CT_RESULT_SKIP;
+    }
+    static const size_t sizes[] = {0, 1, 8, 40, 63, 200, PN_SLOT};
+    pn_state_t *st = calloc(1, sizeof(*st));
+    size_t olen = PN_SLOT * ((size_t)s->size + 1), canary_off = PN_SLOT * (size_t)s->size;
+    st->o = at_pages((olen + RD_PAGE - 1) / RD_PAGE, 0);
+    memset(st->o, CANARY, olen);
+    uint8_t *r = at_pages(1, pn_seed(s->rank, s->rank, 7));
+    uint8_t *local = xmalloc(PN_SLOT);
+    ferry_btl_reg_t *oreg = reg_mem(s, st->o, olen, FERRY_ACCESS_REMOTE_WRITE);
+    ferry_btl_reg_t *rreg = reg_mem(s, r, RD_PAGE, FERRY_ACCESS_REMOTE_READ);
+    unsigned untracked_refused = 0;
+    uint32_t seq = 0;
+
+    ct_case_begin(s, pn_rx, st);
+    if (oreg == NULL || rreg == NULL || !ct_exchange_rkey(s, 0, oreg) ||
+        !ct_exchange_rkey(s, 1, rreg))
+        goto act1_end;
+    for (int i = 0; i < s->nreach; i++) {
+        int p = s->reach[i];
+        const ct_rkey_t *ok = &s->peer[p].rkey[0], *rk = &s->peer[p].rkey[1];
+        uint64_t mine = ok->addr + (uint64_t)s->rank * PN_SLOT;
+        int taken = 0;
+        for (size_t k = 0; k < 2 * sizeof(sizes) / sizeof(sizes[0]); k++) {
+            size_t n = sizes[k / 2];
+            bool tracked = (k & 1) == 0;
+            ct_fill(local, n, pn_seed(s->rank, p, seq), 0);
+            int rc = pn_do(s, st, p, local, n, mine, ok->key, tracked, seq, true);
+            if (rc == FERRY_ERR_NOT_SUPPORTED)
+                continue; /* not this way now (our own process, say) */
+            taken++;
+            CT_CHECK(s, rc == FERRY_OK, "%s put with notification of %zu bytes to rank %d: %d (%s)",
+                     tracked ? "tracked" : "untracked", n, p, rc, ferry_strerror(rc));
+            seq++;
+        }
+        CT_CHECK(s, taken > 0 || p == s->rank,
+                 "put_notify_inline took none of the puts to rank %d", p);
+        /* Arguments it must refuse. */
+        pn_note_t note = {0};
+        ferry_btl_endpoint_t *ep = s->peer[p].ep;
+        int rc = s->btl->ops->put_notify_inline(s->btl, ep, local, 8, mine, ok->key,
+                                                FERRY_BTL_TAG_BTL_MIN, &note, sizeof(note), 0,
+                                                pi_cb, s, NULL);
+        CT_CHECK(s, rc == FERRY_ERR_INVALID, "put_notify_inline on a reserved tag returned %d", rc);
+        rc = s->btl->ops->put_notify_inline(s->btl, ep, local, 8, mine, ok->key, CT_DATA_TAG, NULL,
+                                            4, 0, pi_cb, s, NULL);
+        CT_CHECK(s, rc == FERRY_ERR_INVALID, "put_notify_inline with a NULL payload returned %d",
+                 rc);
+        rc = s->btl->ops->put_notify_inline(s->btl, ep, NULL, 8, mine, ok->key, CT_DATA_TAG, &note,
+                                            sizeof(note), 0, pi_cb, s, NULL);
+        CT_CHECK(s, rc == FERRY_ERR_INVALID, "put_notify_inline from a NULL buffer returned %d",
+                 rc);
+        rc = s->btl->ops->put_notify_inline(s->btl, ep, local, 8, mine, ok->key, CT_DATA_TAG, &note,
+                                            sizeof(note), 0, NULL, s, NULL);
+        CT_CHECK(s, rc == FERRY_ERR_INVALID, "put_notify_inline without a callback returned %d",
+                 rc);
+        rc = s->btl->ops->put_notify_inline(s->btl, ep, local, 8, mine, ok->key, CT_DATA_TAG, &note,
+                                            sizeof(note), 0x80, pi_cb, s, NULL);
+        CT_CHECK(s, rc == FERRY_ERR_INVALID, "put_notify_inline with unknown flags returned %d",
+                 rc);
+        rc = s->btl->ops->put_notify_inline(s->btl, ep, local, s->attr->max_send_size, mine,
+                                            ok->key, CT_DATA_TAG, &note, sizeof(note), 0, pi_cb,
+                                            s, NULL);
+        CT_CHECK(s, rc == FERRY_ERR_NOT_SUPPORTED,
+                 "put_notify_inline larger than a message returned %d", rc);
+        if (p == s->rank)
+            continue;
+        /* Refusals: the handler runs, nothing lands. */
+        ct_fill(local, 16, pn_seed(s->rank, p, 0xffff), 0);
+        rc = pn_do(s, st, p, local, 8, rk->addr, rk->key, true, 0, false);
+        CT_CHECK(s, rc == FERRY_ERR_ACCESS,
+                 "tracked put with notification into read-only memory of rank %d: %d", p, rc);
+        rc = pn_do(s, st, p, local, 16, ok->addr + ok->len - 8, ok->key, true, 0, false);
+        CT_CHECK(s, rc == FERRY_ERR_ACCESS,
+                 "tracked put with notification across the end of rank %d's memory: %d", p, rc);
+        for (int u = 0; u < 3; u++) {
+            rc = pn_do(s, st, p, local, 8, rk->addr + (uint64_t)u * 8, rk->key, false, 0, false);
+            CT_CHECK(s, rc == FERRY_OK || rc == FERRY_ERR_NOT_SUPPORTED,
+                     "untracked put with notification into read-only memory of rank %d: %d", p,
+                     rc);
+            untracked_refused += rc == FERRY_OK;
+        }
+        /* A changed key opens nothing more than this rank's own place,
+         * which holds the last good put already. */
+        uint8_t bent[FERRY_BTL_KEY_MAX];
+        for (size_t b = 0; b < s->attr->reg_handle_size && b < sizeof(bent); b++) {
+            memcpy(bent, ok->key, sizeof(bent));
+            bent[b] ^= 0x01;
+            uint32_t last = seq - 1;
+            ct_fill(local, PN_SLOT, pn_seed(s->rank, p, last), 0);
+            rc = pn_do(s, st, p, local, 0, mine, bent, true, last, false);
+            CT_CHECK(s, rc == FERRY_OK || (rc < 0 && rc != FERRY_ERR_TIMEOUT),
+                     "put with notification through rank %d's key with byte %zu changed: %d", p,
+                     b, rc);
+        }
+    }
+act1_end:
+    ct_case_finish(s);
+    /* Act 2: a message from every peer, sent once it has handled all of
+     * act 1, reaches us after the refusals it counted. */
+    ct_case_begin(s, pn_rx, NULL);
+    for (int i = 0; i < s->nreach; i++) {
+        int p = s->reach[i];
+        uint32_t word = 0x41435432u;
+        ct_send(s, p, CT_DATA_TAG, CT_PATH_SENDI, &word, sizeof(word), false, true);
+    }
+    ct_case_finish(s);
+    CT_CHECK(s, st->refusals <= untracked_refused && (untracked_refused == 0 || st->refusals > 0),
+             "untracked refusals: %u sent, %u reported (once or more, never more often)",
+             untracked_refused, st->refusals);
+    if (oreg != NULL) {
+        for (int i = 0; i < s->nreach; i++) {
+            int w = s->reach[i];
+            if (w >= 256 || st->last_seq[w] == 0)
+                continue;
+            /* The last put that landed was the largest of its round. */
+            size_t bad = ct_verify(st->o + (size_t)w * PN_SLOT, PN_SLOT,
+                                   pn_seed(w, s->rank, st->last_seq[w] - 1), 0);
+            CT_CHECK(s, bad == SIZE_MAX, "target: rank %d's place differs at byte %zu", w, bad);
+        }
+        check_canary(s, st->o, canary_off, olen, "O after puts with notification", s->rank);
+    }
+    if (rreg != NULL)
+        at_check_intact(s, r, RD_PAGE, pn_seed(s->rank, s->rank, 7), "R (read-only)");
+    dereg_mem(s, oreg);
+    dereg_mem(s, rreg);
+    free(st->o);
+    free(st);
+    free(r);
+    free(local);
+    return CT_RESULT_RUN;
+}

@@ -38,7 +38,7 @@
 #include "util/pool.h"
 
 #define SM_MAGIC 0x316d737972726566ull /* "ferrysm1" */
-#define SM_VERSION 4
+#define SM_VERSION 5
 #define SM_LINE 64
 /* Messages start on this boundary in the ring. */
 #define SM_ALIGN 16
@@ -54,7 +54,9 @@ enum {
     SM_T_GET_REQ = 4,  /* get through the ring: sm_get_req_t */
     SM_T_GET_RESP = 5, /* data answering a get: sm_get_resp_t, then data */
     SM_T_AMO_REQ = 6,  /* an atomic for the target to execute: sm_amo_req_t */
-    SM_T_AMO_ANSWER = 7 /* its answer: sm_amo_answer_t */
+    SM_T_AMO_ANSWER = 7, /* its answer: sm_amo_answer_t */
+    SM_T_PUTN = 8        /* a put, then an active message on the header's tag:
+                            sm_putn_hdr_t, the message's payload, the data */
 };
 
 /* Shared layout. Fields written once before the segment is published need
@@ -146,6 +148,10 @@ extern sm_heap_mapper_t sm_heap_mapper;
 /* The channel from one sender, in the receiver's segment. */
 typedef struct sm_chan {
     _Alignas(SM_LINE) _Atomic uint64_t tail; /* bytes consumed: written by the receiver */
+    /* Untracked puts with notification the receiver refused (written by
+     * it, before it handles the next message): the sender's flush learns
+     * of them. */
+    _Atomic uint64_t putn_refused;
     _Alignas(SM_LINE) _Atomic uint32_t connected; /* written by the sender */
     int32_t sender_pid;
     _Atomic uint32_t closed; /* the sender finalized: its exit is no failure */
@@ -188,6 +194,20 @@ typedef struct sm_put_hdr {
     uint32_t flags;
     int32_t status; /* written by the target on the last chunk: 0 or FERRY_ERR_ACCESS */
 } sm_put_hdr_t;
+
+/* The header of a put with notification (put_notify_inline): the put's
+ * target and key, the notification's length (its tag is the ring
+ * header's), and the status the target writes as for a ring put. */
+typedef struct sm_putn_hdr {
+    uint64_t raddr;
+    sm_key_t key;
+    uint16_t plen;
+    uint16_t flags; /* SM_PUTN_TELL */
+    int32_t status;
+} sm_putn_hdr_t;
+
+/* An untracked one: a refusal is counted in the channel's putn_refused. */
+#define SM_PUTN_TELL 0x1u
 
 /* A put sm_put_inline wrote into the ring whole, without a descriptor:
  * on its endpoint's iputs until the tail passes end_pos, then on the
@@ -314,6 +334,12 @@ struct ferry_btl_endpoint {
     pid_t pid;
     int pidfd;
     size_t rdma_inflight;
+    /* Untracked puts with notification sent (put_notify_inline): whom a
+     * refusal is told to (NULL: none sent yet), and out->putn_refused as
+     * last seen. */
+    ferry_btl_rdma_cb_t putn_cb;
+    void *putn_cbctx;
+    uint64_t putn_seen;
     /* The peer's heaps we mapped, most recent last. */
     sm_heap_map_t heaps[SM_HEAP_MAPS];
     int nheaps;
@@ -608,8 +634,46 @@ static inline void sm_copy(void *to, const void *src, size_t n)
  * put or get goes through here at the moment of its copy. FERRY_OK, or
  * FERRY_ERR_ACCESS with nothing (or, for memory that vanished during the
  * copy, part) copied. */
-int sm_target_copy(sm_module_t *mod, const sm_key_t *key, uint64_t addr, void *buf, size_t len,
-                   bool to_mem);
+/* The registration a peer's key names, if it is still the one the key was
+ * made for and covers [addr, addr + len) with the rights needed. */
+static inline const sm_reg_t *sm_target_reg_need(const sm_module_t *mod, const sm_key_t *key,
+                                                 uint64_t addr, size_t len, uint32_t need)
+{
+    if (key->slot >= mod->p.reg_slots)
+        return NULL;
+    const sm_reg_t *reg = mod->regs[key->slot];
+    if (reg == NULL || reg->gen != key->gen || reg->nonce != key->nonce ||
+        btl_base_check_access(&reg->base, addr, len, need) != FERRY_OK)
+        return NULL;
+    return reg;
+}
+
+/* sm_target_copy's cases off its hot path: watched memory while the
+ * monitor handles events, memory no monitor watches, nothing to copy. */
+int sm_target_copy_slow(sm_module_t *mod, const sm_reg_t *reg, uint64_t addr, void *buf,
+                        size_t len, bool to_mem);
+
+static inline int sm_target_copy(sm_module_t *mod, const sm_key_t *key, uint64_t addr, void *buf,
+                                 size_t len, bool to_mem)
+{
+    const sm_reg_t *reg = sm_target_reg_need(
+        mod, key, addr, len, to_mem ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ);
+    if (reg == NULL)
+        return FERRY_ERR_ACCESS;
+    /* Watched memory with the monitor settled: anything unmapped before
+     * now is marked by the time of the load below (sm_target_copy_slow
+     * takes the monitor's lock otherwise). */
+    if (reg->watch == NULL || len == 0 || mod->p.copy_checked || !mem_monitor_settled())
+        return sm_target_copy_slow(mod, reg, addr, buf, len, to_mem);
+    if (atomic_load_explicit(&reg->revoked, memory_order_acquire))
+        return FERRY_ERR_ACCESS;
+    void *mem = (void *)(uintptr_t)addr;
+    if (to_mem)
+        sm_copy(mem, buf, len);
+    else
+        sm_copy(buf, mem, len);
+    return FERRY_OK;
+}
 /* ferry_btl_ops.target_write: sm_target_copy into our memory. */
 int sm_target_write(ferry_btl_module_t *btl, const uint8_t *key, uint64_t addr, const void *data,
                     size_t len);
@@ -637,6 +701,18 @@ void sm_regs_release(sm_module_t *mod);
 
 /* sm_rdma.c */
 int sm_put(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des);
+int sm_put_notify_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void *local,
+                         size_t size, uint64_t raddr, const uint8_t *rkey, uint8_t tag,
+                         const void *payload, size_t plen, uint32_t flags,
+                         ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata);
+/* Refusals of ep's untracked puts with notification counted since the last
+ * look: each reported to their callback. */
+void sm_putn_refusals(ferry_btl_endpoint_t *ep);
+/* A put with notification arrived (type SM_T_PUTN, tag from its ring
+ * header): the data in if its key allows, the status for the initiator,
+ * then tag's handler. false when the message is malformed (ep failed). */
+bool sm_putn_handle(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint8_t tag, unsigned char *msg,
+                    uint32_t len);
 int sm_put_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void *local,
                   size_t size, uint64_t raddr, const uint8_t *rkey, ferry_btl_rdma_cb_t cb,
                   void *cbctx, void *cbdata);

@@ -335,6 +335,7 @@ static const ferry_btl_ops_t sm_ops = {
     .atomic_direct = sm_atomic_direct,
     .rdma_direct = sm_rdma_direct,
     .put_inline = sm_put_inline,
+    .put_notify_inline = sm_put_notify_inline,
     .get_inline = sm_get_inline,
     .target_resolve = sm_target_resolve,
     .target_write = sm_target_write,

@@ -453,6 +453,25 @@ static sm_iput_t *iop_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, const vo
     return p;
 }
 
+/* On the record from iop_start: a put written at slot of the ring, whose
+ * status word lies status_at bytes into its payload, waits for the tail. */
+static void iput_track(sm_module_t *mod, ferry_btl_endpoint_t *ep, sm_iput_t *p,
+                       const unsigned char *slot, size_t status_at, const void *local,
+                       ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata)
+{
+    p->end_pos = ep->head;
+    p->status_off = (uint64_t)(slot - ep->out->ring) + status_at;
+    p->ep = ep;
+    p->local = (void *)local;
+    p->cb = cb;
+    p->cbctx = cbctx;
+    p->cbdata = cbdata;
+    p->uncounted = false;
+    util_list_append(&ep->iputs, &p->link);
+    ep->rdma_inflight++; /* what flush waits for */
+    sm_mark_sending(mod, ep); /* progress reads the tail that completes it */
+}
+
 int sm_put_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void *local,
                   size_t size, uint64_t raddr, const uint8_t *rkey, ferry_btl_rdma_cb_t cb,
                   void *cbctx, void *cbdata)
@@ -475,19 +494,111 @@ int sm_put_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void 
     memcpy(slot, &hdr, sizeof(hdr));
     memcpy(slot + sizeof(hdr), local, size);
     sm_ring_commit(ep, pos, (uint32_t)(sizeof(hdr) + size), 0, SM_T_PUT);
-    p->end_pos = ep->head;
-    p->status_off = (uint64_t)(slot - ep->out->ring) + offsetof(sm_put_hdr_t, status);
-    p->ep = ep;
-    p->local = (void *)local;
-    p->cb = cb;
-    p->cbctx = cbctx;
-    p->cbdata = cbdata;
-    p->uncounted = false;
-    util_list_append(&ep->iputs, &p->link);
-    ep->rdma_inflight++; /* what flush waits for */
-    sm_mark_sending(mod, ep); /* progress reads the tail that completes it */
+    iput_track(mod, ep, p, slot, offsetof(sm_put_hdr_t, status), local, cb, cbctx, cbdata);
     return FERRY_OK;
 }
+
+int sm_put_notify_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void *local,
+                         size_t size, uint64_t raddr, const uint8_t *rkey, uint8_t tag,
+                         const void *payload, size_t plen, uint32_t flags,
+                         ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata)
+{
+    sm_module_t *mod = (sm_module_t *)btl;
+    if (mod == NULL || ep == NULL || ep->mod != mod || rkey == NULL || cb == NULL ||
+        tag >= FERRY_BTL_TAG_BTL_MIN || (payload == NULL && plen > 0) ||
+        (local == NULL && size > 0) || (flags & ~(uint32_t)FERRY_BTL_PUTN_UNTRACKED) != 0)
+        return FERRY_ERR_INVALID;
+    if (ep->state != SM_EP_CONNECTED || ep->deleted)
+        return ep->deleted || ep->state == SM_EP_FAILED || ep->state == SM_EP_CLOSED
+                   ? FERRY_ERR_UNREACH
+                   : FERRY_ERR_NOT_SUPPORTED;
+    /* One ring message, below the cross-memory attach threshold, behind
+     * nothing queued, never to our own process (put_inline's rules). */
+    size_t max = chunk_max(mod, sizeof(sm_putn_hdr_t));
+    if (plen > UINT16_MAX || size > max || plen > max - size ||
+        (mod->cma_ok && size >= mod->p.cma_threshold) || !util_list_empty(&ep->queue) ||
+        ep->rank == mod->super.ctx->rank)
+        return FERRY_ERR_NOT_SUPPORTED;
+    bool tracked = !(flags & FERRY_BTL_PUTN_UNTRACKED);
+    sm_iput_t *p = NULL;
+    if (tracked && (p = util_pool_get(&mod->iops)) == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    unsigned char *slot;
+    uint64_t pos;
+    size_t len = sizeof(sm_putn_hdr_t) + plen + size;
+    if (!sm_ring_reserve(ep, len, &slot, &pos)) {
+        if (p != NULL)
+            util_pool_put(&mod->iops, p);
+        return FERRY_ERR_NOT_SUPPORTED;
+    }
+    sm_putn_hdr_t *h = (sm_putn_hdr_t *)(void *)slot; /* SM_ALIGN-aligned */
+    h->raddr = raddr;
+    memcpy(&h->key, rkey, sizeof(h->key));
+    h->plen = (uint16_t)plen;
+    h->flags = tracked ? 0 : SM_PUTN_TELL;
+    h->status = FERRY_OK;
+    if (plen > 0)
+        memcpy(slot + sizeof(*h), payload, plen);
+    if (size > 0)
+        sm_copy(slot + sizeof(*h) + plen, local, size);
+    sm_ring_commit(ep, pos, (uint32_t)len, tag, SM_T_PUTN);
+    if (tracked) {
+        iput_track(mod, ep, p, slot, offsetof(sm_putn_hdr_t, status), local, cb, cbctx, cbdata);
+    } else if (ep->putn_cb != cb || ep->putn_cbctx != cbctx) {
+        /* Refusals counted before the first untracked one are nobody's. */
+        if (ep->putn_cb == NULL)
+            ep->putn_seen = atomic_load_explicit(&ep->out->putn_refused, memory_order_acquire);
+        ep->putn_cb = cb;
+        ep->putn_cbctx = cbctx;
+    }
+    return FERRY_OK;
+}
+
+void sm_putn_refusals(ferry_btl_endpoint_t *ep)
+{
+    /* The peer's word: any change is taken as refusals, reported once. */
+    uint64_t n = atomic_load_explicit(&ep->out->putn_refused, memory_order_acquire);
+    if (n == ep->putn_seen)
+        return;
+    ep->putn_seen = n;
+    ep->putn_cb(&ep->mod->super, ep, NULL, NULL, ep->putn_cbctx, NULL, FERRY_ERR_ACCESS);
+}
+
+bool sm_putn_handle(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint8_t tag, unsigned char *msg,
+                    uint32_t len)
+{
+    sm_putn_hdr_t hdr;
+    if (len < sizeof(hdr) || tag >= FERRY_BTL_TAG_BTL_MIN) {
+        sm_ep_fail(mod, ep, "it sent a truncated put with notification, or one on a reserved tag");
+        return false;
+    }
+    memcpy(&hdr, msg, sizeof(hdr));
+    if (hdr.plen > len - sizeof(hdr)) {
+        sm_ep_fail(mod, ep, "it sent a put with notification whose lengths do not add up");
+        return false;
+    }
+    unsigned char *payload = msg + sizeof(hdr);
+    size_t n = len - sizeof(hdr) - hdr.plen;
+    if (sm_target_copy(mod, &hdr.key, hdr.raddr, payload + hdr.plen, n, true) != FERRY_OK) {
+        rt_log(&mod->super.ctx->log, RT_LOG_DEBUG,
+               "sm: put of %zu bytes at 0x%llx with notification from rank %d refused", n,
+               (unsigned long long)hdr.raddr, ep->rank);
+        int32_t status = FERRY_ERR_ACCESS;
+        /* Read by the initiator once our tail passes this message. */
+        memcpy(msg + offsetof(sm_putn_hdr_t, status), &status, sizeof(status));
+        /* Counted before anything we send after handling it. */
+        if (hdr.flags & SM_PUTN_TELL)
+            atomic_store_explicit(&ep->in->putn_refused,
+                                  atomic_load_explicit(&ep->in->putn_refused,
+                                                       memory_order_relaxed) + 1,
+                                  memory_order_release);
+    }
+    ferry_btl_segment_t seg = {.addr = (uint64_t)(uintptr_t)payload, .len = hdr.plen};
+    ferry_btl_recv_desc_t rd = {.ep = ep, .peer = ep->rank, .tag = tag, .segs = &seg, .seg_cnt = 1};
+    btl_base_deliver(&mod->super, &rd);
+    return true;
+}
+
 
 int sm_get_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local, size_t size,
                   uint64_t raddr, const uint8_t *rkey, ferry_btl_rdma_cb_t cb, void *cbctx,

@@ -319,24 +319,10 @@ static bool range_mapped(uint64_t addr, size_t len)
     return msync((void *)(uintptr_t)lo, (size_t)(hi - lo), MS_ASYNC) == 0;
 }
 
-/* The registration a peer's key names, if it is still the one the key was
- * made for and covers [addr, addr + len) with the rights needed. */
-static const sm_reg_t *target_reg_need(const sm_module_t *mod, const sm_key_t *key,
-                                       uint64_t addr, size_t len, uint32_t need)
-{
-    if (key->slot >= mod->p.reg_slots)
-        return NULL;
-    const sm_reg_t *reg = mod->regs[key->slot];
-    if (reg == NULL || reg->gen != key->gen || reg->nonce != key->nonce ||
-        btl_base_check_access(&reg->base, addr, len, need) != FERRY_OK)
-        return NULL;
-    return reg;
-}
-
 static const sm_reg_t *target_reg(const sm_module_t *mod, const sm_key_t *key, uint64_t addr,
                                   size_t len, bool to_mem)
 {
-    return target_reg_need(mod, key, addr, len,
+    return sm_target_reg_need(mod, key, addr, len,
                            to_mem ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ);
 }
 
@@ -346,7 +332,7 @@ int sm_target_resolve(ferry_btl_module_t *btl, const uint8_t *keybytes, uint64_t
     sm_module_t *mod = (sm_module_t *)btl;
     sm_key_t key;
     memcpy(&key, keybytes, sizeof(key));
-    const sm_reg_t *reg = target_reg_need(mod, &key, addr, len, need);
+    const sm_reg_t *reg = sm_target_reg_need(mod, &key, addr, len, need);
     if (reg == NULL)
         return FERRY_ERR_ACCESS;
     if (reg->watch != NULL) {
@@ -368,12 +354,9 @@ int sm_target_check(const sm_module_t *mod, const sm_key_t *key, uint64_t addr, 
     return target_reg(mod, key, addr, len, to_mem) != NULL ? FERRY_OK : FERRY_ERR_ACCESS;
 }
 
-int sm_target_copy(sm_module_t *mod, const sm_key_t *key, uint64_t addr, void *buf, size_t len,
-                   bool to_mem)
+int sm_target_copy_slow(sm_module_t *mod, const sm_reg_t *reg, uint64_t addr, void *buf,
+                        size_t len, bool to_mem)
 {
-    const sm_reg_t *reg = target_reg(mod, key, addr, len, to_mem);
-    if (reg == NULL)
-        return FERRY_ERR_ACCESS;
     void *mem = (void *)(uintptr_t)addr;
     if (reg->watch != NULL) {
         /* Anything unmapped before now is marked: when the monitor is

@@ -98,6 +98,10 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
         uint64_t h = atomic_load_explicit(sm_ring_hdr_at(base, off), memory_order_acquire);
         if ((uint16_t)(h >> 48) != ep->rlap)
             break;
+        /* Refusals of our untracked puts with notification, which the peer
+         * counted before it wrote this: reported before this is handled. */
+        if (ep->putn_cb != NULL)
+            sm_putn_refusals(ep);
         uint32_t len = (uint32_t)h;
         uint8_t tag = (uint8_t)(h >> 32);
         uint8_t type = (uint8_t)(h >> 40);
@@ -120,6 +124,16 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
             ferry_btl_recv_desc_t rd = {
                 .ep = ep, .peer = ep->rank, .tag = tag, .segs = &seg, .seg_cnt = 1};
             btl_base_deliver(&mod->super, &rd);
+            break;
+        }
+        case SM_T_PUTN: {
+            bool tracked = len >= sizeof(sm_putn_hdr_t) &&
+                           !(((const sm_putn_hdr_t *)(const void *)msg)->flags & SM_PUTN_TELL);
+            if (!sm_putn_handle(mod, ep, tag, msg, len))
+                return n;
+            /* A tracked one completes at its initiator when our tail
+             * passes it. */
+            publish_now = publish_now || tracked;
             break;
         }
         case SM_T_PUT:

@@ -4,9 +4,9 @@
  *
  * The input says where the ring starts (any lap, including the ones around
  * the 16-bit lap counter's wrap) and then gives messages: active messages,
- * puts, get requests, get answers, atomic requests (every operation, both
- * widths, aligned or not) and atomic answers built the way a sender builds them
- * (so they get past the header checks) from fields the fuzzer picks - keys
+ * puts, puts with notification, get requests, get answers, atomic requests
+ * (every operation, both widths, aligned or not) and atomic answers built the
+ * way a sender builds them (so they get past the header checks) from fields the fuzzer picks - keys
  * of live, withdrawn, read-only and unmapped registrations or made-up ones,
  * addresses inside and outside them, answers for gets that are pending or
  * not - and, as often, headers the fuzzer writes itself: any length, type,
@@ -130,7 +130,7 @@ static bool one_message(world_t *w, fuzz_in_t *in)
     unsigned char msg[SMF_MAX_SEND];
     uint32_t len = 0;
     uint8_t type;
-    switch (kind % 8) {
+    switch (kind % 9) {
     case 0: /* an active message */
         type = SM_T_DATA;
         len = (uint32_t)fuzz_bytes(in, msg, fuzz_u16(in) % (SMF_MAX_SEND + 1));
@@ -201,6 +201,23 @@ static bool one_message(world_t *w, fuzz_in_t *in)
         type = SM_T_AMO_ANSWER;
         break;
     }
+    case 8: { /* a put with notification: mostly well formed */
+        sm_putn_hdr_t h;
+        uint8_t k = fuzz_u8(in) % NKEYS;
+        memcpy(&h.key, w->keys[k], sizeof(h.key));
+        h.raddr = w->addrs[k] + (uint64_t)(int64_t)(int16_t)fuzz_u16(in);
+        h.flags = fuzz_u8(in) & 3 ? SM_PUTN_TELL * (fuzz_u8(in) & 1) : fuzz_u16(in);
+        h.status = 0;
+        size_t room = SMF_MAX_SEND - sizeof(h);
+        size_t body = fuzz_bytes(in, msg + sizeof(h), fuzz_u16(in) % room);
+        /* The notification's share of the body, or a length past it. */
+        h.plen = fuzz_u8(in) & 7 ? (uint16_t)(body > 0 ? fuzz_u16(in) % (body + 1) : 0)
+                                 : fuzz_u16(in);
+        memcpy(msg, &h, sizeof(h));
+        len = (uint32_t)(fuzz_u8(in) & 7 ? sizeof(h) + body : fuzz_u16(in) % sizeof(h));
+        type = SM_T_PUTN;
+        break;
+    }
     case 4: /* a skip where none is due */
         type = SM_T_SKIP;
         len = fuzz_u16(in) % 512;
@@ -215,6 +232,24 @@ static bool one_message(world_t *w, fuzz_in_t *in)
     uint32_t hdr_len = mode & 1 ? fuzz_u32(in) : len;
     uint16_t lap_off = mode & 2 ? fuzz_u16(in) : 0;
     return smf_write(w->f, type, tag, msg, len, hdr_len, lap_off) != NULL;
+}
+
+/* Refusals of untracked puts with notification, as the initiator learns
+ * of them (the fuzzer's messages count them in the same channel). */
+static unsigned long putn_refusals;
+static void on_putn_refused(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                            ferry_btl_reg_t *lreg, void *cbctx, void *cbdata, int status)
+{
+    (void)btl;
+    (void)ep;
+    (void)lreg;
+    (void)cbctx;
+    if (local != NULL || cbdata != NULL || status != FERRY_ERR_ACCESS) {
+        fprintf(stderr, "fuzz_sm_ring: a refusal reported with local %p, cbdata %p, status %d\n",
+                local, cbdata, status);
+        abort();
+    }
+    putn_refusals++;
 }
 
 static void drain(world_t *w)
@@ -240,6 +275,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t lap = fuzz_u8(&in);
     uint64_t start = laps[lap % 8] * SMF_RING + (uint64_t)fuzz_u8(&in) * SM_ALIGN;
     smf_reset(w.f, start);
+    w.f->ep->putn_cb = on_putn_refused;
+    w.f->ep->putn_cbctx = &w;
+    w.f->ep->putn_seen = atomic_load(&w.f->ep->out->putn_refused);
     pending_gets(&w, &in);
     /* Batches: write what fits, let sm read and answer, write more. */
     for (int batch = 0; batch < 8 && in.pos < in.size; batch++) {

@@ -1,12 +1,13 @@
 /*
  * A peer's bytes are untrusted: rank 1 writes malformed headers straight
  * into its ring in rank 0's segment (a length past the ring's end, an
- * unknown type, a reserved tag, a corrupt credit word). Rank 0 must report
+ * unknown type, a reserved tag, a put with notification whose lengths do
+ * not add up, a corrupt credit word). Rank 0 must report
  * rank 1 as failed, naming it, drop what it sent, survive, and go on
  * exchanging messages with rank 2.
  *
  * usage (under ferryrun -n 3 --keep-going): sm_garbage CASE
- *   CASE: length | type | tag
+ *   CASE: length | type | tag | putn
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,14 @@ static void write_garbage(ferry_ctx_t *ctx, const char *what)
         h = sm_hdr_pack(0x7fffffff, TAG, SM_T_DATA, sm_lap(ep->head, ring));
     else if (strcmp(what, "type") == 0)
         h = sm_hdr_pack(8, TAG, 0x77, sm_lap(ep->head, ring));
+    else if (strcmp(what, "putn") == 0) {
+        /* A notification longer than the message: nothing may be read
+         * past it, and no handler runs. */
+        sm_putn_hdr_t p = {.raddr = 0, .plen = 60000, .flags = SM_PUTN_TELL};
+        memcpy(ep->out->ring + off + SM_HDR_SIZE, &p, sizeof(p));
+        memset(ep->out->ring + off + SM_HDR_SIZE + sizeof(p), 0, 8);
+        h = sm_hdr_pack(sizeof(p) + 8, TAG, SM_T_PUTN, sm_lap(ep->head, ring));
+    }
     else
         h = sm_hdr_pack(8, 250, SM_T_DATA, sm_lap(ep->head, ring));
     atomic_store_explicit((_Atomic uint64_t *)(void *)(ep->out->ring + off), h,
