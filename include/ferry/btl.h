@@ -580,7 +580,8 @@ typedef struct ferry_btl_ops {
      * (FERRY_ERR_INVALID for a reserved tag, NULL with a length or no cb;
      * FERRY_ERR_UNREACH; FERRY_ERR_NO_MEMORY). sm: one ring message; its
      * completion the target's tail passing it, an untracked one's refusal a
-     * counter in the channel. */
+     * counter in the channel. tcp: one frame; its completion the target's
+     * acknowledgment, an untracked one's refusal a frame of its own. */
     int (*put_notify_inline)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
                              const void *local, size_t size, uint64_t raddr,
                              const uint8_t *rkey, uint8_t tag, const void *payload,

@@ -554,16 +554,17 @@ int ferry_atomic_cswap(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, size_
  * order such as shm, or a put that had to wait for resources) the
  * notification leaves once the put has completed: one round trip more, and a
  * refused put sends no notification. To a peer on one path over sm (a put
- * below its cross-memory attach threshold, ordinary memory), the put and
- * its notification are one ring message, with a callback or request or
- * without: the target checks the key, copies the data, then runs the
- * handler; with a callback or request the operation completes when the
- * target has consumed the message (no message comes back), a refused put
- * with FERRY_ERR_ACCESS; without, nothing is kept, and a refusal makes the
- * next ferry_flush to the peer return FERRY_ERR_ACCESS. Elsewhere a put of
- * at most 4096 bytes with neither callback nor request (p NULL, or only
- * p->local), to a peer on one path whose transport checks its own keys for
- * a message (self, tcp, ofi), travels inside one message with its
+ * below its cross-memory attach threshold, ordinary memory) or tcp (up to
+ * its largest send), the put and its notification are one message (a ring
+ * message, a frame), with a callback or request or without: the target
+ * checks the key, copies the data, then runs the handler; with a callback
+ * or request the operation completes once the target has the data (sm: it
+ * consumed the message, nothing comes back; tcp: its acknowledgment), a
+ * refused put with FERRY_ERR_ACCESS; without, nothing is kept, and a
+ * refusal makes the next ferry_flush to the peer return FERRY_ERR_ACCESS.
+ * Elsewhere a put of at most 4096 bytes with neither callback nor request
+ * (p NULL, or only p->local), to a peer on one path whose transport checks
+ * its own keys for a message (self, ofi), travels inside one message with its
  * notification: the target checks the key, copies the data, then runs the
  * handler, and nothing comes back; a put it refuses there runs the handler
  * all the same, without the data, and the next ferry_flush to the peer

@@ -69,6 +69,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include "btl/base.h"
 #include "btl/base_atomic.h"
@@ -112,7 +113,11 @@ enum {
     TCP_T_GET_RESP = 5, /* the data (none when refused), then tcp_status_body_t */
     TCP_T_FIN = 6,      /* the sender finalizes: its close is no failure */
     TCP_T_AMO_REQ = 7,  /* an atomic for the target to execute: btl_amo_msg_t */
-    TCP_T_AMO_ANSWER = 8 /* its answer: btl_amo_msg_t */
+    TCP_T_AMO_ANSWER = 8, /* its answer: btl_amo_msg_t */
+    TCP_T_PUTN = 9,       /* tag: a put, then an active message: tcp_putn_body_t, the
+                             notification's payload, the data; cookie 0 (untracked) or
+                             a request's, answered by PUT_ACK */
+    TCP_T_PUTN_REFUSED = 10 /* no body: untracked PUTNs were refused */
 };
 
 typedef struct tcp_hdr {
@@ -135,6 +140,13 @@ typedef struct tcp_rdma_body {
     uint64_t length; /* GET_REQ: bytes wanted; PUT: 0 */
     tcp_key_t key;
 } tcp_rdma_body_t;
+
+typedef struct tcp_putn_body {
+    uint64_t raddr;
+    tcp_key_t key;
+    uint32_t plen; /* the notification's bytes, after this body */
+    uint32_t zero;
+} tcp_putn_body_t;
 
 typedef struct tcp_status_body {
     int32_t status;
@@ -313,6 +325,12 @@ struct ferry_btl_endpoint {
     uint64_t report_seq;
     /* Atomics, executed by the target (base_atomic.h). */
     btl_amo_ep_t amo;
+    /* Untracked puts with notification (put_notify_inline): whom a refusal
+     * is told to (NULL: none sent), and, at the target, that a refusal
+     * frame waits in the queue already (one says it for all). */
+    ferry_btl_rdma_cb_t putn_cb;
+    void *putn_cbctx;
+    bool putn_refusal_queued;
 };
 
 /* A frame of our own (an RDMA answer, FIN, or the rest of a sendi that did
@@ -329,12 +347,13 @@ typedef struct tcp_ctl {
     bool answer;  /* counts in the endpoint's owed answers */
     bool revoked; /* the registration went away: the rest is zeros */
     bool has_trailer;
+    bool putn_refusal; /* a TCP_T_PUTN_REFUSED (ep->putn_refusal_queued) */
     tcp_status_body_t trailer;
     unsigned char bytes[];
 } tcp_ctl_t;
 
 /* Operation codes in btl_frag_t.op. */
-enum { TCP_OP_SEND, TCP_OP_PUT, TCP_OP_GET, TCP_OP_CTL };
+enum { TCP_OP_SEND, TCP_OP_PUT, TCP_OP_GET, TCP_OP_CTL, TCP_OP_PUTN };
 
 /* Modules one process can open: a module per address, FERRY_TCP_LINKS
  * (at most 8) of each. */
@@ -525,6 +544,10 @@ size_t tcp_rx_feed(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const unsigned c
                    size_t len);
 int tcp_sendi_now(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const void *header,
                   size_t header_len, const void *payload, size_t payload_len, uint8_t tag);
+/* tcp_sendi_now of a frame of any type (h.len filled in here) whose body
+ * is up to three parts. */
+int tcp_send_frame(tcp_module_t *mod, ferry_btl_endpoint_t *ep, tcp_hdr_t h,
+                   const struct iovec *parts, int nparts);
 int tcp_queue_ctl(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const tcp_hdr_t *hdr,
                   const void *body, size_t body_len);
 /* Fails peers whose half-received frame or unanswered request ran out of

@@ -59,6 +59,8 @@ size_t tcp_frag_wire_len(const btl_frag_t *frag)
         return sizeof(tcp_hdr_t) + sizeof(tcp_rdma_body_t) + frag->base.src[0].len;
     case TCP_OP_GET:
         return sizeof(tcp_hdr_t) + sizeof(tcp_rdma_body_t);
+    case TCP_OP_PUTN:
+        return sizeof(tcp_hdr_t) + frag->base.src[0].len;
     default: {
         const tcp_ctl_t *ctl = UTIL_CONTAINER_OF(frag, const tcp_ctl_t, frag);
         return ctl->hlen + ctl->data_len + (ctl->has_trailer ? sizeof(ctl->trailer) : 0);
@@ -274,6 +276,16 @@ static int frag_iov(tcp_module_t *mod, btl_frag_t *frag, unsigned char hdr[64], 
         iov[1] = (struct iovec){ferry_btl_seg_ptr(&des->src[0]), des->src[0].len};
         return iov_skip(iov, 2, skip);
     }
+    case TCP_OP_PUTN:
+        /* Body, notification and data were copied into the fragment. */
+        h.len = (uint32_t)des->src[0].len;
+        h.type = TCP_T_PUTN;
+        h.tag = frag->tag;
+        h.cookie = frag->cookie;
+        memcpy(hdr, &h, sizeof(h));
+        iov[0] = (struct iovec){hdr, sizeof(h)};
+        iov[1] = (struct iovec){ferry_btl_seg_ptr(&des->src[0]), des->src[0].len};
+        return iov_skip(iov, 2, skip);
     default:
         return ctl_iov(mod, ctl_of(frag), skip, iov, whole_out);
     }
@@ -288,12 +300,15 @@ static void frag_written(tcp_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t
         break;
     case TCP_OP_PUT:
     case TCP_OP_GET:
+    case TCP_OP_PUTN:
         util_list_append(&ep->rdma_wait, &frag->link);
         break;
     default: {
         tcp_ctl_t *ctl = ctl_of(frag);
         if (ctl->answer)
             answer_written(mod, ep, ctl);
+        if (ctl->putn_refusal)
+            ep->putn_refusal_queued = false;
         ctl_free(ctl);
         break;
     }
@@ -387,15 +402,24 @@ static bool sendi_room(ferry_btl_endpoint_t *ep, size_t len)
 int tcp_sendi_now(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const void *header,
                   size_t header_len, const void *payload, size_t payload_len, uint8_t tag)
 {
-    tcp_hdr_t h = {.len = (uint32_t)(header_len + payload_len), .type = TCP_T_DATA, .tag = tag};
-    struct iovec iov[3];
+    const struct iovec parts[2] = {{(void *)header, header_len}, {(void *)payload, payload_len}};
+    return tcp_send_frame(mod, ep, (tcp_hdr_t){.type = TCP_T_DATA, .tag = tag}, parts, 2);
+}
+
+int tcp_send_frame(tcp_module_t *mod, ferry_btl_endpoint_t *ep, tcp_hdr_t h,
+                   const struct iovec *parts, int nparts)
+{
+    struct iovec iov[4];
     int cnt = 0;
+    size_t body = 0;
     iov[cnt++] = (struct iovec){&h, sizeof(h)};
-    if (header_len > 0)
-        iov[cnt++] = (struct iovec){(void *)header, header_len};
-    if (payload_len > 0)
-        iov[cnt++] = (struct iovec){(void *)payload, payload_len};
-    size_t total = sizeof(h) + header_len + payload_len;
+    for (int i = 0; i < nparts && i < 3; i++) {
+        if (parts[i].iov_len > 0)
+            iov[cnt++] = parts[i];
+        body += parts[i].iov_len;
+    }
+    h.len = (uint32_t)body;
+    size_t total = sizeof(h) + body;
     if (total >= TCP_ROOM_CHECK && !sendi_room(ep, total))
         return FERRY_ERR_NO_RESOURCE;
     /* A small message is gathered here and goes with send: copying a few
@@ -459,6 +483,7 @@ int tcp_sendi_now(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const void *heade
 void tcp_fail_pending(tcp_module_t *mod, ferry_btl_endpoint_t *ep, int status)
 {
     util_list_item_t *it;
+    ep->putn_refusal_queued = false;
     while ((it = util_list_pop_front(&ep->queue)) != NULL) {
         btl_frag_t *frag = UTIL_CONTAINER_OF(it, btl_frag_t, link);
         if (frag->op == TCP_OP_CTL)
@@ -613,6 +638,61 @@ static int parse_put(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const tcp_hdr_
     return 1;
 }
 
+/* A put with notification, whole in the buffer: the data in if its key
+ * allows, then the answer (a request's PUT_ACK; for an untracked one a
+ * refusal frame, one queued at a time), then the tag's handler, refused or
+ * not. */
+static int parse_putn(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const tcp_hdr_t *h,
+                      const unsigned char *body, size_t bavail)
+{
+    tcp_putn_body_t b;
+    if (h->tag >= FERRY_BTL_TAG_BTL_MIN)
+        return proto_error(mod, ep, h, "tag reserved for the transport");
+    if (h->len < sizeof(b) || h->len > mod->super.attr.max_send_size)
+        return proto_error(mod, ep, h, "put with notification length out of range");
+    if (bavail < sizeof(b))
+        return 0;
+    memcpy(&b, body, sizeof(b));
+    if (b.zero != 0 || b.plen > h->len - sizeof(b))
+        return proto_error(mod, ep, h, "put with notification whose lengths do not add up");
+    if (bavail < h->len)
+        return 0;
+    if (h->cookie != 0 && owed_over(mod, ep, 0))
+        return pause_rx(mod, ep);
+    const unsigned char *payload = body + sizeof(b), *data = payload + b.plen;
+    size_t n = h->len - sizeof(b) - b.plen;
+    tcp_reg_t *reg = NULL;
+    int st = tcp_reg_lookup(mod, &b.key, b.raddr, n, FERRY_ACCESS_REMOTE_WRITE, &reg);
+    if (st == FERRY_OK && n > 0)
+        memcpy((void *)(uintptr_t)b.raddr, data, n);
+    if (st != FERRY_OK)
+        rt_log(&mod->super.ctx->log, RT_LOG_DEBUG,
+               "tcp: put of %zu bytes with notification from rank %d refused: outside a "
+               "writable registration",
+               n, ep->rank);
+    ep->rx_off += sizeof(*h) + h->len;
+    if (h->cookie != 0) {
+        put_ack(mod, ep, h->cookie, st);
+    } else if (st != FERRY_OK && !ep->putn_refusal_queued) {
+        tcp_hdr_t rh = {.type = TCP_T_PUTN_REFUSED};
+        tcp_ctl_t *ctl = ctl_fill(ep, &rh, NULL, 0);
+        if (ctl == NULL) {
+            tcp_ep_fail(mod, ep, FERRY_ERR_NO_MEMORY, "out of memory refusing a put");
+            return FERRY_ERR_NO_MEMORY;
+        }
+        ctl->putn_refusal = true;
+        ep->putn_refusal_queued = true;
+        tcp_enqueue(mod, ep, &ctl->frag, tcp_frag_wire_len(&ctl->frag));
+    }
+    if (ep->deleted)
+        return 1;
+    ferry_btl_segment_t seg = {.addr = (uint64_t)(uintptr_t)payload, .len = b.plen};
+    ferry_btl_recv_desc_t rd = {
+        .ep = ep, .peer = ep->rank, .tag = h->tag, .segs = &seg, .seg_cnt = 1};
+    btl_base_deliver(&mod->super, &rd);
+    return 1;
+}
+
 static int parse_get_req(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const tcp_hdr_t *h,
                          const unsigned char *body, size_t bavail)
 {
@@ -671,7 +751,8 @@ static int parse_answer(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const tcp_h
         return proto_error(mod, ep, h, "answer of the wrong length");
     util_list_item_t *it = util_list_first(&ep->rdma_wait);
     btl_frag_t *frag = it != NULL ? UTIL_CONTAINER_OF(it, btl_frag_t, link) : NULL;
-    if (frag == NULL || frag->cookie != h->cookie || frag->op != (get ? TCP_OP_GET : TCP_OP_PUT))
+    if (frag == NULL || frag->cookie != h->cookie ||
+        (get ? frag->op != TCP_OP_GET : frag->op != TCP_OP_PUT && frag->op != TCP_OP_PUTN))
         return proto_error(mod, ep, h, "answers no request in flight");
     size_t want = get ? frag->base.dst[0].len : 0;
     if (h->len == sizeof(sb)) {
@@ -782,11 +863,19 @@ static int parse_one(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
     size_t bavail = avail - sizeof(h);
     if (h.zero != 0)
         return proto_error(mod, ep, &h, "reserved field not zero");
-    if (h.type != TCP_T_DATA && h.tag != 0)
+    if (h.type != TCP_T_DATA && h.type != TCP_T_PUTN && h.tag != 0)
         return proto_error(mod, ep, &h, "tag on a frame that is not an active message");
     switch (h.type) {
     case TCP_T_DATA:
         return parse_data(mod, ep, &h, body, bavail);
+    case TCP_T_PUTN:
+        return parse_putn(mod, ep, &h, body, bavail);
+    case TCP_T_PUTN_REFUSED:
+        if (h.len != 0 || h.cookie != 0 || ep->putn_cb == NULL)
+            return proto_error(mod, ep, &h, "a refusal of puts nobody sent");
+        ep->rx_off += sizeof(h);
+        ep->putn_cb(&mod->super, ep, NULL, NULL, ep->putn_cbctx, NULL, FERRY_ERR_ACCESS);
+        return 1;
     case TCP_T_PUT:
         return parse_put(mod, ep, &h, body, bavail);
     case TCP_T_GET_REQ:
@@ -862,7 +951,7 @@ static inline __attribute__((always_inline)) size_t frames_want(tcp_module_t *mo
         memcpy(&h, ep->rx + ep->rx_off, sizeof(h));
         /* parse_one has checked the header: a DATA frame left in the buffer
          * is within the largest send and not yet whole. */
-        if (h.type == TCP_T_DATA && h.len >= TCP_BIG_FRAME &&
+        if ((h.type == TCP_T_DATA || h.type == TCP_T_PUTN) && h.len >= TCP_BIG_FRAME &&
             h.len <= mod->super.attr.max_send_size && sizeof(h) + h.len > avail)
             want = sizeof(h) + h.len - avail + TCP_LOOKAHEAD;
     }

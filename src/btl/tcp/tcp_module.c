@@ -182,6 +182,98 @@ static int tcp_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const vo
     return tcp_sendi_now(mod, ep, header, header_len, payload, payload_len, tag);
 }
 
+/* ---- puts with notification ---- */
+
+/* What a tracked put with notification's completion calls (btl.h,
+ * put_notify_inline), kept beside its fragment. */
+typedef struct tcp_putn_cb {
+    ferry_btl_rdma_cb_t cb;
+    void *cbctx, *cbdata;
+    void *local;
+} tcp_putn_cb_t;
+
+static void putn_done(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des,
+                      int status)
+{
+    tcp_putn_cb_t c = *(tcp_putn_cb_t *)des->cbdata;
+    free(des->cbdata);
+    c.cb(btl, ep, c.local, NULL, c.cbctx, c.cbdata, status);
+}
+
+static int tcp_put_notify_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                                 const void *local, size_t size, uint64_t raddr,
+                                 const uint8_t *rkey, uint8_t tag, const void *payload,
+                                 size_t plen, uint32_t flags, ferry_btl_rdma_cb_t cb,
+                                 void *cbctx, void *cbdata)
+{
+    tcp_module_t *mod = tcp_of(btl);
+    if (btl == NULL || ep == NULL || ep->mod != mod || rkey == NULL || cb == NULL ||
+        tag >= FERRY_BTL_TAG_BTL_MIN || (payload == NULL && plen > 0) ||
+        (local == NULL && size > 0) || (flags & ~(uint32_t)FERRY_BTL_PUTN_UNTRACKED) != 0)
+        return FERRY_ERR_INVALID;
+    if (ep->state != TCP_EP_CONNECTED) {
+        int rc = ep_ready(mod, ep);
+        if (rc != FERRY_OK)
+            return rc;
+        if (ep->state != TCP_EP_CONNECTED)
+            return FERRY_ERR_NOT_SUPPORTED;
+    }
+    if (ep->deleted)
+        return FERRY_ERR_UNREACH;
+    /* One frame no larger than the largest send, behind nothing queued. */
+    size_t max = btl->attr.max_send_size - sizeof(tcp_putn_body_t);
+    if (size > max || plen > max - size || !util_list_empty(&ep->queue))
+        return FERRY_ERR_NOT_SUPPORTED;
+    tcp_putn_body_t b = {.raddr = raddr, .plen = (uint32_t)plen};
+    memcpy(&b.key, rkey, sizeof(b.key));
+    if (flags & FERRY_BTL_PUTN_UNTRACKED) {
+        const struct iovec parts[3] = {
+            {&b, sizeof(b)}, {(void *)payload, plen}, {(void *)local, size}};
+        int rc = tcp_send_frame(mod, ep, (tcp_hdr_t){.type = TCP_T_PUTN, .tag = tag}, parts, 3);
+        if (rc == FERRY_ERR_NO_RESOURCE)
+            return FERRY_ERR_NOT_SUPPORTED;
+        if (rc == FERRY_OK) {
+            ep->putn_cb = cb;
+            ep->putn_cbctx = cbctx;
+        }
+        return rc;
+    }
+    /* Tracked: a request the target answers (PUT_ACK), within the budget
+     * of requests in flight that puts and gets keep. */
+    if (ep->rdma_inflight + btl_amo_inflight(&ep->amo) >= mod->p.rdma_max_inflight)
+        return FERRY_ERR_NOT_SUPPORTED;
+    tcp_putn_cb_t *c = malloc(sizeof(*c));
+    if (c == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    *c = (tcp_putn_cb_t){.cb = cb, .cbctx = cbctx, .cbdata = cbdata, .local = (void *)local};
+    ferry_btl_desc_t *des;
+    if (btl_frags_alloc(&mod->frags, sizeof(b) + plen + size, FERRY_BTL_DES_OWNERSHIP, &des) !=
+        FERRY_OK) {
+        free(c);
+        return FERRY_ERR_NOT_SUPPORTED;
+    }
+    unsigned char *p = ferry_btl_seg_ptr(&des->src[0]);
+    memcpy(p, &b, sizeof(b));
+    if (plen > 0)
+        memcpy(p + sizeof(b), payload, plen);
+    if (size > 0)
+        memcpy(p + sizeof(b) + plen, local, size);
+    btl_frag_t *frag = btl_frag_of(des);
+    frag->op = TCP_OP_PUTN;
+    frag->tag = tag;
+    frag->ep = ep;
+    frag->cookie = ++mod->next_cookie;
+    des->cbfunc = putn_done;
+    des->cbdata = c;
+    des->flags |= FERRY_BTL_DES_INFLIGHT;
+    ep->rdma_inflight++;
+    bool was_empty = util_list_empty(&ep->queue);
+    tcp_enqueue(mod, ep, frag, tcp_frag_wire_len(frag));
+    if (was_empty)
+        tcp_push(mod, ep);
+    return FERRY_OK;
+}
+
 /* ---- progress ---- */
 
 /* A put or get leaves the endpoint's count of operations in flight. */
@@ -444,6 +536,7 @@ static const ferry_btl_ops_t tcp_ops = {
     .register_error = btl_base_register_error,
     .finalize = tcp_finalize,
     .alloc = tcp_alloc,
+    .put_notify_inline = tcp_put_notify_inline,
     .free = btl_frags_op_free,
     .prepare_src = tcp_prepare_src,
     .prepare_dst = btl_frags_op_prepare_dst,

@@ -27,6 +27,11 @@
  *     value of a
  *  10 AMO_ANSWER for no atomic in flight (the endpoint must fail, nothing
  *     more)
+ *  11 PUTN    a put with notification: the first (flags >> 4) % 8 bytes of
+ *             a bytes the notification, the rest put at offset b-64, key as
+ *             for PUT; a request (answered by PUT_ACK) by flags bit 2, else
+ *             untracked (a refusal answered by PUTN_REFUSED); the handled
+ *             tag, or by flags bit 6 a reserved one
  * and flags bit 7 flips one byte of the frame.
  *
  * Checked besides no crash: memory outside the zones, and the read-only
@@ -131,11 +136,12 @@ static void build(run_t *r, const uint8_t *data, size_t size, const uint8_t *cut
     uint64_t cookie = 1000;
     while (off + 6 <= size && r->len < STREAM_MAX) {
         const uint8_t *rec = data + off;
-        unsigned kind = rec[0] % 11, flags = rec[1];
+        unsigned kind = rec[0] % 12, flags = rec[1];
         uint16_t a = u16(rec + 2), b = u16(rec + 4);
         off += 6;
         size_t plen = 0;
-        if (kind == 0 || kind == 1 || kind == 6 || (kind == 4 && ((flags >> 3) & 3) == 2))
+        if (kind == 0 || kind == 1 || kind == 6 || kind == 11 ||
+            (kind == 4 && ((flags >> 3) & 3) == 2))
             plen = a < size - off ? a : size - off;
         const uint8_t *payload = data + off;
         off += plen;
@@ -177,6 +183,34 @@ static void build(run_t *r, const uint8_t *data, size_t size, const uint8_t *cut
                                              .off = roff - 64,
                                              .len = len,
                                              .cookie = cookie};
+            break;
+        }
+        case 11: {
+            size_t roff = (size_t)b;
+            int z = (flags & 3) == 1 ? 1 : 0;
+            size_t nlen = ((size_t)flags >> 4) % 8;
+            if (nlen > plen)
+                nlen = plen;
+            tcp_putn_body_t pb = {.raddr = (uint64_t)(uintptr_t)fx_zone(&r->fx, z) + roff - 64,
+                                  .key = key_for(r, flags),
+                                  .plen = (uint32_t)nlen};
+            bool tracked = flags & 4;
+            h = (tcp_hdr_t){.len = (uint32_t)(sizeof(pb) + plen),
+                            .type = TCP_T_PUTN,
+                            .tag = (flags & 0x40) ? 250 : FX_TAG,
+                            .cookie = tracked ? ++cookie : 0};
+            put_bytes(r, &h, sizeof(h));
+            put_bytes(r, &pb, sizeof(pb));
+            put_bytes(r, payload, plen);
+            size_t len = plen - nlen;
+            bool in = roff >= 64 && roff - 64 <= FX_ZONE && len <= FX_ZONE - (roff - 64) &&
+                      (flags & 3) != 2 && (flags & 3) != 3 && z == 0 && !r->dereg;
+            if (tracked && !(flags & 0x40) && r->nreq < REQS_MAX)
+                r->reqs[r->nreq++] = (req_t){
+                    .get = false, .good = in, .zone = z, .off = roff - 64, .len = len,
+                    .cookie = cookie};
+            else if (flags & 0x40)
+                r->exact = false; /* the endpoint fails: no more answers */
             break;
         }
         case 3:
@@ -326,6 +360,12 @@ static void read_answers(run_t *r)
                     FX_ABORT_UNLESS(m.status != FERRY_OK);
             }
             at += sizeof(h) + h.len;
+            continue;
+        }
+        if (h.type == TCP_T_PUTN_REFUSED) {
+            /* Untracked puts with notification were refused. */
+            FX_ABORT_UNLESS(h.len == 0 && h.cookie == 0);
+            at += sizeof(h);
             continue;
         }
         FX_ABORT_UNLESS(h.type == TCP_T_PUT_ACK || h.type == TCP_T_GET_RESP);
