@@ -158,6 +158,23 @@ static int tcp_send(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl
     return FERRY_OK;
 }
 
+/* What sendi and put_notify_inline need of ep before they write: connected
+ * (else busy: connecting, or failed and not yet reported), not deleted,
+ * nothing queued that they would overtake (busy). */
+static int write_ready(tcp_module_t *mod, ferry_btl_endpoint_t *ep, int busy)
+{
+    if (ep->state != TCP_EP_CONNECTED) {
+        int rc = ep_ready(mod, ep);
+        if (rc != FERRY_OK)
+            return rc;
+        if (ep->state != TCP_EP_CONNECTED)
+            return busy;
+    }
+    if (ep->deleted)
+        return FERRY_ERR_UNREACH;
+    return util_list_empty(&ep->queue) ? FERRY_OK : busy;
+}
+
 static int tcp_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void *header,
                      size_t header_len, const void *payload, size_t payload_len, uint8_t tag)
 {
@@ -166,19 +183,10 @@ static int tcp_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const vo
         (payload == NULL && payload_len > 0) || header_len > btl->attr.max_send_size ||
         payload_len > btl->attr.max_send_size - header_len || ep == NULL || ep->mod != mod)
         return FERRY_ERR_INVALID;
-    if (ep->state != TCP_EP_CONNECTED) {
-        int rc = ep_ready(mod, ep);
-        if (rc != FERRY_OK)
-            return rc;
-        /* Connecting, or failed and not yet reported: progress, then retry. */
-        if (ep->state != TCP_EP_CONNECTED)
-            return FERRY_ERR_NO_RESOURCE;
-    }
-    if (ep->deleted)
-        return FERRY_ERR_UNREACH;
-    /* Nothing may overtake what is queued. */
-    if (!util_list_empty(&ep->queue))
-        return FERRY_ERR_NO_RESOURCE;
+    /* Busy: progress, then retry. */
+    int rc = write_ready(mod, ep, FERRY_ERR_NO_RESOURCE);
+    if (rc != FERRY_OK)
+        return rc;
     return tcp_sendi_now(mod, ep, header, header_len, payload, payload_len, tag);
 }
 
@@ -211,25 +219,19 @@ static int tcp_put_notify_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *
         tag >= FERRY_BTL_TAG_BTL_MIN || (payload == NULL && plen > 0) ||
         (local == NULL && size > 0) || (flags & ~(uint32_t)FERRY_BTL_PUTN_UNTRACKED) != 0)
         return FERRY_ERR_INVALID;
-    if (ep->state != TCP_EP_CONNECTED) {
-        int rc = ep_ready(mod, ep);
-        if (rc != FERRY_OK)
-            return rc;
-        if (ep->state != TCP_EP_CONNECTED)
-            return FERRY_ERR_NOT_SUPPORTED;
-    }
-    if (ep->deleted)
-        return FERRY_ERR_UNREACH;
-    /* One frame no larger than the largest send, behind nothing queued. */
+    int rc = write_ready(mod, ep, FERRY_ERR_NOT_SUPPORTED);
+    if (rc != FERRY_OK)
+        return rc;
+    /* One frame no larger than the largest send. */
     size_t max = btl->attr.max_send_size - sizeof(tcp_putn_body_t);
-    if (size > max || plen > max - size || !util_list_empty(&ep->queue))
+    if (size > max || plen > max - size)
         return FERRY_ERR_NOT_SUPPORTED;
     tcp_putn_body_t b = {.raddr = raddr, .plen = (uint32_t)plen};
     memcpy(&b.key, rkey, sizeof(b.key));
     if (flags & FERRY_BTL_PUTN_UNTRACKED) {
         const struct iovec parts[3] = {
             {&b, sizeof(b)}, {(void *)payload, plen}, {(void *)local, size}};
-        int rc = tcp_send_frame(mod, ep, (tcp_hdr_t){.type = TCP_T_PUTN, .tag = tag}, parts, 3);
+        rc = tcp_send_frame(mod, ep, (tcp_hdr_t){.type = TCP_T_PUTN, .tag = tag}, parts, 3);
         if (rc == FERRY_ERR_NO_RESOURCE)
             return FERRY_ERR_NOT_SUPPORTED;
         if (rc == FERRY_OK) {
