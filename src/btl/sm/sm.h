@@ -302,6 +302,7 @@ struct ferry_btl_endpoint {
     char peer_name[SM_NAME_MAX];
     uint64_t head;        /* bytes written into out */
     uint64_t cached_tail; /* last tail read from out */
+    bool prefetch_write;  /* the module's, beside the head it goes with */
     /* One bit per slot of out: set where the word in memory is a header (of
      * any lap, or zero), clear where it is payload. Only a payload word can
      * pass for a header of the current lap, so only such a place is zeroed
@@ -402,6 +403,7 @@ typedef struct sm_params {
     long long max_eager_rdma_peers;
     size_t get_slots;
     bool copy_checked;
+    bool prefetch_write;
     size_t atomic_slots;
 } sm_params_t;
 
@@ -441,6 +443,9 @@ struct sm_module {
     mem_monitor_client_t mon_client;
     mem_itree_t watched; /* registrations the monitor watches; under the monitor lock */
     bool self_cma; /* process_vm_readv/writev on ourselves works */
+    /* The sender asks for the ring's next line ahead of writing it
+     * (FERRY_SM_PREFETCH_WRITE, and the CPU has the instruction). */
+    bool prefetch_write;
     pid_t self_pid;
     uint64_t nonces[16]; /* random bits for keys, drawn in batches */
     unsigned nonces_left;
@@ -517,6 +522,41 @@ static inline bool sm_ring_slot_is_hdr(const uint64_t *bits, uint64_t slot)
 bool sm_ring_reserve_slow(ferry_btl_endpoint_t *ep, size_t len, unsigned char **slot_out,
                           uint64_t *pos_out);
 
+/* Whether size ring bytes at the head's offset off fit before the lap's
+ * end within the credits cached: one more slot than the message, because
+ * the commit zeroes the next header's place. */
+static inline bool sm_ring_room(const ferry_btl_endpoint_t *ep, uint64_t ring, uint64_t off,
+                                uint64_t size)
+{
+    return off + size <= ring && ep->head + size + SM_ALIGN - ep->cached_tail <= ring;
+}
+
+/* A hint that this core is about to write the cache line at p: the line
+ * is fetched for ownership now (x86's PREFETCHW), not when the store
+ * reaches it. No effect on what memory holds. */
+static inline void sm_prefetch_write(const void *p)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ volatile("prefetchw (%0)" : : "r"(p));
+#else
+    __builtin_prefetch(p, 1, 3);
+#endif
+}
+
+/* Takes size ring bytes at the head's offset off (sm_ring_room said yes),
+ * for an inline send. A message that enters a new cache line has the line
+ * after it fetched for ownership: the reader pulled it to its own core a
+ * lap ago, and without the hint the sender's stores into it would wait for
+ * that transfer one line at a time (src/btl/sm/README.md). */
+static inline void sm_ring_take(ferry_btl_endpoint_t *ep, uint64_t ring, uint64_t off,
+                                uint64_t size)
+{
+    uint64_t last = off + size - 1;
+    ep->head += size;
+    if (ep->prefetch_write && ((off & (SM_LINE - 1)) == 0 || (off ^ last) >= SM_LINE))
+        sm_prefetch_write(ep->out->ring + (((last | (SM_LINE - 1)) + 1) & (ring - 1)));
+}
+
 /* Reserves a slot for len payload bytes after the header; false when out of
  * credits. *slot_out points at the payload. Publish with sm_ring_commit. */
 static inline bool sm_ring_reserve(ferry_btl_endpoint_t *ep, size_t len, unsigned char **slot_out,
@@ -525,9 +565,7 @@ static inline bool sm_ring_reserve(ferry_btl_endpoint_t *ep, size_t len, unsigne
     const uint64_t ring = ep->mod->p.ring_size;
     uint64_t off = ep->head & (ring - 1);
     const uint64_t size = sm_span(off, len);
-    /* Before the lap's end, within the credits cached: one more slot than
-     * the message, because sm_ring_commit zeroes the next header's place. */
-    if (off + size <= ring && ep->head + size + SM_ALIGN - ep->cached_tail <= ring) {
+    if (sm_ring_room(ep, ring, off, size)) {
         *slot_out = ep->out->ring + off + SM_HDR_SIZE;
         *pos_out = ep->head;
         ep->head += size;
@@ -547,15 +585,13 @@ static inline void sm_ring_bits_clear(uint64_t *bits, uint64_t from, uint64_t to
     }
 }
 
-/* Publishes the message reserved at pos: its header, written last with
- * release, makes the payload visible to the reader. */
-static inline void sm_ring_commit(ferry_btl_endpoint_t *ep, uint64_t pos, uint32_t len,
-                                  uint8_t tag, uint8_t type)
+/* Publishes hdr, the header of the message of size ring bytes at ring
+ * offset off (off and size as reserved): written last with release, it
+ * makes the payload visible to the reader. */
+static inline void sm_ring_publish(ferry_btl_endpoint_t *ep, uint64_t ring, uint64_t off,
+                                   uint64_t size, uint64_t hdr)
 {
-    const uint64_t ring = ep->mod->p.ring_size;
     unsigned char *base = ep->out->ring;
-    uint64_t off = pos & (ring - 1);
-    uint64_t size = sm_span(off, len);
     uint64_t first = off / SM_ALIGN, end = first + size / SM_ALIGN;
     uint64_t *bits = ep->hdr_bits;
 
@@ -570,9 +606,19 @@ static inline void sm_ring_commit(ferry_btl_endpoint_t *ep, uint64_t pos, uint32
         atomic_store_explicit(sm_ring_hdr_at(base, next * SM_ALIGN), 0, memory_order_relaxed);
         bits[next / 64] |= (uint64_t)1 << (next % 64);
     }
-    atomic_store_explicit(sm_ring_hdr_at(base, off), sm_hdr_pack(len, tag, type, sm_lap(pos, ring)),
-                          memory_order_release);
+    atomic_store_explicit(sm_ring_hdr_at(base, off), hdr, memory_order_release);
 }
+
+/* Publishes the message reserved at pos. */
+static inline void sm_ring_commit(ferry_btl_endpoint_t *ep, uint64_t pos, uint32_t len,
+                                  uint8_t tag, uint8_t type)
+{
+    const uint64_t ring = ep->mod->p.ring_size;
+    uint64_t off = pos & (ring - 1);
+    sm_ring_publish(ep, ring, off, sm_span(off, len),
+                    sm_hdr_pack(len, tag, type, sm_lap(pos, ring)));
+}
+
 /* Whether sm_poll_channel has anything to do on ep: a header of the
  * current lap at the read position, or a new lap to start. One load of a
  * word the sender writes, so that an idle poll costs no call. */
