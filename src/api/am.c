@@ -30,7 +30,9 @@ long ferry_am_max_size(ferry_ctx_t *ctx, int dst)
     return (long)peer->max_send;
 }
 
-int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t len)
+/* ferry_am_send for every case (below, the common one). */
+static int __attribute__((noinline))
+am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t len)
 {
     int rc;
     if (!api_tag_valid(tag) || (data == NULL && len > 0))
@@ -92,6 +94,34 @@ int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t l
     return rc;
 }
 
+/* The common case with nothing to call but the transport: a message that
+ * fits one send to a reachable peer of one rail, nothing queued from
+ * callbacks, through a transport with sendi (its answer is the call's, as
+ * in am_send). Anything else is am_send's to decide from the start. */
+int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t len)
+{
+    if (__builtin_expect(ctx != NULL && ctx->magic == BTL_CTX_MAGIC && ctx->api != NULL &&
+                             (unsigned)dst < (unsigned)ctx->size && api_tag_valid(tag) &&
+                             (data != NULL || len == 0),
+                         1)) {
+        btl_peer_t *peer = &ctx->peers[dst];
+        if (__builtin_expect(peer->module_idx >= 0 && !peer->failed && len <= peer->max_send &&
+                                 ctx->api->cbq_count == 0 && !bml_keeping(ctx, dst),
+                             1)) {
+            ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
+            if (btl->attr.flags & FERRY_BTL_FLAG_SENDI) {
+                int rc = btl->ops->sendi(btl, peer->ep, NULL, 0, data, len, (uint8_t)tag);
+                if (rc == FERRY_OK)
+                    api_am_sent(ctx, dst);
+                else if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0)
+                    rc = api_cbq_push(ctx, dst, tag, data, NULL, len);
+                return rc;
+            }
+        }
+    }
+    return am_send(ctx, dst, tag, data, len);
+}
+
 int api_send_des(ferry_ctx_t *ctx, int dst, int m, ferry_btl_desc_t *des, uint8_t tag)
 {
     ferry_btl_module_t *btl = ctx->modules[m];
@@ -123,6 +153,20 @@ int api_send_two_kept(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, s
 void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, void *cbdata)
 {
     ferry_ctx_t *ctx = cbdata;
+    /* The common case straight to its handler: an application message in
+     * one segment, no large message under way. */
+    if (__builtin_expect(rd->seg_cnt == 1 && rd->tag <= FERRY_AM_TAG_MAX &&
+                             ctx->api->large == NULL && ctx->api->am[rd->tag].cb != NULL,
+                         1)) {
+        if (!bml_am_rx(ctx, btl, rd->peer))
+            return;
+        ferry_am_cb_t cb = ctx->api->am[rd->tag].cb;
+        ctx->in_callback++;
+        cb(ctx, rd->peer, rd->tag, ferry_btl_seg_ptr(&rd->segs[0]), rd->segs[0].len,
+           ctx->api->am[rd->tag].arg);
+        ctx->in_callback--;
+        return;
+    }
     const void *data = NULL;
     size_t len = 0;
     char *joined = NULL;
