@@ -800,6 +800,33 @@ ct_result_t ct_case_invalid_args(ct_suite_t *s)
         rc = s->btl->ops->sendi(s->btl, NULL, hdr, sizeof(hdr), NULL, 0, CT_DATA_TAG);
         s->in_call--;
         CT_CHECK_RC(s, rc, FERRY_ERR_INVALID, "sendi to a NULL endpoint");
+        /* Lengths without their bytes, and lengths whose sum wraps to a
+         * small one: nothing may be read or sent. */
+        static const struct {
+            bool hdr_null, payload_null;
+            size_t hlen, plen;
+            const char *what;
+        } bad[] = {
+            {true, false, 8, 0, "sendi of a NULL header with a length"},
+            {false, true, 8, 8, "sendi of a NULL payload with a length"},
+            {false, false, 0, 0, "sendi of a header longer than max_send_size"},
+            {false, false, 8, 0, "sendi of a payload that makes it longer than max_send_size"},
+            {false, false, 8, 0, "sendi whose lengths add up past SIZE_MAX"},
+        };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            size_t hlen = bad[i].hlen, plen = bad[i].plen;
+            if (i == 2)
+                hlen = max + 1;
+            else if (i == 3)
+                plen = max - hlen + 1;
+            else if (i == 4)
+                plen = SIZE_MAX - hlen + 2;
+            s->in_call++;
+            rc = s->btl->ops->sendi(s->btl, ep, bad[i].hdr_null ? NULL : hdr, hlen,
+                                    bad[i].payload_null ? NULL : hdr, plen, CT_DATA_TAG);
+            s->in_call--;
+            CT_CHECK_RC(s, rc, FERRY_ERR_INVALID, bad[i].what);
+        }
     }
 
     if (rdma) {
