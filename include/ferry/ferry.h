@@ -525,7 +525,10 @@ typedef enum {
  * operation or width (its attr.atomic_flags); FERRY_ERR_UNREACH when the
  * peer failed; FERRY_ERR_NO_RESOURCE when the transport has no room now
  * (nothing started: progress and retry). The target's own refusal (a key
- * released meanwhile) is the operation's status at completion.
+ * released meanwhile) is the operation's status at completion. To a peer
+ * with several rails an atomic travels as one of ferry's own active
+ * messages, which move to another rail with the rest when one breaks: it
+ * is applied once and completes (docs/bml.md).
  */
 int ferry_atomic(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, ferry_atomic_op_t op,
                  size_t size, uint64_t operand, const ferry_op_params_t *p);

@@ -195,7 +195,8 @@ void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, v
         data = joined;
     }
 
-    if (rd->tag <= FERRY_AM_TAG_MAX || rd->tag == API_TAG_FLUSH || rd->tag == API_TAG_PUTN) {
+    if (rd->tag <= FERRY_AM_TAG_MAX || rd->tag == API_TAG_FLUSH || rd->tag == API_TAG_PUTN ||
+        rd->tag == API_TAG_AMO) {
         /* The application's messages, and ferry's that are ordered with
          * them (a flush marker is answered after what it follows, a
          * notification runs in its place): behind a large message they
@@ -219,6 +220,8 @@ void api_am_deliver(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t
             api_flush_recv(ctx, src, data, len);
         else if (tag == API_TAG_PUTN)
             api_putn_recv(ctx, src, data, len);
+        else if (tag == API_TAG_AMO)
+            api_amo_recv(ctx, src, data, len);
         return;
     }
     if (ctx->api->am[tag].cb != NULL) {

@@ -23,8 +23,39 @@ enum {
     API_TAG_FLUSH = FERRY_BTL_TAG_FERRY_MIN + 6,
     /* A small put with notification in one message, and a refusal of one
      * (onesided.c) */
-    API_TAG_PUTN = FERRY_BTL_TAG_FERRY_MIN + 7
+    API_TAG_PUTN = FERRY_BTL_TAG_FERRY_MIN + 7,
+    /* An atomic to a peer of several rails, and its answer (onesided.c) */
+    API_TAG_AMO = FERRY_BTL_TAG_FERRY_MIN + 9
 };
+
+/* The message of API_TAG_AMO (onesided.c). An atomic to a peer with several
+ * rails travels as ferry's own active message, which the bml keeps and
+ * replays exactly once whichever rail carries it (bml.h), and the target's
+ * API applies it with the CPU atomic every ferry atomic is; the answer
+ * comes back the same way. A request is this header and key_len key bytes,
+ * the key of the module named by name_hash and instance (as in a packed
+ * key); an answer is the header alone, seq naming its request. */
+enum { API_AMO_REQ = 1, API_AMO_ANSWER = 2 };
+
+typedef struct api_amo_msg {
+    uint8_t kind;     /* API_AMO_REQ or API_AMO_ANSWER */
+    uint8_t amo;      /* REQ: 0 no fetch, 1 fetch, 2 compare-and-swap */
+    uint8_t op;       /* REQ: the ferry_btl_atomic_op_t (0 for compare-and-swap) */
+    uint8_t size;     /* REQ: 4 or 8 */
+    uint8_t instance; /* REQ: which of the transport's modules the key is of */
+    uint8_t key_len;  /* REQ: at most FERRY_BTL_KEY_MAX */
+    uint8_t zero[2];
+    int32_t status;    /* ANSWER: FERRY_OK or the refusal */
+    uint32_t name_hash; /* REQ: api_rkey_name_hash of the transport's name */
+    uint64_t seq;
+    uint64_t raddr;    /* REQ */
+    uint64_t operand;  /* REQ; ANSWER: the value before */
+    uint64_t compare;  /* REQ */
+} api_amo_msg_t;
+
+/* An atomic's request from src, or the answer to one of ours (the
+ * dispatcher, or am_large releasing what it held). */
+void api_amo_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len);
 
 /* The largest put with notification that travels inside its message. */
 #define API_PUTN_INLINE_MAX 4096
@@ -147,6 +178,11 @@ struct api_state {
      * together at most cbq_max bytes (FERRY_CB_QUEUE_MAX). */
     util_list_t *cbq;   /* [size] of api_cbq_msg_t */
     util_list_t amo_q;  /* api_amo_wait_t, oldest first */
+    /* Atomics to peers of several rails sent as API_TAG_AMO messages,
+     * waiting for their answers (api_amo_sent_t), and the next one's
+     * number. */
+    util_list_t amo_sent;
+    uint64_t amo_seq;
     size_t cbq_bytes;
     size_t cbq_count;   /* messages in all of cbq */
     size_t cbq_max;
@@ -282,6 +318,7 @@ int api_onesided_progress(ferry_ctx_t *ctx);
 static inline bool api_onesided_pending(const struct api_state *api)
 {
     return api->cbq_count > 0 || api->n_owed_hint || !util_list_empty(&api->amo_q) ||
+           !util_list_empty(&api->amo_sent) ||
            !util_list_empty(&api->notify_q) || !util_list_empty(&api->flushes) ||
            !util_list_empty(&api->req_due);
 }

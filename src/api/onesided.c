@@ -16,6 +16,8 @@
 #include "api/api.h"
 #include "api/rkey.h"
 #include "bml/bml.h"
+#include "btl/base.h"
+#include "btl/base_atomic.h"
 
 #define API_REQ_MAGIC 0x51455246u  /* "FREQ" */
 #define API_RKEY_H_MAGIC 0x484b5246u /* "FRKH" */
@@ -650,6 +652,179 @@ static int amo_drain(ferry_ctx_t *ctx)
     return events;
 }
 
+/*
+ * Atomics to a peer of several rails (API_TAG_AMO, api.h). Given to a
+ * transport, an atomic in flight on a rail that breaks has an effect at the
+ * target nobody here can know, so it could only fail. As ferry's own active
+ * message it is kept and replayed with the others, exactly once whichever
+ * rail carries it, and so is its answer: it moves over like everything else.
+ */
+typedef struct api_amo_sent {
+    util_list_item_t link; /* in api->amo_sent */
+    uint64_t seq;
+    int dst;
+    bool w32;
+    void *result; /* NULL: no fetch */
+    ferry_req_t *req;
+} api_amo_sent_t;
+
+static int amo_msg_start(ferry_ctx_t *ctx, int kind, ferry_rkey_h *rh, uint64_t raddr,
+                         ferry_atomic_op_t op, size_t size, uint64_t operand, uint64_t compare,
+                         void *result, const ferry_op_params_t *p)
+{
+    struct api_state *api = ctx->api;
+    int dst = rh->dst, rc;
+    ferry_req_t *req = req_for(ctx, p, &rc);
+    if (rc != FERRY_OK)
+        return rc;
+    api_amo_sent_t *w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return req_abandon(ctx, req, FERRY_ERR_NO_MEMORY);
+    size_t key_len = ctx->modules[rh->module]->attr.reg_handle_size;
+    api_amo_msg_t m = {.kind = API_AMO_REQ,
+                       .amo = (uint8_t)kind,
+                       .op = kind == AMO_CSWAP ? 0 : (uint8_t)amo_ops[op],
+                       .size = (uint8_t)size,
+                       .instance = api->rkey_id[rh->module].instance,
+                       .key_len = (uint8_t)key_len,
+                       .name_hash = api->rkey_id[rh->module].name_hash,
+                       .seq = api->amo_seq,
+                       .raddr = raddr,
+                       .operand = operand,
+                       .compare = compare};
+    /* Behind what waits from callbacks, as every message to dst. */
+    if (api_cbq_waiting(ctx, dst))
+        rc = FERRY_ERR_NO_RESOURCE;
+    else
+        rc = api_send_two(ctx, dst, API_TAG_AMO, &m, sizeof(m), rh->key, key_len);
+    if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0)
+        rc = api_cbq_push_hdr(ctx, dst, API_TAG_AMO, &m, sizeof(m), rh->key, NULL, key_len);
+    if (rc != FERRY_OK) {
+        free(w);
+        return req_abandon(ctx, req, rc);
+    }
+    *w = (api_amo_sent_t){.seq = api->amo_seq++, .dst = dst, .w32 = size == 4,
+                          .result = kind == AMO_OP ? NULL : result, .req = req};
+    util_list_append(&api->amo_sent, &w->link);
+    api->outstanding[dst]++;
+    return req_started(p, req);
+}
+
+static void amo_sent_done(ferry_ctx_t *ctx, api_amo_sent_t *w, int status)
+{
+    util_list_remove(&ctx->api->amo_sent, &w->link);
+    api_peer_done(&ctx->api->slots[w->dst], status);
+    if (w->req != NULL)
+        api_req_complete(ctx, w->req, status);
+    free(w);
+}
+
+/* Atomics waiting on a peer that failed end with FERRY_ERR_UNREACH: no
+ * answer will come. */
+static int amo_sent_fail_dead(ferry_ctx_t *ctx)
+{
+    int events = 0;
+    util_list_item_t *it = util_list_first(&ctx->api->amo_sent), *next;
+    for (; it != NULL; it = next) {
+        next = it->next != &ctx->api->amo_sent.head ? it->next : NULL;
+        api_amo_sent_t *w = UTIL_CONTAINER_OF(it, api_amo_sent_t, link);
+        if (ctx->peers[w->dst].failed) {
+            amo_sent_done(ctx, w, FERRY_ERR_UNREACH);
+            events++;
+        }
+    }
+    return events;
+}
+
+/* The target's side: the request checked field by field (any bytes may
+ * come), the key resolved against our registration of the module it names
+ * at this moment, the CPU atomic applied, and the answer sent, in order
+ * with what we send to src (behind what waits from callbacks). */
+static void amo_msg_target(ferry_ctx_t *ctx, int src, const api_amo_msg_t *m,
+                           const unsigned char *key)
+{
+    int status = FERRY_ERR_ACCESS;
+    uint64_t old = 0;
+    int mod = -1;
+    for (int i = 0; i < ctx->n_modules && mod < 0; i++)
+        if (ctx->api->rkey_id[i].name_hash == m->name_hash &&
+            ctx->api->rkey_id[i].instance == m->instance)
+            mod = i;
+    ferry_btl_module_t *btl = mod >= 0 ? ctx->modules[mod] : NULL;
+    void *at = NULL;
+    bool cswap = m->amo == AMO_CSWAP;
+    if (btl != NULL && btl->ops->target_resolve != NULL &&
+        m->key_len == btl->attr.reg_handle_size &&
+        (status = btl_base_atomic_check(btl, m->op, cswap, m->raddr,
+                                        m->size == 4 ? FERRY_BTL_ATOMIC_FLAG_32BIT : 0)) ==
+            FERRY_OK &&
+        (status = btl->ops->target_resolve(btl, key, m->raddr, m->size,
+                                           FERRY_ACCESS_REMOTE_ATOMIC, &at)) == FERRY_OK) {
+        old = ferry_btl_atomic_apply(at, m->size == 4, cswap, m->op, m->operand, m->compare);
+    } else {
+        if (status == FERRY_OK)
+            status = FERRY_ERR_ACCESS;
+        rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
+                       "atomic from rank %d refused: %u bytes at 0x%llx are not in a "
+                       "registration of ours with remote atomics",
+                       src, (unsigned)m->size, (unsigned long long)m->raddr);
+    }
+    api_amo_msg_t a = {.kind = API_AMO_ANSWER, .status = status, .seq = m->seq, .operand = old};
+    int rc = api_cbq_waiting(ctx, src) ? FERRY_ERR_NO_RESOURCE
+                                       : api_send_small(ctx, src, API_TAG_AMO, &a, sizeof(a));
+    if (rc == FERRY_ERR_NO_RESOURCE)
+        rc = api_cbq_push(ctx, src, API_TAG_AMO, &a, NULL, sizeof(a));
+    if (rc != FERRY_OK)
+        rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
+                       "the answer to rank %d's atomic could not be sent (%s): it waits for "
+                       "ever",
+                       src, ferry_strerror(rc));
+}
+
+void api_amo_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len)
+{
+    api_amo_msg_t m;
+    if (len < sizeof(m) || src < 0 || src >= ctx->size) {
+        rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
+                       "atomic message from rank %d: %zu bytes, shorter than its header; "
+                       "dropped",
+                       src, len);
+        return;
+    }
+    memcpy(&m, data, sizeof(m));
+    const unsigned char *key = (const unsigned char *)data + sizeof(m);
+    if (m.kind == API_AMO_REQ && m.key_len <= FERRY_BTL_KEY_MAX &&
+        len == sizeof(m) + m.key_len && (m.size == 4 || m.size == 8) &&
+        (m.raddr & (m.size - 1u)) == 0 && m.zero[0] == 0 && m.zero[1] == 0 && m.status == 0 &&
+        (m.amo == AMO_OP || m.amo == AMO_FETCH || (m.amo == AMO_CSWAP && m.op == 0))) {
+        amo_msg_target(ctx, src, &m, key);
+        return;
+    }
+    if (m.kind == API_AMO_ANSWER && len == sizeof(m)) {
+        util_list_item_t *it;
+        for (it = util_list_first(&ctx->api->amo_sent); it != NULL;
+             it = it->next != &ctx->api->amo_sent.head ? it->next : NULL) {
+            api_amo_sent_t *w = UTIL_CONTAINER_OF(it, api_amo_sent_t, link);
+            if (w->dst != src || w->seq != m.seq)
+                continue;
+            /* A refusal keeps its kind when it is one a target gives;
+             * anything else a peer claims reads as a refusal of access. */
+            int status = m.status == FERRY_OK || m.status == FERRY_ERR_INVALID ||
+                                 m.status == FERRY_ERR_NOT_SUPPORTED
+                             ? m.status
+                             : FERRY_ERR_ACCESS;
+            if (status == FERRY_OK && w->result != NULL)
+                btl_atomic_store_result(w->result, w->w32, m.operand);
+            amo_sent_done(ctx, w, status);
+            return;
+        }
+    }
+    rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
+                   "atomic message from rank %d is malformed or answers nothing of ours "
+                   "(kind %u, %zu bytes); dropped",
+                   src, (unsigned)m.kind, len);
+}
+
 /* Inline in each of the three calls, where kind is a constant. */
 static inline __attribute__((always_inline)) int
 amo_start(ferry_ctx_t *ctx, int kind, ferry_rkey_h *rh, uint64_t raddr, ferry_atomic_op_t op,
@@ -673,6 +848,8 @@ amo_start(ferry_ctx_t *ctx, int kind, ferry_rkey_h *rh, uint64_t raddr, ferry_at
                                         : FERRY_BTL_FLAG_ATOMIC_OPS;
     if (!(btl->attr.flags & need))
         return FERRY_ERR_NOT_SUPPORTED;
+    if (bml_multi(ctx, rh->dst))
+        return amo_msg_start(ctx, kind, rh, raddr, op, size, operand, compare, result, p);
     uint32_t flags = size == 4 ? FERRY_BTL_ATOMIC_FLAG_32BIT : 0;
     if ((p == NULL || p->cb == NULL) && !rh->amo_direct_no) {
         /* Done inside the call where the transport can (a peer's heap on
@@ -1279,6 +1456,8 @@ int api_onesided_progress(ferry_ctx_t *ctx)
         events += cbq_drain(ctx);
     if (!util_list_empty(&api->amo_q))
         events += amo_drain(ctx);
+    if (!util_list_empty(&api->amo_sent))
+        events += amo_sent_fail_dead(ctx);
     while ((it = util_list_first(&api->notify_q)) != NULL) {
         api_notify_t *n = UTIL_CONTAINER_OF(it, api_notify_t, link);
         util_list_remove(&api->notify_q, it);
@@ -1330,6 +1509,7 @@ int api_onesided_init(ferry_ctx_t *ctx)
     util_list_init(&api->flushes);
     util_list_init(&api->notify_q);
     util_list_init(&api->amo_q);
+    util_list_init(&api->amo_sent);
     int rc = api_onesided_register_params(ctx, &api->cbq_max, &api->flush_timeout_ns);
     if (rc != FERRY_OK)
         return rc;
@@ -1371,6 +1551,8 @@ void api_onesided_fini(ferry_ctx_t *ctx)
             amo_done(NULL, NULL, NULL, NULL, &api->slots[w->dst], w->req, FERRY_ERR_CANCELED);
             free(w);
         }
+        while ((it = util_list_first(&api->amo_sent)) != NULL)
+            amo_sent_done(ctx, UTIL_CONTAINER_OF(it, api_amo_sent_t, link), FERRY_ERR_CANCELED);
         /* What never left is canceled; callbacks due still run. */
         while ((it = util_list_pop_front(&api->notify_q)) != NULL)
             notify_finish(ctx, UTIL_CONTAINER_OF(it, api_notify_t, link), FERRY_ERR_CANCELED);

@@ -22,9 +22,9 @@
  * asks the peer, on the rail that took over, how many it has handled, the
  * peer stops taking anything from the lost rail and answers, and the
  * sender sends the rest again on the new rail before anything new: each
- * message is handled once, in order (the replay, below). What does not
- * move: atomics already handed to the broken endpoint, whose effect at the
- * target cannot be known from here (see docs/bml.md).
+ * message is handled once, in order (the replay, below). Atomics to such a
+ * peer travel as ferry's own messages (API_TAG_AMO, src/api/onesided.c),
+ * so they move over with the others and are applied once (docs/bml.md).
  */
 #ifndef BML_BML_H
 #define BML_BML_H

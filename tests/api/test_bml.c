@@ -259,6 +259,58 @@ typedef struct comp {
     int done, bad;
 } comp_t;
 
+/* Fetch-and-adds of 1 to one counter across the cut: each completes once,
+ * without error, and the values before them are 0 .. n - 1, each once. */
+#define FADDS_PER_STEP 16
+#define FADDS_MAX 16384
+static uint64_t g_fetched[FADDS_MAX];
+static int g_fadds, g_fadds_done, g_fadds_bad;
+
+static void on_fadd(void *arg, int status)
+{
+    (void)arg;
+    g_fadds_done++;
+    if (status != FERRY_OK) {
+        fprintf(stderr, "fetch-and-add ended with %s\n", ferry_strerror(status));
+        g_fadds_bad++;
+    }
+}
+
+static void fadd_send(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t counter)
+{
+    CHECK(g_fadds < FADDS_MAX);
+    ferry_op_params_t p = {.cb = on_fadd};
+    int rc;
+    while ((rc = ferry_atomic_fetch(ctx, rh, counter, FERRY_ATOMIC_ADD, 8, 1,
+                                    &g_fetched[g_fadds], &p)) == FERRY_ERR_NO_RESOURCE)
+        CHECK(ferry_progress(ctx) >= 0);
+    CHECK(rc == FERRY_OK);
+    g_fadds++;
+}
+
+/* Checks every fetch-and-add (all done), and that the counter holds their
+ * sum: none applied twice. */
+static void fadds_check(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t counter)
+{
+    static bool seen[FADDS_MAX];
+    memset(seen, 0, sizeof(seen));
+    CHECK(g_fadds_bad == 0 && g_fadds_done == g_fadds);
+    for (int i = 0; i < g_fadds; i++) {
+        CHECK(g_fetched[i] < (uint64_t)g_fadds);
+        CHECK(!seen[g_fetched[i]]);
+        seen[g_fetched[i]] = true;
+    }
+    uint64_t sum = UINT64_MAX;
+    ferry_req_t *freq = NULL;
+    ferry_op_params_t fp = {.req_out = &freq};
+    CHECK(ferry_atomic_fetch(ctx, rh, counter, FERRY_ATOMIC_ADD, 8, 0, &sum, &fp) ==
+          FERRY_OK);
+    if (freq != NULL)
+        CHECK(ferry_req_wait(ctx, freq) == FERRY_OK);
+    CHECK(sum == (uint64_t)g_fadds);
+    printf("ok  %d fetch-and-adds across the cut, each applied once\n", g_fadds);
+}
+
 static void on_comp(void *arg, int status)
 {
     comp_t *c = arg;
@@ -325,6 +377,10 @@ static void stream_until_cut(ferry_ctx_t *ctx, ferry_mem_t *mem, int dst, char *
 {
     comp_t s = {0};
     int started = 0, after = 0;
+    /* Fetch-and-adds beside them, some always in flight. */
+    ferry_rkey_h *rh = NULL;
+    CHECK(ferry_rkey_unpack(ctx, dst, &g_peer_key, &rh) == FERRY_OK);
+    const uint64_t counter = g_peer_base + REGION - 8;
     mark("ready", ctx->rank);
     double t0 = (double)rt_now_coarse_ns() / 1e9;
     for (int i = 0; after < 32; i++) {
@@ -339,13 +395,18 @@ static void stream_until_cut(ferry_ctx_t *ctx, ferry_mem_t *mem, int dst, char *
         started++;
         for (int j = 0; j < 20; j++)
             seq_send(ctx, dst);
+        for (int j = 0; j < 4 && g_fadds < FADDS_MAX - 1; j++)
+            fadd_send(ctx, rh, counter);
         if (ctx->bml->failovers > 0)
             after++;
         CHECK((double)rt_now_coarse_ns() / 1e9 - t0 < 60);
     }
     wait_for(ctx, &s.done, started);
     CHECK(s.bad == 0);
+    wait_for(ctx, &g_fadds_done, g_fadds);
     CHECK(ferry_flush(ctx, dst) == FERRY_OK);
+    fadds_check(ctx, rh, counter);
+    CHECK(ferry_rkey_release(ctx, rh) == FERRY_OK);
     CHECK(link_cut());
     check_at_target(ctx, dst, src, 0, 24 * PIECE);
     printf("ok  %d puts across the cut link, all complete (%llu bytes issued again)\n", started,
@@ -421,7 +482,10 @@ static int initiator(ferry_ctx_t *ctx, ferry_mem_t *mem, int dst)
     memset(back, 0, STRIPE_LEN);
     comp_t s = {0};
     int started = 0;
+    const uint64_t counter = g_peer_base + REGION - 8; /* past what the puts write */
     for (int i = 0; i < STREAM; i++) {
+        for (int j = 0; j < FADDS_PER_STEP; j++)
+            fadd_send(ctx, rh, counter);
         size_t off = (size_t)(i % (STREAM / 2)) * PIECE;
         if (i < STREAM / 2) {
             CHECK(ferry_put(ctx, dst, src + off, PIECE, mem, g_peer_base + off, &g_peer_key,
@@ -453,7 +517,9 @@ static int initiator(ferry_ctx_t *ctx, ferry_mem_t *mem, int dst)
     }
     wait_for(ctx, &s.done, started);
     CHECK(s.bad == 0);
+    wait_for(ctx, &g_fadds_done, g_fadds);
     CHECK(ferry_flush(ctx, dst) == FERRY_OK);
+    fadds_check(ctx, rh, counter);
     CHECK((ctx->peers[dst].module_idx != primary) == (victim == primary));
     CHECK(!bml_rail_live(ctx, dst, victim));
     check_at_target(ctx, dst, src, 0, STREAM / 2 * PIECE);
@@ -540,8 +606,9 @@ int main(int argc, char **argv)
     memset(g_region, 0, REGION);
     ferry_mem_t *mem;
     CHECK(ferry_mem_register(ctx, g_region, REGION,
-                             FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE, &mem) ==
-          FERRY_OK);
+                             FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE |
+                                 FERRY_ACCESS_REMOTE_ATOMIC,
+                             &mem) == FERRY_OK);
     key_msg_t km = {.base = (uint64_t)(uintptr_t)g_region};
     CHECK(ferry_mem_rkey(mem, &km.key) == FERRY_OK);
     send_now(ctx, peer, TAG_KEY, &km, sizeof(km));
