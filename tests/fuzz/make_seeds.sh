@@ -269,3 +269,31 @@ $T1\002$K1$A8\002\005\000\000\000\000\000\000\000$Z8\036\006\100\005\000\000\000
 seed sm_init raw_tables \
 "$hdr\000\000\001\002\000\000\000\007\000\000\000\000\000\020\000\000\000\000\000\100\000\000\000\000\000\000\000\001\000\000\000\377\377\377\377\377\377\377\377\000\001\000\000\000\000\000\000\036\
 \001$K0\007\000\000\000\000\000\000\000\000\001\010\000\036\000\000\000\001\007\364\000\200\000\000\000\036\001$K0$A8\001\020\000ABCDEFGHIJKLMNOP\036"
+
+# ---- amo: records of <how><api_amo_msg_t of 48 bytes>[key bytes] (fuzz_amo.c);
+# how 037 patches in our module's name, the atomic buffer's key, an address
+# at the record's offset into the buffer, the kind request and a valid
+# operation; 077 the key of the buffer without the right.
+amo_rec() { # HOW KIND AMO OP SIZE OFFSET OPERAND COMPARE (octal bytes): escapes
+    z='\000'
+    z7="$z$z$z$z$z$z$z"
+    printf '%s' "\\$1\\$2\\$3\\$4\\$5$z$z$z$z$z$z$z$z$z$z$z$z\\001$z7\\$6$z7\\$7$z7\\$8$z7"
+}
+amo_seed() { # NAME RECORDS...
+    name=$1
+    shift
+    mkdir -p "$here/amo/seed"
+    : >"$here/amo/seed/$name"
+    for r in "$@"; do
+        # shellcheck disable=SC2059,SC2086
+        printf "$(amo_rec $r)" >>"$here/amo/seed/$name"
+    done
+}
+amo_seed fetch_add '037 001 001 000 010 010 005 000' '037 001 000 000 004 014 003 000'
+amo_seed cswap '037 001 002 000 004 014 007 000' '037 001 002 000 010 020 011 000'
+amo_seed every_op '037 001 001 001 010 000 377 000' '037 001 001 002 010 000 001 000' \
+    '037 001 001 007 010 000 011 000' '037 001 001 011 004 004 200 000'
+amo_seed refused '037 001 001 000 010 004 001 000' '037 001 001 000 010 070 001 000' \
+    '077 001 001 000 010 000 001 000' '017 001 001 000 003 010 001 000' \
+    '007 001 001 002 010 010 001 000'
+amo_seed answers '000 002 000 000 000 000 000 000' '037 002 001 000 010 010 001 000'
