@@ -303,6 +303,9 @@ struct ferry_btl_endpoint {
     uint64_t head;        /* bytes written into out */
     uint64_t cached_tail; /* last tail read from out */
     bool prefetch_write;  /* the module's, beside the head it goes with */
+    /* Inline sends since a message from the peer last came in: past one,
+     * the sender is streaming and asks for the ring's lines ahead. */
+    uint32_t sends_unanswered;
     /* One bit per slot of out: set where the word in memory is a header (of
      * any lap, or zero), clear where it is payload. Only a payload word can
      * pass for a header of the current lap, so only such a place is zeroed
@@ -544,16 +547,19 @@ static inline void sm_prefetch_write(const void *p)
 }
 
 /* Takes size ring bytes at the head's offset off (sm_ring_room said yes),
- * for an inline send. A message that enters a new cache line has the line
+ * for an inline send. In a stream (a second send with nothing from the
+ * peer in between), a message that enters a new cache line has the line
  * after it fetched for ownership: the reader pulled it to its own core a
  * lap ago, and without the hint the sender's stores into it would wait for
- * that transfer one line at a time (src/btl/sm/README.md). */
+ * that transfer one line at a time. Not in a ping-pong, where the fetch
+ * would compete with the line the reader waits for (src/btl/sm/README.md). */
 static inline void sm_ring_take(ferry_btl_endpoint_t *ep, uint64_t ring, uint64_t off,
                                 uint64_t size)
 {
     uint64_t last = off + size - 1;
     ep->head += size;
-    if (ep->prefetch_write && ((off & (SM_LINE - 1)) == 0 || (off ^ last) >= SM_LINE))
+    if (ep->prefetch_write && ++ep->sends_unanswered > 1 &&
+        ((off & (SM_LINE - 1)) == 0 || (off ^ last) >= SM_LINE))
         sm_prefetch_write(ep->out->ring + (((last | (SM_LINE - 1)) + 1) & (ring - 1)));
 }
 

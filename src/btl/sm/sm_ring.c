@@ -156,6 +156,8 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
         n++;
     }
 out:
+    if (n > 0)
+        ep->sends_unanswered = 0; /* not a stream: the peer answers */
     /* Credits go back in batches (the seed's sr_win), or at once when an
      * initiator waits on them. */
     if (ep->rpos - ep->published_tail >= ring / 8 || (publish_now && ep->rpos != ep->published_tail))
