@@ -183,6 +183,7 @@ struct api_state {
      * number. */
     util_list_t amo_sent;
     uint64_t amo_seq;
+    int amo_failed_seen; /* ctx->n_failed when amo_sent was last looked through */
     size_t cbq_bytes;
     size_t cbq_count;   /* messages in all of cbq */
     size_t cbq_max;

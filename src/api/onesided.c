@@ -1456,8 +1456,10 @@ int api_onesided_progress(ferry_ctx_t *ctx)
         events += cbq_drain(ctx);
     if (!util_list_empty(&api->amo_q))
         events += amo_drain(ctx);
-    if (!util_list_empty(&api->amo_sent))
+    if (!util_list_empty(&api->amo_sent) && ctx->n_failed != api->amo_failed_seen) {
+        api->amo_failed_seen = ctx->n_failed;
         events += amo_sent_fail_dead(ctx);
+    }
     while ((it = util_list_first(&api->notify_q)) != NULL) {
         api_notify_t *n = UTIL_CONTAINER_OF(it, api_notify_t, link);
         util_list_remove(&api->notify_q, it);

@@ -1,7 +1,8 @@
 /*
  * One kill trial (tests/stress/kill_trials.sh): the ranks exchange random
  * traffic (active messages of random sizes to random peers, puts and gets
- * into each other's windows) with a ferry_barrier after every round, until
+ * into each other's windows, fetch-and-adds on a counter there) with a
+ * ferry_barrier after every round, until
  * the harness SIGKILLs one of them at a random moment. Every survivor must
  * then learn of it, through the error callback or FERRY_ERR_UNREACH from
  * ferry_barrier, stop, see a second barrier fail at once and ferry_finalize
@@ -140,7 +141,7 @@ static void on_rdma(void *arg, int status)
     st->rdma_pending--;
     /* Done, or ended by the failure (CANCELED: still queued at finalize). */
     if (status != FERRY_OK && status != FERRY_ERR_UNREACH && status != FERRY_ERR_CANCELED)
-        FAIL("a put or get completed with %s", ferry_strerror(status));
+        FAIL("a put, get or atomic completed with %s", ferry_strerror(status));
 }
 
 /* Sends, progressing while the transport pushes back; false once a failure
@@ -194,14 +195,18 @@ int main(int argc, char **argv)
         ferry_am_register(ctx, TAG_DATA, on_data, &st) != FERRY_OK ||
         ferry_am_register(ctx, TAG_ZONE, on_zone, &st) != FERRY_OK)
         FAIL("setting the handlers");
-    unsigned char *zone = calloc((size_t)st.size, ZONE);
+    /* Each peer's slot of ZONE bytes, then one counter per rank for the
+     * fetch-and-adds. */
+    size_t zone_len = (size_t)st.size * ZONE + (size_t)st.size * sizeof(uint64_t);
+    unsigned char *zone = calloc(1, zone_len);
     unsigned char *local = malloc(2 * ZONE); /* puts' sources, then gets' sinks */
     if (zone == NULL || local == NULL)
         FAIL("out of memory");
     memset(local, 0x5c, 2 * ZONE);
     ferry_mem_t *zmem;
-    if (ferry_mem_register(ctx, zone, (size_t)st.size * ZONE,
-                           FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE,
+    if (ferry_mem_register(ctx, zone, zone_len,
+                           FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE |
+                               FERRY_ACCESS_REMOTE_ATOMIC,
                            &zmem) != FERRY_OK)
         FAIL("ferry_mem_register");
     if (ferry_barrier(ctx) != FERRY_OK)
@@ -220,6 +225,10 @@ int main(int argc, char **argv)
         while (!st.have_zone[r])
             if (ferry_progress(ctx) < 0)
                 FAIL("ferry_progress failed");
+    static ferry_rkey_h *rh[MAX_RANKS];
+    for (int r = 0; r < st.size; r++)
+        if (r != st.me && ferry_rkey_unpack(ctx, r, &st.zone[r].rkey, &rh[r]) != FERRY_OK)
+            FAIL("unpacking rank %d's key", r);
     if (ferry_barrier(ctx) != FERRY_OK)
         FAIL("the barrier after the set-up");
     printf("kill_trial: ready rank %d pid %ld\n", st.me, (long)getpid());
@@ -238,6 +247,22 @@ int main(int argc, char **argv)
         for (unsigned i = 0; i < n && st.failures == 0; i++) {
             int dst = (int)(rnd(&rs) % (uint64_t)st.size);
             uint64_t kind = rnd(&rs) % 16;
+            if (kind == 12 && dst != st.me) {
+                /* A fetch-and-add on this rank's counter at the peer (to a
+                 * peer of several rails, ferry's own message). */
+                static uint64_t results[64];
+                uint64_t counter = st.zone[dst].addr - (uint64_t)st.me * ZONE +
+                                   (uint64_t)st.size * ZONE + (uint64_t)st.me * sizeof(uint64_t);
+                ferry_op_params_t p = {.cb = on_rdma, .arg = &st};
+                int rc = ferry_atomic_fetch(ctx, rh[dst], counter, FERRY_ATOMIC_ADD, 8, 1,
+                                            &results[i % 64], &p);
+                if (rc == FERRY_OK)
+                    st.rdma_pending++;
+                else if (!((rc == FERRY_ERR_UNREACH && st.failures > 0) ||
+                           rc == FERRY_ERR_NO_RESOURCE))
+                    FAIL("ferry_atomic_fetch to rank %d: %s", dst, ferry_strerror(rc));
+                continue;
+            }
             if (kind < 13 || dst == st.me) {
                 size_t len = sizeof(uint64_t) + (size_t)(rnd(&rs) % (uint64_t)(max_msg - 8));
                 send_msg(ctx, &st, dst, &seq[dst], len);
@@ -283,6 +308,17 @@ int main(int argc, char **argv)
            st.failed_peer, st.detected, st.via, rounds);
     fflush(stdout);
 
+    /* A flush to the dead rank ends at once: what was in flight to it
+     * (puts, gets, atomics, whichever way they travel) completes with the
+     * failure, which it returns (FERRY_OK when nothing was left). */
+    double f0 = monotonic();
+    int frc = ferry_flush(ctx, st.failed_peer);
+    if (frc != FERRY_ERR_UNREACH && frc != FERRY_OK)
+        FAIL("ferry_flush to the failed rank %d returned %s", st.failed_peer,
+             ferry_strerror(frc));
+    if (monotonic() - f0 > 5)
+        FAIL("a flush to the failed rank took %.0f ms", (monotonic() - f0) * 1000);
+
     /* Later barriers fail without waiting on anyone. The bound only tells
      * a barrier that waited (for the dead rank, or for a timeout) from one
      * that did not, on however loaded a machine; the time is printed. */
@@ -304,7 +340,7 @@ int main(int argc, char **argv)
     if (rc != FERRY_ERR_UNREACH)
         FAIL("ferry_finalize returned %s, expected FERRY_ERR_UNREACH", ferry_status_name(rc));
     if (st.rdma_pending != 0)
-        FAIL("%d puts and gets never completed", st.rdma_pending);
+        FAIL("%d puts, gets and atomics never completed", st.rdma_pending);
     free(zone);
     free(local);
     return 0;
