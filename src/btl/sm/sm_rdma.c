@@ -577,6 +577,10 @@ bool sm_putn_handle(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint8_t tag, uns
         sm_ep_fail(mod, ep, "it sent a put with notification whose lengths do not add up");
         return false;
     }
+    if ((hdr.flags & ~SM_PUTN_TELL) != 0 || hdr.status != 0) {
+        sm_ep_fail(mod, ep, "it sent a put with notification with unknown flags or a status");
+        return false;
+    }
     unsigned char *payload = msg + sizeof(hdr);
     size_t n = len - sizeof(hdr) - hdr.plen;
     if (sm_target_copy(mod, &hdr.key, hdr.raddr, payload + hdr.plen, n, true) != FERRY_OK) {

@@ -7,7 +7,7 @@
  * exchanging messages with rank 2.
  *
  * usage (under ferryrun -n 3 --keep-going): sm_garbage CASE
- *   CASE: length | type | tag | putn
+ *   CASE: length | type | tag | putn | putn_flags
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,8 +73,13 @@ static void write_garbage(ferry_ctx_t *ctx, const char *what)
         memcpy(ep->out->ring + off + SM_HDR_SIZE, &p, sizeof(p));
         memset(ep->out->ring + off + SM_HDR_SIZE + sizeof(p), 0, 8);
         h = sm_hdr_pack(sizeof(p) + 8, TAG, SM_T_PUTN, sm_lap(ep->head, ring));
-    }
-    else
+    } else if (strcmp(what, "putn_flags") == 0) {
+        /* Well formed but for a flag nobody defined. */
+        sm_putn_hdr_t p = {.raddr = 0, .plen = 0, .flags = 0x8000};
+        memcpy(ep->out->ring + off + SM_HDR_SIZE, &p, sizeof(p));
+        memset(ep->out->ring + off + SM_HDR_SIZE + sizeof(p), 0, 8);
+        h = sm_hdr_pack(sizeof(p) + 8, TAG, SM_T_PUTN, sm_lap(ep->head, ring));
+    } else
         h = sm_hdr_pack(8, 250, SM_T_DATA, sm_lap(ep->head, ring));
     atomic_store_explicit((_Atomic uint64_t *)(void *)(ep->out->ring + off), h,
                           memory_order_release);
