@@ -652,6 +652,18 @@ static int amo_drain(ferry_ctx_t *ctx)
     return events;
 }
 
+/* A small message of ferry's own sent from a handler (an answer, a
+ * refusal): now, or, behind what waits from callbacks or with no room,
+ * queued with them (bounded by FERRY_CB_QUEUE_MAX). */
+static int reply_small(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data, size_t len)
+{
+    int rc = api_cbq_waiting(ctx, dst) ? FERRY_ERR_NO_RESOURCE
+                                       : api_send_small(ctx, dst, tag, data, len);
+    if (rc == FERRY_ERR_NO_RESOURCE)
+        rc = api_cbq_push(ctx, dst, tag, data, NULL, len);
+    return rc;
+}
+
 /*
  * Atomics to a peer of several rails (API_TAG_AMO, api.h). Given to a
  * transport, an atomic in flight on a rail that breaks has an effect at the
@@ -736,10 +748,11 @@ static int amo_sent_fail_dead(ferry_ctx_t *ctx)
     return events;
 }
 
-/* The target's side: the request checked field by field (any bytes may
- * come), the key resolved against our registration of the module it names
- * at this moment, the CPU atomic applied, and the answer sent, in order
- * with what we send to src (behind what waits from callbacks). */
+/* The target's side of a request whose layout api_amo_recv checked: the
+ * operation, width and alignment checked as every atomic's are, the key
+ * resolved against our registration of the module it names at this moment,
+ * the CPU atomic applied, and the answer sent, in order with what we send
+ * to src (behind what waits from callbacks). */
 static void amo_msg_target(ferry_ctx_t *ctx, int src, const api_amo_msg_t *m,
                            const unsigned char *key)
 {
@@ -764,16 +777,13 @@ static void amo_msg_target(ferry_ctx_t *ctx, int src, const api_amo_msg_t *m,
     } else {
         if (status == FERRY_OK)
             status = FERRY_ERR_ACCESS;
-        rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
-                       "atomic from rank %d refused: %u bytes at 0x%llx are not in a "
-                       "registration of ours with remote atomics",
-                       src, (unsigned)m->size, (unsigned long long)m->raddr);
+        /* An answer, as a transport's target-executed atomic refuses: a
+         * key released meanwhile is no fault of the peer's. */
+        rt_log(&ctx->log, RT_LOG_DEBUG, "atomic of %u bytes at 0x%llx from rank %d refused: %s",
+               (unsigned)m->size, (unsigned long long)m->raddr, src, ferry_strerror(status));
     }
     api_amo_msg_t a = {.kind = API_AMO_ANSWER, .status = status, .seq = m->seq, .operand = old};
-    int rc = api_cbq_waiting(ctx, src) ? FERRY_ERR_NO_RESOURCE
-                                       : api_send_small(ctx, src, API_TAG_AMO, &a, sizeof(a));
-    if (rc == FERRY_ERR_NO_RESOURCE)
-        rc = api_cbq_push(ctx, src, API_TAG_AMO, &a, NULL, sizeof(a));
+    int rc = reply_small(ctx, src, API_TAG_AMO, &a, sizeof(a));
     if (rc != FERRY_OK)
         rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
                        "the answer to rank %d's atomic could not be sent (%s): it waits for "
@@ -781,43 +791,45 @@ static void amo_msg_target(ferry_ctx_t *ctx, int src, const api_amo_msg_t *m,
                        src, ferry_strerror(rc));
 }
 
+/* An answer from src: completes the atomic it names (false: none). */
+static bool amo_msg_answer(ferry_ctx_t *ctx, int src, const api_amo_msg_t *m)
+{
+    util_list_item_t *it;
+    for (it = util_list_first(&ctx->api->amo_sent); it != NULL;
+         it = it->next != &ctx->api->amo_sent.head ? it->next : NULL) {
+        api_amo_sent_t *w = UTIL_CONTAINER_OF(it, api_amo_sent_t, link);
+        if (w->dst != src || w->seq != m->seq)
+            continue;
+        /* A refusal keeps its kind when it is one a target gives; anything
+         * else a peer claims reads as a refusal of access. */
+        int status = m->status == FERRY_OK || m->status == FERRY_ERR_INVALID ||
+                             m->status == FERRY_ERR_NOT_SUPPORTED
+                         ? m->status
+                         : FERRY_ERR_ACCESS;
+        if (status == FERRY_OK && w->result != NULL)
+            btl_atomic_store_result(w->result, w->w32, m->operand);
+        amo_sent_done(ctx, w, status);
+        return true;
+    }
+    return false;
+}
+
 void api_amo_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len)
 {
-    api_amo_msg_t m;
-    if (len < sizeof(m) || src < 0 || src >= ctx->size) {
-        rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
-                       "atomic message from rank %d: %zu bytes, shorter than its header; "
-                       "dropped",
-                       src, len);
-        return;
-    }
-    memcpy(&m, data, sizeof(m));
-    const unsigned char *key = (const unsigned char *)data + sizeof(m);
-    if (m.kind == API_AMO_REQ && m.key_len <= FERRY_BTL_KEY_MAX &&
-        len == sizeof(m) + m.key_len && (m.size == 4 || m.size == 8) &&
-        (m.raddr & (m.size - 1u)) == 0 && m.zero[0] == 0 && m.zero[1] == 0 && m.status == 0 &&
-        (m.amo == AMO_OP || m.amo == AMO_FETCH || (m.amo == AMO_CSWAP && m.op == 0))) {
-        amo_msg_target(ctx, src, &m, key);
-        return;
-    }
-    if (m.kind == API_AMO_ANSWER && len == sizeof(m)) {
-        util_list_item_t *it;
-        for (it = util_list_first(&ctx->api->amo_sent); it != NULL;
-             it = it->next != &ctx->api->amo_sent.head ? it->next : NULL) {
-            api_amo_sent_t *w = UTIL_CONTAINER_OF(it, api_amo_sent_t, link);
-            if (w->dst != src || w->seq != m.seq)
-                continue;
-            /* A refusal keeps its kind when it is one a target gives;
-             * anything else a peer claims reads as a refusal of access. */
-            int status = m.status == FERRY_OK || m.status == FERRY_ERR_INVALID ||
-                                 m.status == FERRY_ERR_NOT_SUPPORTED
-                             ? m.status
-                             : FERRY_ERR_ACCESS;
-            if (status == FERRY_OK && w->result != NULL)
-                btl_atomic_store_result(w->result, w->w32, m.operand);
-            amo_sent_done(ctx, w, status);
+    /* The layout here; what the fields ask for (operation, alignment, key)
+     * the target decides, and answers. */
+    api_amo_msg_t m = {.kind = 0};
+    if (len >= sizeof(m)) {
+        memcpy(&m, data, sizeof(m));
+        if (m.kind == API_AMO_REQ && m.key_len <= FERRY_BTL_KEY_MAX &&
+            len == sizeof(m) + m.key_len && (m.size == 4 || m.size == 8) && m.zero[0] == 0 &&
+            m.zero[1] == 0 && m.status == 0 &&
+            (m.amo == AMO_OP || m.amo == AMO_FETCH || (m.amo == AMO_CSWAP && m.op == 0))) {
+            amo_msg_target(ctx, src, &m, (const unsigned char *)data + sizeof(m));
             return;
         }
+        if (m.kind == API_AMO_ANSWER && len == sizeof(m) && amo_msg_answer(ctx, src, &m))
+            return;
     }
     rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
                    "atomic message from rank %d is malformed or answers nothing of ours "
@@ -1098,9 +1110,7 @@ void api_putn_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len)
                        src, (unsigned long long)h.len, (unsigned long long)h.raddr);
         api_putn_hdr_t no = h;
         no.kind = API_PUTN_REFUSED;
-        int rs = api_send_small(ctx, src, API_TAG_PUTN, &no, sizeof(no));
-        if (rs == FERRY_ERR_NO_RESOURCE)
-            rs = api_cbq_push(ctx, src, API_TAG_PUTN, &no, NULL, sizeof(no));
+        int rs = reply_small(ctx, src, API_TAG_PUTN, &no, sizeof(no));
         if (rs != FERRY_OK)
             rt_log_limited(&ctx->log, &ctx->ctrl_bad, RT_LOG_WARN,
                            "the refusal to rank %d could not be sent (%s): its flush will not "

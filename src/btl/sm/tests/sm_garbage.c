@@ -7,7 +7,7 @@
  * exchanging messages with rank 2.
  *
  * usage (under ferryrun -n 3 --keep-going): sm_garbage CASE
- *   CASE: length | type | tag | putn | putn_flags
+ *   CASE: length | type | tag | putn | putn_flags | putn_status
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,9 +73,12 @@ static void write_garbage(ferry_ctx_t *ctx, const char *what)
         memcpy(ep->out->ring + off + SM_HDR_SIZE, &p, sizeof(p));
         memset(ep->out->ring + off + SM_HDR_SIZE + sizeof(p), 0, 8);
         h = sm_hdr_pack(sizeof(p) + 8, TAG, SM_T_PUTN, sm_lap(ep->head, ring));
-    } else if (strcmp(what, "putn_flags") == 0) {
-        /* Well formed but for a flag nobody defined. */
-        sm_putn_hdr_t p = {.raddr = 0, .plen = 0, .flags = 0x8000};
+    } else if (strcmp(what, "putn_flags") == 0 || strcmp(what, "putn_status") == 0) {
+        /* Well formed but for a flag nobody defined, or a status its
+         * sender must leave at 0. */
+        bool flag = strcmp(what, "putn_flags") == 0;
+        sm_putn_hdr_t p = {.raddr = 0, .plen = 0, .flags = flag ? 0x8000 : 0,
+                           .status = flag ? 0 : FERRY_ERR_ACCESS};
         memcpy(ep->out->ring + off + SM_HDR_SIZE, &p, sizeof(p));
         memset(ep->out->ring + off + SM_HDR_SIZE + sizeof(p), 0, 8);
         h = sm_hdr_pack(sizeof(p) + 8, TAG, SM_T_PUTN, sm_lap(ep->head, ring));
