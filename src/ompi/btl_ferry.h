@@ -78,12 +78,14 @@ typedef struct mca_btl_ferry_module mca_btl_ferry_module_t;
 /* A descriptor of ours: Open MPI's descriptor over a ferry send descriptor. */
 typedef struct mca_btl_ferry_frag {
     mca_btl_base_descriptor_t base; /* first: what Open MPI sees */
-    mca_btl_base_segment_t seg;
+    mca_btl_base_segment_t seg[2]; /* the header room (fdes), then the caller's data in place */
     mca_btl_ferry_module_t *mod;
     ferry_btl_endpoint_t *ep;
     ferry_btl_desc_t *fdes;   /* the ferry descriptor holding the data */
     size_t capacity;          /* bytes fdes->src[0] can hold */
     struct mca_btl_ferry_frag *next_done; /* on the component's list of due callbacks */
+    struct mca_btl_ferry_frag *next_wait; /* on the component's list of sends waiting */
+    uint8_t tag;              /* of a send waiting */
     bool in_flight;           /* accepted by send, callback not yet run */
 } mca_btl_ferry_frag_t;
 
@@ -93,6 +95,9 @@ typedef struct mca_btl_ferry_stats {
     uint64_t sendi;       /* inline sends (btl_sendi) */
     uint64_t send_inline; /* btl_send completed inside the call */
     uint64_t send_queued; /* btl_send completed by a callback */
+    uint64_t send_inplace; /* btl_send of data in place: copied from the caller's memory straight
+                              into the transport */
+    uint64_t send_waited;  /* btl_send that waited on the component's list for the transport */
     uint64_t put, get;    /* RDMA operations started */
     uint64_t put_bytes, get_bytes;
     uint64_t atomics;
@@ -118,6 +123,7 @@ struct mca_btl_ferry_module {
     bool active;    /* best ferry path to some peer: polled on every progress */
     bool finalized; /* btl_finalize ran */
     mca_btl_ferry_stats_t stats;
+    unsigned n_send_wait; /* of this module's sends on the component's list of those waiting */
     /* The descriptor a received fragment is handed to Open MPI in (only
      * its segments change), and whether it is in use (a handler that
      * receives again on this module gets one of its own). */
@@ -153,6 +159,10 @@ typedef struct mca_btl_ferry_state {
     ferry_btl_module_t *polled[64];
     int n_polled;
     mca_btl_ferry_frag_t *done_head, *done_tail; /* callbacks due from progress */
+    /* Sends the transport could not take at once, in order, each with its
+     * data still in place (btl_ferry_module.c): sent from progress, and
+     * every later send to the same endpoint waits behind them. */
+    mca_btl_ferry_frag_t *send_wait_head, *send_wait_tail;
     /* RDMA operations complete whose callbacks are due from progress
      * (btl_ferry_rdma.c). */
     struct mca_btl_ferry_rdma_op *rdma_done_head, *rdma_done_tail;
@@ -188,6 +198,10 @@ mca_btl_ferry_module_t *mca_btl_ferry_module_create(ferry_btl_module_t *fbtl, in
 /* Runs the callbacks due (sends completed inside btl_send that asked for
  * one); returns how many. */
 int mca_btl_ferry_run_done(void);
+
+/* Sends what waits (see send_wait_head) while the transports take it; with
+ * closing, drops it instead. Returns how many completed. */
+int mca_btl_ferry_send_run_waiting(bool closing);
 
 /* Queues a frag whose callback is due from the next progress. */
 void mca_btl_ferry_defer_done(mca_btl_ferry_frag_t *frag);

@@ -465,6 +465,8 @@ static int component_progress(void)
                 events += rc;
         }
     }
+    if (st->send_wait_head != NULL)
+        events += mca_btl_ferry_send_run_waiting(false);
     if (st->done_head != NULL)
         events += mca_btl_ferry_run_done();
     if (st->rdma_wait_head != NULL)

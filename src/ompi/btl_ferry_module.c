@@ -36,6 +36,8 @@ static int rank_of(const struct opal_proc_t *proc)
     return (int)proc->proc_name.vpid;
 }
 
+static void wait_fail_ep(mca_btl_ferry_module_t *mod, const ferry_btl_endpoint_t *ep);
+
 /* ---- processes ---- */
 
 static int mod_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
@@ -106,6 +108,7 @@ static int mod_del_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
             (peers != NULL && peers[i] != NULL && fep_of(peers[i]) != mod->eps[r]))
             continue;
         ferry_btl_endpoint_t *ep = mod->eps[r];
+        wait_fail_ep(mod, ep);
         mod->eps[r] = NULL;
         mod->procs[r] = NULL;
         mca_btl_ferry.reach[r] &= ~(1ull << mod->index);
@@ -235,9 +238,11 @@ static mca_btl_ferry_frag_t *frag_get(mca_btl_ferry_module_t *mod, ferry_btl_end
     frag->capacity = fdes->src[0].len;
     frag->next_done = NULL;
     frag->in_flight = false;
-    frag->seg.seg_addr.pval = ferry_btl_seg_ptr(&fdes->src[0]);
-    frag->seg.seg_len = len;
-    frag->base.des_segments = &frag->seg;
+    frag->seg[0].seg_addr.pval = ferry_btl_seg_ptr(&fdes->src[0]);
+    frag->seg[0].seg_len = len;
+    frag->seg[1].seg_addr.pval = NULL;
+    frag->seg[1].seg_len = 0;
+    frag->base.des_segments = frag->seg;
     frag->base.des_segment_count = 1;
     frag->base.des_cbfunc = NULL;
     frag->base.des_cbdata = NULL;
@@ -279,9 +284,14 @@ static int mod_free(struct mca_btl_base_module_t *btl, mca_btl_base_descriptor_t
     return OPAL_SUCCESS;
 }
 
-/* Packs into a fragment of reserve + up to *size bytes (cut to the largest
- * send), the header room first. ferry moves a send from one segment, so
- * the data is always packed: the module does not announce SEND_INPLACE. */
+/* A fragment of reserve + up to *size bytes (cut to the largest send),
+ * the header room first. Contiguous data of a module with inline sends is
+ * left in place, as a second segment over the caller's memory: btl_send
+ * copies it from there straight into the transport, one copy fewer than
+ * packing it here first (ob1 keeps the memory until the fragment's
+ * callback). The descriptor still has room for all of it, where btl_send
+ * packs it when the transport cannot take it at once. Other data is packed
+ * now. */
 static mca_btl_base_descriptor_t *mod_prepare_src(struct mca_btl_base_module_t *btl,
                                                     struct mca_btl_base_endpoint_t *ep,
                                                     struct opal_convertor_t *convertor,
@@ -296,48 +306,206 @@ static mca_btl_base_descriptor_t *mod_prepare_src(struct mca_btl_base_module_t *
     mca_btl_base_descriptor_t *des = mod_alloc(btl, ep, order, reserve + want, flags);
     if (des == NULL)
         return NULL;
-    struct iovec iov = {.iov_base = (char *)des->des_segments[0].seg_addr.pval + reserve,
+    bool inplace = want > 0 && (mod->fbtl->attr.flags & FERRY_BTL_FLAG_SENDI) &&
+                   !opal_convertor_need_buffers(convertor);
+    struct iovec iov = {.iov_base = inplace ? NULL : (char *)des->des_segments[0].seg_addr.pval +
+                                                        reserve,
                         .iov_len = want};
     uint32_t iov_count = 1;
     size_t packed = want;
+    /* A contiguous convertor given no buffer points it at the data. */
     if (want > 0 && opal_convertor_pack(convertor, &iov, &iov_count, &packed) < 0) {
         mod_free(btl, des);
         return NULL;
     }
     if (want == 0)
         packed = 0;
-    des->des_segments[0].seg_len = reserve + packed;
+    if (inplace && packed > 0) {
+        des->des_segments[0].seg_len = reserve;
+        des->des_segments[1].seg_addr.pval = iov.iov_base;
+        des->des_segments[1].seg_len = packed;
+        des->des_segment_count = 2;
+    } else
+        des->des_segments[0].seg_len = reserve + packed;
     *size = packed;
-    (void)mod;
     return des;
 }
 
 /* ---- sends ---- */
 
-/* A ferry send descriptor completed: Open MPI's callback, then the
- * descriptor back when the BTL owns it. */
+static void frag_sent(mca_btl_ferry_frag_t *frag, int opal_status);
+
+/* A ferry send descriptor completed. */
 static void send_done(ferry_btl_module_t *fbtl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *fdes,
                       int status)
 {
-    mca_btl_ferry_frag_t *frag = fdes->cbdata;
+    (void)fbtl;
+    (void)ep;
+    frag_sent(fdes->cbdata, mca_btl_ferry_status(status));
+}
+
+/* A send of ours ended: Open MPI's callback, then the descriptor back when
+ * the BTL owns it. */
+static void frag_sent(mca_btl_ferry_frag_t *frag, int opal_status)
+{
     mca_btl_base_descriptor_t *des = &frag->base;
     bool owned = (des->des_flags & MCA_BTL_DES_FLAGS_BTL_OWNERSHIP) != 0;
     frag->in_flight = false;
     if (des->des_cbfunc != NULL && !mca_btl_ferry.closing)
-        des->des_cbfunc(&frag->mod->super, (struct mca_btl_base_endpoint_t *)ep, des,
-                        mca_btl_ferry_status(status));
+        des->des_cbfunc(&frag->mod->super, (struct mca_btl_base_endpoint_t *)frag->ep, des,
+                        opal_status);
     if (owned)
         mod_free(&frag->mod->super, des);
+}
+
+/* Whether sends of this module to ep wait on the component's list. */
+static bool ep_waits(const mca_btl_ferry_module_t *mod, const ferry_btl_endpoint_t *ep)
+{
+    if (mod->n_send_wait == 0)
+        return false;
+    for (const mca_btl_ferry_frag_t *f = mca_btl_ferry.send_wait_head; f != NULL;
+         f = f->next_wait)
+        if (f->mod == mod && f->ep == ep)
+            return true;
+    return false;
+}
+
+static void wait_append(mca_btl_ferry_frag_t *frag)
+{
+    mca_btl_ferry_state_t *st = &mca_btl_ferry;
+    frag->next_wait = NULL;
+    frag->in_flight = true;
+    if (st->send_wait_tail != NULL)
+        st->send_wait_tail->next_wait = frag;
+    else
+        st->send_wait_head = frag;
+    st->send_wait_tail = frag;
+    frag->mod->n_send_wait++;
+    frag->mod->stats.send_waited++;
+}
+
+/* The fragment's header, and its data where it stayed in place, as one
+ * inline ferry send. */
+static int frag_sendi(mca_btl_ferry_frag_t *frag)
+{
+    const mca_btl_base_segment_t *seg = frag->base.des_segments;
+    size_t plen = frag->base.des_segment_count == 2 ? seg[1].seg_len : 0;
+    return frag->mod->fbtl->ops->sendi(frag->mod->fbtl, frag->ep, seg[0].seg_addr.pval,
+                                       seg[0].seg_len, plen > 0 ? seg[1].seg_addr.pval : NULL,
+                                       plen, frag->tag);
+}
+
+/* Hands the fragment to ferry's send, which queues it in order and calls
+ * send_done; data in place is packed behind the header first. */
+static int frag_send_queued(mca_btl_ferry_frag_t *frag)
+{
+    mca_btl_base_descriptor_t *des = &frag->base;
+    size_t len = des->des_segments[0].seg_len;
+    if (des->des_segment_count == 2) {
+        unsigned char *data = des->des_segments[0].seg_addr.pval;
+        memcpy(data + len, des->des_segments[1].seg_addr.pval, des->des_segments[1].seg_len);
+        len += des->des_segments[1].seg_len;
+        des->des_segments[0].seg_len = len;
+        des->des_segments[1].seg_len = 0;
+        des->des_segment_count = 1;
+    }
+    frag->fdes->src[0].len = len;
+    frag->fdes->cbfunc = send_done;
+    frag->fdes->cbdata = frag;
+    frag->in_flight = true;
+    int rc = frag->mod->fbtl->ops->send(frag->mod->fbtl, frag->ep, frag->fdes, frag->tag);
+    if (rc != FERRY_OK) {
+        frag->in_flight = false;
+        return mca_btl_ferry_status(rc);
+    }
+    frag->mod->stats.send_queued++;
+    return OPAL_SUCCESS;
+}
+
+int mca_btl_ferry_send_run_waiting(bool closing)
+{
+    mca_btl_ferry_state_t *st = &mca_btl_ferry;
+    /* Endpoints refused in this pass: what waits behind them stays. */
+    enum { REFUSED_MAX = 16 };
+    const ferry_btl_endpoint_t *refused[REFUSED_MAX];
+    unsigned n_refused = 0;
+    mca_btl_ferry_frag_t *prev = NULL, *frag = st->send_wait_head;
+    int n = 0;
+    while (frag != NULL) {
+        mca_btl_ferry_frag_t *next = frag->next_wait;
+        bool skip = false;
+        for (unsigned i = 0; i < n_refused && !skip; i++)
+            skip = refused[i] == frag->ep;
+        int rc = FERRY_ERR_NO_RESOURCE;
+        if (closing)
+            rc = FERRY_ERR_CANCELED;
+        else if (!skip)
+            rc = frag_sendi(frag);
+        if (rc == FERRY_ERR_NO_RESOURCE) {
+            if (!skip) {
+                if (n_refused == REFUSED_MAX)
+                    break;
+                refused[n_refused++] = frag->ep;
+            }
+            prev = frag;
+            frag = next;
+            continue;
+        }
+        /* Off the list before Open MPI hears of it: its callback may send
+         * again, behind what still waits. */
+        if (prev != NULL)
+            prev->next_wait = next;
+        else
+            st->send_wait_head = next;
+        if (st->send_wait_tail == frag)
+            st->send_wait_tail = prev;
+        frag->mod->n_send_wait--;
+        if (rc == FERRY_OK) {
+            frag->mod->stats.send_inplace += frag->base.des_segment_count == 2;
+            frag_sent(frag, OPAL_SUCCESS);
+        } else if (rc == FERRY_ERR_NOT_SUPPORTED) {
+            int orc = frag_send_queued(frag);
+            if (orc != OPAL_SUCCESS)
+                frag_sent(frag, orc);
+        } else
+            frag_sent(frag, mca_btl_ferry_status(rc));
+        n++;
+        frag = next;
+    }
+    return n;
+}
+
+/* Fails what waits to go to ep (del_procs: the endpoint may go). */
+static void wait_fail_ep(mca_btl_ferry_module_t *mod, const ferry_btl_endpoint_t *ep)
+{
+    mca_btl_ferry_state_t *st = &mca_btl_ferry;
+    while (ep_waits(mod, ep)) {
+        mca_btl_ferry_frag_t *prev = NULL, *frag = st->send_wait_head;
+        while (frag->mod != mod || frag->ep != ep) {
+            prev = frag;
+            frag = frag->next_wait;
+        }
+        if (prev != NULL)
+            prev->next_wait = frag->next_wait;
+        else
+            st->send_wait_head = frag->next_wait;
+        if (st->send_wait_tail == frag)
+            st->send_wait_tail = prev;
+        mod->n_send_wait--;
+        frag_sent(frag, OPAL_ERR_UNREACH);
+    }
 }
 
 /*
  * Open MPI's send contract: 1 when the fragment left inside the call (its
  * callback then runs only with MCA_BTL_DES_SEND_ALWAYS_CALLBACK, from the
  * next progress, and the call returns 0 so that Open MPI waits for it);
- * OPAL_SUCCESS when the callback will say. A fragment that fits ferry's
- * inline send goes that way (copied now); a larger one, or one that must
- * wait behind queued sends, goes as a ferry send and completes from
- * progress.
+ * OPAL_SUCCESS when the callback will say. A fragment with its data in
+ * place, or one that fits the eager limit, goes as ferry's inline send
+ * (copied now). One with data in place that the transport cannot take now
+ * waits on the component's list, the data still in place, and leaves from
+ * progress; so does anything sent to an endpoint while something waits
+ * for it. Anything else goes as a ferry send and completes from progress.
  */
 static int mod_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *endpoint,
                       mca_btl_base_descriptor_t *des, mca_btl_base_tag_t tag)
@@ -345,16 +513,26 @@ static int mod_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpo
     mca_btl_ferry_module_t *mod = mod_of(btl);
     mca_btl_ferry_frag_t *frag = (mca_btl_ferry_frag_t *)des;
     ferry_btl_endpoint_t *ep = fep_of(endpoint);
+    unsigned nseg = des->des_segment_count;
     size_t len = des->des_segments[0].seg_len;
-    if (tag >= MCA_BTL_FERRY_TAG_LIMIT || frag->fdes == NULL || len > frag->capacity ||
-        des->des_segment_count != 1)
+    size_t plen = nseg == 2 ? des->des_segments[1].seg_len : 0;
+    if (tag >= MCA_BTL_FERRY_TAG_LIMIT || frag->fdes == NULL || frag->in_flight || nseg < 1 ||
+        nseg > 2 || des->des_segments != frag->seg || len > frag->capacity ||
+        plen > frag->capacity - len || (plen > 0 && des->des_segments[1].seg_addr.pval == NULL))
         return OPAL_ERR_BAD_PARAM;
     frag->ep = ep;
-    if (len <= btl->btl_eager_limit) {
-        int rc = mod->fbtl->ops->sendi(mod->fbtl, ep, des->des_segments[0].seg_addr.pval, len,
-                                       NULL, 0, tag);
+    frag->tag = (uint8_t)tag;
+    if (ep_waits(mod, ep)) {
+        wait_append(frag);
+        return OPAL_SUCCESS;
+    }
+    if (plen > 0 || len <= btl->btl_eager_limit) {
+        int rc = frag_sendi(frag);
         if (rc == FERRY_OK) {
-            mod->stats.send_inline++;
+            if (plen > 0)
+                mod->stats.send_inplace++;
+            else
+                mod->stats.send_inline++;
             if (des->des_flags & MCA_BTL_DES_SEND_ALWAYS_CALLBACK) {
                 frag->in_flight = true;
                 mca_btl_ferry_defer_done(frag);
@@ -364,20 +542,14 @@ static int mod_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpo
                 mod_free(btl, des);
             return 1;
         }
+        if (rc == FERRY_ERR_NO_RESOURCE && plen > 0) {
+            wait_append(frag);
+            return OPAL_SUCCESS;
+        }
         if (rc != FERRY_ERR_NO_RESOURCE && rc != FERRY_ERR_NOT_SUPPORTED)
             return mca_btl_ferry_status(rc);
     }
-    frag->fdes->src[0].len = len;
-    frag->fdes->cbfunc = send_done;
-    frag->fdes->cbdata = frag;
-    frag->in_flight = true;
-    int rc = mod->fbtl->ops->send(mod->fbtl, ep, frag->fdes, tag);
-    if (rc != FERRY_OK) {
-        frag->in_flight = false;
-        return mca_btl_ferry_status(rc);
-    }
-    mod->stats.send_queued++;
-    return OPAL_SUCCESS;
+    return frag_send_queued(frag);
 }
 
 /* Header and payload as one inline ferry send, copied before return. When
@@ -398,7 +570,8 @@ static int mod_sendi(struct mca_btl_base_module_t *btl, struct mca_btl_base_endp
         header_size > btl->btl_max_send_size ||
         payload_size > btl->btl_max_send_size - header_size)
         return OPAL_ERR_BAD_PARAM;
-    if (payload_size == 0 || !opal_convertor_need_buffers(convertor)) {
+    if ((payload_size == 0 || !opal_convertor_need_buffers(convertor)) &&
+        !ep_waits(mod, fep_of(ep))) {
         void *payload = NULL;
         if (payload_size > 0)
             opal_convertor_get_current_pointer(convertor, &payload);
@@ -451,11 +624,12 @@ static void print_stats(const mca_btl_ferry_module_t *mod)
     const mca_btl_ferry_stats_t *s = &mod->stats;
     opal_output_verbose(40, opal_btl_base_framework.framework_output,
                         "btl ferry: rank %d module %s: sendi %llu, send inline %llu, send "
-                        "queued %llu, put %llu (%llu bytes), get %llu (%llu bytes), atomics "
+                        "queued %llu, send inplace %llu, send waited %llu, put %llu (%llu bytes), get %llu (%llu bytes), atomics "
                         "%llu, waited %llu, own %llu, registrations %llu (cached %llu), "
                         "received %llu, failed %llu",
                         mca_btl_ferry.rank, mod->fbtl->attr.name, (unsigned long long)s->sendi,
                         (unsigned long long)s->send_inline, (unsigned long long)s->send_queued,
+                        (unsigned long long)s->send_inplace, (unsigned long long)s->send_waited,
                         (unsigned long long)s->put, (unsigned long long)s->put_bytes,
                         (unsigned long long)s->get, (unsigned long long)s->get_bytes,
                         (unsigned long long)s->atomics, (unsigned long long)s->waited,
@@ -483,6 +657,7 @@ static int mod_finalize(struct mca_btl_base_module_t *btl)
     st->closing = true;
     int rc = OPAL_SUCCESS;
     if (st->ctx != NULL) {
+        mca_btl_ferry_send_run_waiting(true);
         mca_btl_ferry_run_done();
         mca_btl_ferry_rdma_run_waiting(true);
         mca_btl_ferry_rdma_run_done();
