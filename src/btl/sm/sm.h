@@ -38,7 +38,7 @@
 #include "util/pool.h"
 
 #define SM_MAGIC 0x316d737972726566ull /* "ferrysm1" */
-#define SM_VERSION 5
+#define SM_VERSION 6
 #define SM_LINE 64
 /* Messages start on this boundary in the ring. */
 #define SM_ALIGN 16
@@ -55,9 +55,18 @@ enum {
     SM_T_GET_RESP = 5, /* data answering a get: sm_get_resp_t, then data */
     SM_T_AMO_REQ = 6,  /* an atomic for the target to execute: sm_amo_req_t */
     SM_T_AMO_ANSWER = 7, /* its answer: sm_amo_answer_t */
-    SM_T_PUTN = 8        /* a put, then an active message on the header's tag:
+    SM_T_PUTN = 8,       /* a put, then an active message on the header's tag:
                             sm_putn_hdr_t, the message's payload, the data */
+    SM_T_ASSIST = 9      /* a large cross-memory put or get the receiver may help
+                            copy: sm_assist_req_t */
 };
+
+/* A cross-memory put or get of FERRY_SM_CMA_ASSIST bytes or more is copied
+ * by both ends at once, in chunks of this many bytes that each end claims
+ * in turn (sm_rdma.c). */
+#define SM_ASSIST_CHUNK (64u * 1024u)
+/* Chunks one request may have: bounds the receiver's work per message. */
+#define SM_ASSIST_CHUNKS_MAX (1u << 16)
 
 /* Shared layout. Fields written once before the segment is published need
  * no atomics; the rest are marked. Every process of the user can write
@@ -152,6 +161,14 @@ typedef struct sm_chan {
      * it, before it handles the next message): the sender's flush learns
      * of them. */
     _Atomic uint64_t putn_refused;
+    /* The copy the sender asked the receiver to help with (SM_T_ASSIST):
+     * claim is the job's number << 32 | the next chunk to take, done the
+     * job's number << 32 | the chunks the receiver finished, failed the
+     * number of a job one of whose chunks the receiver could not copy.
+     * Written by both. */
+    _Alignas(SM_LINE) _Atomic uint64_t assist_claim;
+    _Atomic uint64_t assist_done;
+    _Atomic uint32_t assist_failed;
     _Alignas(SM_LINE) _Atomic uint32_t connected; /* written by the sender */
     int32_t sender_pid;
     _Atomic uint32_t closed; /* the sender finalized: its exit is no failure */
@@ -236,6 +253,21 @@ typedef struct sm_get_req {
     sm_key_t key;
     uint64_t cookie; /* names the get at the initiator */
 } sm_get_req_t;
+
+/* SM_T_ASSIST: the sender copies [addr, addr + len) of its memory
+ * (laddr) and the receiver's (raddr, under key) by cross-memory attach;
+ * the receiver may take chunks of it too, claimed through its channel's
+ * assist_claim while that word names the job. */
+typedef struct sm_assist_req {
+    uint64_t raddr;
+    uint64_t laddr;
+    uint64_t len;
+    uint32_t job;   /* not 0 */
+    uint32_t chunk; /* bytes of each chunk (the last may be shorter) */
+    sm_key_t key;
+    uint32_t put;   /* 1: from the sender's memory into the receiver's; 0: a get */
+    uint32_t reserved; /* 0 */
+} sm_assist_req_t;
 
 typedef struct sm_get_resp {
     uint64_t cookie;
@@ -334,6 +366,18 @@ struct ferry_btl_endpoint {
     bool sending; /* in the module's sending list */
     bool deleted; /* del_procs ran: refuse new work until added again */
     util_list_item_t sending_link;
+    /* The put or get whose copy the peer is helping with (sm_rdma.c), its
+     * job's number and the chunks the peer took; frag NULL: none. */
+    struct {
+        btl_frag_t *frag;
+        uint32_t job;
+        uint32_t theirs;
+        int status; /* of our own pieces */
+        bool put;
+    } assist;
+    uint32_t assist_jobs; /* jobs numbered so far */
+    bool cma_worked;      /* a plain cross-memory copy to the peer succeeded */
+    bool assist_refused;  /* our cross-memory copy into the peer failed: help no more */
     /* Failure detection. */
     pid_t pid;
     int pidfd;
@@ -392,12 +436,15 @@ struct sm_reg {
 /* FERRY_SM_RNDV_PIPE_MAX's default: the pipe rendezvous measured slower
  * than get at every size (docs/msg.md). */
 #define SM_RNDV_PIPE_MAX_DEFAULT 0
+/* FERRY_SM_CMA_ASSIST's default (docs/msg.md). */
+#define SM_CMA_ASSIST_DEFAULT (256u * 1024u)
 
 typedef struct sm_params {
     size_t ring_size;
     size_t eager_limit;
     size_t max_send_size;
     size_t cma_threshold;
+    size_t cma_assist;
     size_t rndv_pipe_max;
     bool cma;
     long long fail_timeout_ms;
@@ -437,6 +484,9 @@ struct sm_module {
     btl_frags_t frags;
     btl_amo_module_t amo; /* atomics the target executes (ordinary memory) */
     bool cma_ok;
+    /* Pieces of cross-memory copies (SM_T_ASSIST): taken here for peers
+     * that asked, and taken by peers for ours (logged at finalize). */
+    uint64_t assist_given, assist_received;
     uint64_t next_cookie;
     sm_heap_t *heaps; /* ours, from mem_alloc */
     int nheaps;

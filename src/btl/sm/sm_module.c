@@ -326,6 +326,10 @@ static int sm_finalize(ferry_btl_module_t *btl)
     if (mod == NULL)
         return FERRY_OK;
     sm_announce_close(mod);
+    if (mod->assist_given > 0 || mod->assist_received > 0)
+        rt_log(&btl->ctx->log, RT_LOG_INFO,
+               "sm: pieces of cross-memory copies: %llu taken for peers, %llu taken by peers",
+               (unsigned long long)mod->assist_given, (unsigned long long)mod->assist_received);
     if (mod->eps != NULL) {
         for (int r = 0; r < mod->nranks; r++)
             if (mod->eps[r] != NULL)
@@ -411,6 +415,12 @@ static int sm_read_params(ferry_ctx_t *ctx, sm_params_t *p)
                                      "Put/get of this many bytes or more use cross-memory "
                                      "attach; smaller ones go through the ring",
                                      &p->cma_threshold)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "sm_cma_assist", SM_CMA_ASSIST_DEFAULT, 0, 0,
+                                     "Cross-memory puts and gets of this many bytes or more "
+                                     "are copied by both processes at once, in chunks each "
+                                     "takes in turn (the target helps while it progresses); "
+                                     "0: never",
+                                     &p->cma_assist)) != FERRY_OK ||
         (rc = rt_param_register_size(r, "sm_rndv_pipe_max", SM_RNDV_PIPE_MAX_DEFAULT, 0, 0,
                                      "Large messages of up to this many bytes go by the pipe "
                                      "rendezvous (streamed through the ring, a copy at each "

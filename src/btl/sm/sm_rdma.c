@@ -197,6 +197,229 @@ static const sm_reg_entry_t *peer_table(const ferry_btl_endpoint_t *ep)
     return (const sm_reg_entry_t *)(ep->peer_base + ep->peer_reg_off);
 }
 
+/* ---- copies both ends share ---- */
+
+/*
+ * A cross-memory put or get of FERRY_SM_CMA_ASSIST bytes or more is cut
+ * into SM_ASSIST_CHUNK pieces. The initiator sets up a job in its channel
+ * in the target's segment (assist_claim: the job's number and the next
+ * piece), tells the target with SM_T_ASSIST, and takes pieces one at a
+ * time with a compare-and-swap; a target that polls meanwhile takes them
+ * the same way and copies each with the other call (process_vm_writev for
+ * a get, process_vm_readv for a put), so that the two cores copy at once.
+ * A target that does not poll costs one ring message: the initiator takes
+ * every piece. The operation completes once the pieces the target took
+ * are counted in assist_done, from progress if not at once.
+ */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* len bytes between our memory at mine and pid's at theirs; 0 or an
+ * errno. */
+static int cma_copy(pid_t pid, bool to_them, void *mine, void *theirs, size_t len)
+{
+    struct iovec liov = {.iov_base = mine, .iov_len = len};
+    struct iovec riov = {.iov_base = theirs, .iov_len = len};
+    while (liov.iov_len > 0) {
+        ssize_t n = to_them ? process_vm_writev(pid, &liov, 1, &riov, 1, 0)
+                            : process_vm_readv(pid, &liov, 1, &riov, 1, 0);
+        if (n <= 0)
+            return n < 0 ? errno : EIO;
+        liov.iov_base = (char *)liov.iov_base + n;
+        liov.iov_len -= (size_t)n;
+        riov.iov_base = (char *)riov.iov_base + n;
+        riov.iov_len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int cma_status(int err)
+{
+    return err == ESRCH ? FERRY_ERR_UNREACH
+                        : (err == EFAULT ? FERRY_ERR_ACCESS : rt_status_from_errno(err));
+}
+
+static const sm_reg_entry_t *peer_table(const ferry_btl_endpoint_t *ep);
+
+/* The job helped with is over (status: our pieces'): a piece the target
+ * could not copy is copied again here, whole; then the key must still be
+ * live, as after any cross-memory copy. */
+static void assist_finish(sm_module_t *mod, ferry_btl_endpoint_t *ep, int status)
+{
+    btl_frag_t *frag = ep->assist.frag;
+    ferry_btl_desc_t *des = &frag->base;
+    bool put = ep->assist.put;
+    const ferry_btl_segment_t *remote = put ? &des->dst[0] : &des->src[0];
+    const ferry_btl_segment_t *local = put ? &des->src[0] : &des->dst[0];
+    ep->assist.frag = NULL;
+    if (status == FERRY_OK &&
+        atomic_load_explicit(&ep->out->assist_failed, memory_order_acquire) == ep->assist.job) {
+        int err = cma_copy(ep->pid, put, ferry_btl_seg_ptr(local), ferry_btl_seg_ptr(remote),
+                           remote->len);
+        if (err != 0)
+            status = cma_status(err);
+    }
+    if (status == FERRY_OK && !sm_peer_key_live(peer_table(ep), ep->peer_reg_slots, remote->key))
+        status = FERRY_ERR_ACCESS;
+    sm_complete(mod, frag, status);
+}
+
+/* Whether the target finished the pieces it took; finishes the job then.
+ * A done word that names another job was not written by a target that
+ * keeps the protocol: the endpoint fails. */
+static bool assist_check(sm_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    uint64_t d = atomic_load_explicit(&ep->out->assist_done, memory_order_acquire);
+    if ((uint32_t)(d >> 32) != ep->assist.job) {
+        sm_ep_fail(mod, ep, "it rewrote the count of a copy it helped with");
+        return true;
+    }
+    if ((uint32_t)d < ep->assist.theirs)
+        return false;
+    assist_finish(mod, ep, ep->assist.status);
+    return true;
+}
+
+/* A put or get by cross-memory attach, copied with the target's help where
+ * it can be: true when the operation is taken (completed, or completing
+ * from progress), false when nothing was done and the plain path is to
+ * copy it. */
+static bool assist_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag, bool put,
+                         const ferry_btl_segment_t *local, const ferry_btl_segment_t *remote)
+{
+    size_t len = remote->len;
+    uint64_t nchunks = (len + SM_ASSIST_CHUNK - 1) / SM_ASSIST_CHUNK;
+    if (nchunks < 2 || nchunks > SM_ASSIST_CHUNKS_MAX || ep->assist.frag != NULL ||
+        !ep->cma_worked || ep->state != SM_EP_CONNECTED)
+        return false;
+    uint32_t job = ++ep->assist_jobs;
+    if (job == 0)
+        job = ++ep->assist_jobs;
+    sm_chan_t *ch = ep->out;
+    atomic_store_explicit(&ch->assist_failed, 0, memory_order_relaxed);
+    atomic_store_explicit(&ch->assist_done, (uint64_t)job << 32, memory_order_relaxed);
+    atomic_store_explicit(&ch->assist_claim, (uint64_t)job << 32, memory_order_release);
+    unsigned char *slot;
+    uint64_t pos;
+    if (!sm_ring_reserve(ep, sizeof(sm_assist_req_t), &slot, &pos))
+        return false; /* no room to tell it: nobody else takes a piece */
+    sm_assist_req_t req = {.raddr = remote->addr,
+                           .laddr = local->addr,
+                           .len = len,
+                           .job = job,
+                           .chunk = SM_ASSIST_CHUNK,
+                           .put = put};
+    memcpy(&req.key, remote->key, sizeof(req.key));
+    memcpy(slot, &req, sizeof(req));
+    sm_ring_commit(ep, pos, (uint32_t)sizeof(req), 0, SM_T_ASSIST);
+
+    unsigned char *mine = ferry_btl_seg_ptr(local), *theirs = ferry_btl_seg_ptr(remote);
+    uint32_t ours = 0, claimed;
+    int err = 0;
+    for (;;) {
+        uint64_t w = atomic_load_explicit(&ch->assist_claim, memory_order_acquire);
+        uint32_t c = (uint32_t)w;
+        if ((uint32_t)(w >> 32) != job) {
+            /* Only a peer that breaks the protocol writes another job. */
+            ep->assist.frag = frag;
+            sm_ep_fail(mod, ep, "it rewrote the claims of a copy it helped with");
+            if (ep->assist.frag != NULL)
+                assist_finish(mod, ep, FERRY_ERR_UNREACH);
+            return true;
+        }
+        if (c >= nchunks) {
+            claimed = (uint32_t)nchunks;
+            break;
+        }
+        if (err != 0) {
+            /* Ours failed: the target takes no more pieces either. */
+            if (atomic_compare_exchange_weak_explicit(&ch->assist_claim, &w,
+                                                      ((uint64_t)job << 32) | nchunks,
+                                                      memory_order_acq_rel,
+                                                      memory_order_acquire)) {
+                claimed = c;
+                break;
+            }
+            continue;
+        }
+        if (!atomic_compare_exchange_weak_explicit(&ch->assist_claim, &w, w + 1,
+                                                   memory_order_acq_rel, memory_order_acquire))
+            continue;
+        ours++;
+        size_t off = (size_t)c * SM_ASSIST_CHUNK;
+        size_t n = len - off < SM_ASSIST_CHUNK ? len - off : SM_ASSIST_CHUNK;
+        err = cma_copy(ep->pid, put, mine + off, theirs + off, n);
+    }
+    ep->assist.frag = frag;
+    ep->assist.job = job;
+    ep->assist.theirs = claimed - ours;
+    mod->assist_received += ep->assist.theirs;
+    ep->assist.status = err != 0 ? cma_status(err) : FERRY_OK;
+    ep->assist.put = put;
+    /* The target's last piece is usually under way: a short wait here
+     * saves a trip through progress. */
+    for (unsigned i = 0; i < 4096; i++) {
+        if (assist_check(mod, ep))
+            return true;
+        cpu_relax();
+    }
+    sm_mark_sending(mod, ep); /* progress finishes it */
+    return true;
+}
+
+/* SM_T_ASSIST at the target: the pieces of the sender's copy we can take
+ * while it is still copying. Only what our own registration of the key
+ * allows is touched, and a request that does not add up fails the
+ * channel. */
+static void handle_assist(sm_module_t *mod, ferry_btl_endpoint_t *ep, const unsigned char *msg,
+                          uint32_t len)
+{
+    sm_assist_req_t req;
+    if (len != sizeof(req)) {
+        sm_ep_fail(mod, ep, "it sent a malformed copy request");
+        return;
+    }
+    memcpy(&req, msg, sizeof(req));
+    uint64_t nchunks = req.chunk > 0 ? (req.len + req.chunk - 1) / req.chunk : 0;
+    if (req.job == 0 || req.put > 1 || req.reserved != 0 || req.chunk == 0 || req.len == 0 ||
+        req.len > UINT64_MAX - req.chunk || nchunks > SM_ASSIST_CHUNKS_MAX ||
+        req.raddr > UINT64_MAX - req.len || req.laddr > UINT64_MAX - req.len) {
+        sm_ep_fail(mod, ep, "it sent a malformed copy request");
+        return;
+    }
+    if (!mod->cma_ok || ep->assist_refused ||
+        sm_target_check(mod, &req.key, req.raddr, req.len, req.put != 0) != FERRY_OK)
+        return; /* the sender copies it all */
+    sm_chan_t *ch = ep->in;
+    /* Bounded whatever the sender writes into the claim word. */
+    uint64_t tries = 2 * nchunks + 64;
+    while (tries-- > 0) {
+        uint64_t w = atomic_load_explicit(&ch->assist_claim, memory_order_acquire);
+        uint32_t c = (uint32_t)w;
+        if ((uint32_t)(w >> 32) != req.job || c >= nchunks)
+            break;
+        if (!atomic_compare_exchange_weak_explicit(&ch->assist_claim, &w, w + 1,
+                                                   memory_order_acq_rel, memory_order_acquire))
+            continue;
+        uint64_t off = (uint64_t)c * req.chunk;
+        size_t n = (size_t)(req.len - off < req.chunk ? req.len - off : req.chunk);
+        int err = cma_copy(ep->pid, req.put == 0, (void *)(uintptr_t)(req.raddr + off),
+                           (void *)(uintptr_t)(req.laddr + off), n);
+        if (err != 0) {
+            atomic_store_explicit(&ch->assist_failed, req.job, memory_order_release);
+            if (err == EPERM || err == ENOSYS)
+                ep->assist_refused = true;
+        }
+        atomic_fetch_add_explicit(&ch->assist_done, 1, memory_order_release);
+        mod->assist_given++;
+    }
+}
+
 /* ---- starting operations ---- */
 
 static int rdma_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *des,
@@ -270,6 +493,9 @@ static int rdma_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_desc
         return FERRY_OK;
     }
     if (mod->cma_ok && len >= mod->p.cma_threshold) {
+        if (mod->p.cma_assist > 0 && len >= mod->p.cma_assist &&
+            assist_start(mod, ep, frag, put, local, remote))
+            return FERRY_OK;
         struct iovec liov = {.iov_base = ferry_btl_seg_ptr(local), .iov_len = len};
         struct iovec riov = {.iov_base = ferry_btl_seg_ptr(remote), .iov_len = len};
         size_t moved = 0;
@@ -299,6 +525,7 @@ static int rdma_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_desc
             riov.iov_len -= (size_t)n;
         }
         if (moved == len) {
+            ep->cma_worked = true;
             sm_complete(mod, frag,
                         sm_peer_key_live(peer_table(ep), ep->peer_reg_slots, remote->key)
                             ? FERRY_OK
@@ -340,7 +567,8 @@ bool sm_rdma_busy(const ferry_btl_endpoint_t *ep)
 {
     return !util_list_empty(&ep->queue) || !util_list_empty(&ep->ring_puts) ||
            !util_list_empty(&ep->iputs) || !util_list_empty(&ep->igets) ||
-           !util_list_empty(&ep->gets) || ep->njobs > 0 || btl_amo_owes(&ep->amo);
+           !util_list_empty(&ep->gets) || ep->njobs > 0 || btl_amo_owes(&ep->amo) ||
+           ep->assist.frag != NULL;
 }
 
 bool sm_rdma_push(sm_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag)
@@ -841,7 +1069,9 @@ bool sm_rdma_handle(sm_module_t *mod, ferry_btl_endpoint_t *ep, uint8_t type, un
             sm_mark_sending(mod, ep);
         return true;
     }
-    if (type == SM_T_PUT)
+    if (type == SM_T_ASSIST)
+        handle_assist(mod, ep, msg, len);
+    else if (type == SM_T_PUT)
         handle_put(mod, ep, msg, len);
     else if (type == SM_T_GET_REQ)
         return handle_get_req(mod, ep, msg, len);
@@ -894,6 +1124,8 @@ static bool answer_job(sm_module_t *mod, ferry_btl_endpoint_t *ep, sm_get_job_t 
 int sm_rdma_progress(sm_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     int n = 0;
+    if (ep->assist.frag != NULL && assist_check(mod, ep))
+        n++;
     if (!util_list_empty(&ep->ring_puts) || !util_list_empty(&ep->iputs)) {
         int done = sm_ring_refresh_tail(ep);
         if (done < 0)
@@ -923,6 +1155,9 @@ int sm_rdma_progress(sm_module_t *mod, ferry_btl_endpoint_t *ep)
 void sm_rdma_fail(sm_module_t *mod, ferry_btl_endpoint_t *ep, int status)
 {
     util_list_item_t *it;
+    /* A peer that fails writes no more: its pieces will not be counted. */
+    if (ep->assist.frag != NULL)
+        assist_finish(mod, ep, status);
     while ((it = util_list_pop_front(&ep->ring_puts)) != NULL)
         sm_complete(mod, UTIL_CONTAINER_OF(it, btl_frag_t, link), status);
     for (int k = 0; k < 2; k++)

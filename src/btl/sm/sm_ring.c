@@ -141,6 +141,7 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
         case SM_T_GET_RESP:
         case SM_T_AMO_REQ:
         case SM_T_AMO_ANSWER:
+        case SM_T_ASSIST:
             if (!sm_rdma_handle(mod, ep, type, msg, len))
                 goto out; /* a get or atomic past the peer's budget waits where it is */
             /* A ring put completes at its initiator when our tail passes it. */
