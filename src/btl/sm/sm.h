@@ -437,7 +437,7 @@ struct sm_reg {
  * than get at every size (docs/msg.md). */
 #define SM_RNDV_PIPE_MAX_DEFAULT 0
 /* FERRY_SM_CMA_ASSIST's default (docs/msg.md). */
-#define SM_CMA_ASSIST_DEFAULT (256u * 1024u)
+#define SM_CMA_ASSIST_DEFAULT (128u * 1024u)
 
 typedef struct sm_params {
     size_t ring_size;
