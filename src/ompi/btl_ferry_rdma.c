@@ -1049,7 +1049,7 @@ static int rdma_flush(struct mca_btl_base_module_t *btl, struct mca_btl_base_end
     mca_btl_ferry_module_t *mod = mod_of(btl);
     /* Those still waiting start first: the transport's flush covers only
      * what it took. */
-    while (op_waiting(mod, ep)) {
+    while (mca_btl_ferry.rdma_wait_head != NULL && op_waiting(mod, ep)) {
         int rc = mod->fbtl->ops->progress(mod->fbtl);
         if (rc < 0)
             return mca_btl_ferry_status(rc);
