@@ -26,7 +26,7 @@
 
 #define SELF_REG_MAGIC 0x53524547u
 
-typedef enum { SELF_OP_SEND, SELF_OP_PUT, SELF_OP_GET } self_op_t;
+typedef enum { SELF_OP_SEND, SELF_OP_PUT, SELF_OP_GET, SELF_OP_PUTN } self_op_t;
 
 typedef struct self_module self_module_t;
 
@@ -182,11 +182,17 @@ static int self_add_procs(ferry_btl_module_t *btl, size_t n, const ferry_btl_pro
     return FERRY_OK;
 }
 
+static void putn_complete(self_module_t *mod, btl_frag_t *frag, int status);
+
 /* Completes one frag taken off the pending queue with status. */
 static void frag_complete(self_module_t *mod, btl_frag_t *frag, int status)
 {
     ferry_btl_desc_t *des = &frag->base;
     uint32_t flags = des->flags;
+    if (frag->op == SELF_OP_PUTN) {
+        putn_complete(mod, frag, status);
+        return;
+    }
     if (frag->op != SELF_OP_SEND)
         mod->rdma_pending--;
     des->flags &= ~(uint32_t)FERRY_BTL_DES_INFLIGHT;
@@ -344,6 +350,149 @@ static int self_rdma_direct(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, b
     return FERRY_BTL_DONE;
 }
 
+/* ---- puts with notification ---- */
+
+/*
+ * A put with notification (btl.h, put_notify_inline) is one fragment on the
+ * pending queue, like a send: so it keeps its place among the sends and
+ * puts started before and after it, and nothing of it happens inside the
+ * call. Its fragment holds a self_putn_t, then the notification's payload,
+ * then the put's data; progress checks the key as rdma_execute does, copies,
+ * reports the outcome and then runs the tag's handler, refused or not.
+ */
+typedef struct self_putn {
+    ferry_btl_rdma_cb_t cb;
+    void *cbctx;
+    void *cbdata;
+    void *local; /* as the caller gave it, for a tracked one's callback */
+    uint64_t raddr;
+    size_t size; /* the put's bytes */
+    size_t plen; /* the notification's bytes */
+    uint32_t flags;
+    uint8_t key[sizeof(self_key_t)];
+} self_putn_t;
+
+static self_putn_t putn_of(const btl_frag_t *frag)
+{
+    self_putn_t pn;
+    memcpy(&pn, frag->payload, sizeof(pn));
+    return pn;
+}
+
+static int self_put_notify_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
+                                  const void *local, size_t size, uint64_t raddr,
+                                  const uint8_t *rkey, uint8_t tag, const void *payload,
+                                  size_t plen, uint32_t flags, ferry_btl_rdma_cb_t cb, void *cbctx,
+                                  void *cbdata)
+{
+    self_module_t *mod = self_of(btl);
+    if (btl == NULL || ep == NULL || ep != mod->ep || rkey == NULL || cb == NULL ||
+        tag >= FERRY_BTL_TAG_BTL_MIN || (payload == NULL && plen > 0) ||
+        (local == NULL && size > 0) || (flags & ~(uint32_t)FERRY_BTL_PUTN_UNTRACKED) != 0)
+        return FERRY_ERR_INVALID;
+    /* One fragment no larger than the largest send, its record included;
+     * an exhausted pool is "not now": the caller takes the two-part path. */
+    size_t max = btl->attr.max_send_size - sizeof(self_putn_t);
+    if (size > max || plen > max - size)
+        return FERRY_ERR_NOT_SUPPORTED;
+    ferry_btl_desc_t *des;
+    if (btl_frags_op_alloc(btl, ep, sizeof(self_putn_t) + plen + size, FERRY_BTL_DES_OWNERSHIP,
+                           &des) != FERRY_OK)
+        return FERRY_ERR_NOT_SUPPORTED;
+    self_putn_t pn = {
+        .cb = cb,
+        .cbctx = cbctx,
+        .cbdata = cbdata,
+        .local = (void *)local,
+        .raddr = raddr,
+        .size = size,
+        .plen = plen,
+        .flags = flags,
+    };
+    memcpy(pn.key, rkey, sizeof(pn.key));
+    unsigned char *p = ferry_btl_seg_ptr(&des->src[0]);
+    memcpy(p, &pn, sizeof(pn));
+    if (plen > 0)
+        memcpy(p + sizeof(pn), payload, plen);
+    if (size > 0)
+        memcpy(p + sizeof(pn) + plen, local, size);
+    btl_frag_t *frag = btl_frag_of(des);
+    frag->op = SELF_OP_PUTN;
+    frag->tag = tag;
+    frag->ep = ep;
+    des->flags |= FERRY_BTL_DES_INFLIGHT;
+    /* Counted with the puts, tracked or not, so that flush runs it (and
+     * reports an untracked one's refusal) before it returns. */
+    mod->rdma_pending++;
+    util_list_append(&mod->pending, &frag->link);
+    return FERRY_OK;
+}
+
+/* The target's half: the key, range and right checked against the
+ * registration the key names now, exactly as rdma_execute checks a put,
+ * then the copy. A put of no bytes needs no key, as there. */
+static int putn_write(self_module_t *mod, const self_putn_t *pn, const unsigned char *data)
+{
+    if (pn->size == 0)
+        return FERRY_OK;
+    const ferry_btl_reg_t *reg = reg_lookup(mod, pn->key);
+    if (reg == NULL ||
+        btl_base_check_access(reg, pn->raddr, pn->size, FERRY_ACCESS_REMOTE_WRITE) != FERRY_OK)
+        return FERRY_ERR_ACCESS;
+    memmove((void *)(uintptr_t)pn->raddr, data, pn->size);
+    return FERRY_OK;
+}
+
+/* The initiator's half of the outcome: a tracked one completes with
+ * status (the put's, or the error that ended it before it ran); an
+ * untracked one is told only of a refusal. */
+static void putn_report(self_module_t *mod, const self_putn_t *pn, int status)
+{
+    mod->rdma_pending--;
+    if (!(pn->flags & FERRY_BTL_PUTN_UNTRACKED))
+        pn->cb(&mod->super, mod->ep, pn->local, NULL, pn->cbctx, pn->cbdata, status);
+    else if (status == FERRY_ERR_ACCESS)
+        pn->cb(&mod->super, mod->ep, NULL, NULL, pn->cbctx, NULL, FERRY_ERR_ACCESS);
+}
+
+static void putn_release(self_module_t *mod, btl_frag_t *frag)
+{
+    frag->base.flags &= ~(uint32_t)FERRY_BTL_DES_INFLIGHT;
+    btl_frag_put(&mod->frags, frag);
+}
+
+/* One taken off the queue without running (del_procs, finalize). */
+static void putn_complete(self_module_t *mod, btl_frag_t *frag, int status)
+{
+    self_putn_t pn = putn_of(frag);
+    putn_release(mod, frag);
+    putn_report(mod, &pn, status);
+}
+
+/* Carries out one put with notification from progress: the data in if the
+ * key allows, its outcome reported, then the tag's handler with the
+ * payload, refused or not. The outcome comes first, as a remote target's
+ * answer leaves before its handler runs: whatever the handler sends (or
+ * delivers, should it progress) comes after the refusal, so an untracked
+ * one's refusal is always known before anything sent after it. */
+static void putn_execute(self_module_t *mod, btl_frag_t *frag)
+{
+    self_putn_t pn = putn_of(frag);
+    const unsigned char *payload = (const unsigned char *)frag->payload + sizeof(pn);
+    int status = putn_write(mod, &pn, payload + pn.plen);
+    putn_report(mod, &pn, status);
+    ferry_btl_segment_t seg = {.addr = (uint64_t)(uintptr_t)payload, .len = pn.plen};
+    ferry_btl_recv_desc_t rd = {
+        .ep = frag->ep,
+        .peer = frag->ep->rank,
+        .tag = frag->tag,
+        .segs = &seg,
+        .seg_cnt = 1,
+    };
+    btl_base_deliver(&mod->super, &rd);
+    putn_release(mod, frag);
+}
+
 /* ferry_btl_ops.target_resolve: the checks of rdma_execute. */
 static int self_target_resolve(ferry_btl_module_t *btl, const uint8_t *key, uint64_t addr,
                                size_t len, uint32_t need, void **ptr_out)
@@ -419,6 +568,11 @@ static int self_progress(ferry_btl_module_t *btl)
             break;
         btl_frag_t *frag = UTIL_CONTAINER_OF(it, btl_frag_t, link);
         int status = FERRY_OK;
+        if (frag->op == SELF_OP_PUTN) {
+            putn_execute(mod, frag);
+            handled++;
+            continue;
+        }
         if (frag->op == SELF_OP_SEND) {
             ferry_btl_recv_desc_t rd = {
                 .ep = frag->ep,
@@ -496,6 +650,7 @@ static const ferry_btl_ops_t self_ops = {
     .atomic_fop = self_atomic_fop,
     .atomic_cswap = self_atomic_cswap,
     .rdma_direct = self_rdma_direct,
+    .put_notify_inline = self_put_notify_inline,
     .target_resolve = self_target_resolve,
     .flush = self_flush,
     .progress = self_progress,
