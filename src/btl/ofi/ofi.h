@@ -33,6 +33,12 @@
  * FERRY_OFI_SEND_TIMEOUT is failed, unless its process on this host is
  * alive. Every put and get has a deadline (FERRY_OFI_REQUEST_TIMEOUT).
  *
+ * A put with notification small enough for one message is one ordered
+ * message of ofi's own (OFI_T_PUTN, ofi_wire.h) that the target checks,
+ * writes, answers (OFI_T_PUTN_ANSWER: always for a tracked one, only a
+ * refusal for an untracked one) and hands to the tag's handler; answers
+ * owed go ahead of everything sent to that peer later (ofi_ep_clear).
+ *
  * put/get are fi_writemsg/fi_readmsg; a put completes only once delivered
  * (FI_DELIVERY_COMPLETE). A registration's key (ofi_key_t, 32 bytes)
  * carries its base, length and rights, so the initiator refuses an access
@@ -192,7 +198,16 @@ struct ferry_btl_endpoint {
     uint64_t held_since_ns;
     bool held_heard;
     btl_amo_ep_t amo;        /* atomics, executed by the target (ofi_atomic.c) */
+    ofi_putn_peer_t putn;    /* puts with notification, both ways (ofi_rdma.c) */
 };
+
+/* May a message to ep be posted now, ahead of nothing? Nothing waits in
+ * its queue, and no answer to a put with notification is owed to it
+ * (those leave first, ahead of the queue: ofi_drain_queue). */
+static inline bool ofi_ep_clear(const ferry_btl_endpoint_t *ep)
+{
+    return util_list_empty(&ep->queue) && ep->putn.nowed == 0;
+}
 
 typedef struct ofi_params {
     const char *provider;
@@ -270,6 +285,9 @@ struct ofi_module {
     util_list_t completed;      /* fragments whose completion is due */
     btl_frags_t frags;
     btl_amo_module_t amo;       /* atomics (ofi_atomic.c) */
+    util_pool_t putn_reqs;      /* ofi_putn_req_t: tracked puts with notification */
+    bool putn_reqs_ready;
+    util_list_t putn_done;      /* ofi_putn_req_t failed, callbacks not yet run */
     util_pool_t rma_ctxs;       /* ofi_opctx_t for put/get */
     bool rma_ctxs_ready;
     util_list_t rma_posted;     /* RMA contexts given to libfabric */
@@ -375,6 +393,9 @@ void ofi_complete(ofi_module_t *mod, btl_frag_t *frag, int status);
 int ofi_post_send(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const void *header,
                   size_t header_len, const void *payload, size_t payload_len, uint8_t tag,
                   uint8_t type, uint32_t seq);
+/* The same with the bytes after the header in nparts pieces (at most 3). */
+int ofi_post_sendv(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const struct iovec *parts,
+                   int nparts, uint8_t tag, uint8_t type);
 /* A control message (no payload), for the liveness and credit code: as
  * ofi_post_send, but a failure to post it fails nobody. */
 int ofi_post_ctrl(ofi_module_t *mod, ferry_btl_endpoint_t *ep, uint8_t type, uint32_t seq);
@@ -404,6 +425,24 @@ void ofi_rdma_done(ofi_module_t *mod, ofi_opctx_t *oc, int status);
 void ofi_rdma_abandon(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status);
 void ofi_rdma_hold(ofi_module_t *mod, ofi_opctx_t *oc);
 int ofi_rdma_release_held(ofi_module_t *mod, ferry_btl_endpoint_t *ep, uint64_t now);
+int ofi_put_notify_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void *local,
+                          size_t size, uint64_t raddr, const uint8_t *rkey, uint8_t tag,
+                          const void *payload, size_t plen, uint32_t flags,
+                          ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata);
+/* A put with notification, or its answer, arrived in order from ep (body:
+ * the message after its header). A malformed one fails ep. */
+void ofi_putn_deliver(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const ofi_hdr_t *h,
+                      const unsigned char *body, size_t len);
+/* Sends the answers owed to ep while the provider takes them: FERRY_OK
+ * when none is left, FERRY_ERR_NO_RESOURCE, or the failure that failed
+ * ep. */
+int ofi_putn_send_owed(ofi_module_t *mod, ferry_btl_endpoint_t *ep);
+/* Completes the tracked ones to ep with status (callbacks from the next
+ * progress) and, unless ep is only deleted (still READY, the module not
+ * closing), drops the answers owed to it. */
+void ofi_putn_fail(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status);
+/* Runs the callbacks of those failed so far; returns how many. */
+int ofi_putn_progress(ofi_module_t *mod);
 /* Completes with FERRY_ERR_TIMEOUT the puts and gets, queued or posted,
  * whose deadline is before now; their peers become suspects. Returns how
  * many. */

@@ -23,7 +23,7 @@ static int amo_send(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const btl
     int rc = ofi_ep_ready(mod, ep);
     if (rc != FERRY_OK)
         return rc;
-    if (!util_list_empty(&ep->queue))
+    if (!ofi_ep_clear(ep))
         return FERRY_ERR_NO_RESOURCE;
     rc = ofi_post_send(mod, ep, NULL, 0, msg, sizeof(*msg), 0,
                        msg->kind == BTL_AMO_REQ ? OFI_T_AMO_REQ : OFI_T_AMO_ANSWER, 0);

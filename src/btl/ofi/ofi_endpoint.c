@@ -124,6 +124,7 @@ static ferry_btl_endpoint_t *ep_new(ofi_module_t *mod, int rank, const ofi_addr_
     util_list_init(&ep->queue);
     util_list_init(&ep->held);
     ofi_wire_peer_init(&ep->wire);
+    ofi_putn_peer_init(&ep->putn);
     return ep;
 }
 
@@ -179,6 +180,7 @@ void ofi_ep_free(ferry_btl_endpoint_t *ep)
     if (ep == NULL)
         return;
     ofi_wire_peer_clear(&ep->wire);
+    free(ep->putn.owed);
     if (ep->pidfd >= 0)
         close(ep->pidfd);
     free(ep);
@@ -228,6 +230,7 @@ void ofi_ep_fail_pending(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status
      * waits on it. */
     ofi_rdma_abandon(mod, ep, status);
     btl_amo_ep_fail(&mod->amo, &ep->amo, status);
+    ofi_putn_fail(mod, ep, status);
 }
 
 void ofi_ep_fail(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status, bool tell,
@@ -261,6 +264,16 @@ int ofi_drain_queue(ofi_module_t *mod, ferry_btl_endpoint_t *ep)
 {
     int n = 0;
     util_list_item_t *it;
+    /* Answers to puts with notification first: everything in the queue
+     * was sent after the message they answer was handled, or may go
+     * after it. */
+    if (ep->putn.nowed > 0) {
+        uint32_t before = ep->putn.nowed;
+        int rc = ofi_putn_send_owed(mod, ep);
+        n += (int)(before - ep->putn.nowed);
+        if (rc != FERRY_OK)
+            return n;
+    }
     while ((it = util_list_first(&ep->queue)) != NULL) {
         btl_frag_t *frag = UTIL_CONTAINER_OF(it, btl_frag_t, link);
         int rc;

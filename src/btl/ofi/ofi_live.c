@@ -164,7 +164,7 @@ static int check_processes(ofi_module_t *mod)
 
 static bool waits_on(const ferry_btl_endpoint_t *ep)
 {
-    return !util_list_empty(&ep->queue) || ep->rdma_inflight > 0 ||
+    return !util_list_empty(&ep->queue) || ep->rdma_inflight > 0 || ep->putn.ninflight > 0 ||
            !util_list_empty(&ep->held) || ep->wire.tx_next != ep->wire.tx_acked || ep->suspect;
 }
 

@@ -75,7 +75,7 @@ static int ofi_send(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl
     frag->tag = tag;
     frag->ep = ep;
     des->flags |= FERRY_BTL_DES_INFLIGHT;
-    if (util_list_empty(&ep->queue)) {
+    if (ofi_ep_clear(ep)) {
         rc = ofi_post_send(mod, ep, NULL, 0, ferry_btl_seg_ptr(&des->src[0]), des->src[0].len,
                            tag, OFI_T_DATA, 0);
         if (rc == FERRY_OK) {
@@ -105,8 +105,8 @@ static int ofi_sendi(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const vo
     int rc = ofi_ep_ready(mod, ep);
     if (rc != FERRY_OK)
         return rc;
-    /* Nothing may overtake what is queued. */
-    if (!util_list_empty(&ep->queue))
+    /* Nothing may overtake what is queued, or an answer owed. */
+    if (!ofi_ep_clear(ep))
         return FERRY_ERR_NO_RESOURCE;
     return ofi_post_send(mod, ep, header, header_len, payload, payload_len, tag, OFI_T_DATA, 0);
 }
@@ -140,9 +140,9 @@ static int ofi_progress(ferry_btl_module_t *btl)
                 UTIL_CONTAINER_OF(it, ferry_btl_endpoint_t, sending_link);
             it = util_list_next(&mod->sending, it);
             n += ofi_drain_queue(mod, ep);
-            if (util_list_empty(&ep->queue))
+            if (ofi_ep_clear(ep))
                 n += ofi_amo_send_owed(mod, ep);
-            if (util_list_empty(&ep->queue) && !btl_amo_owes(&ep->amo)) {
+            if (ofi_ep_clear(ep) && !btl_amo_owes(&ep->amo)) {
                 util_list_remove(&mod->sending, &ep->sending_link);
                 ep->sending = false;
             }
@@ -152,6 +152,8 @@ static int ofi_progress(ferry_btl_module_t *btl)
     if (!util_list_empty(&mod->completed))
         n += run_completions(mod);
     n += btl_amo_progress(btl, &mod->amo);
+    if (!util_list_empty(&mod->putn_done))
+        n += ofi_putn_progress(mod);
     n += btl_base_progress_reports(&mod->super);
     return n;
 }
@@ -170,6 +172,8 @@ static int ofi_flush(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep)
         int rc = btl_base_wait_inflight(btl, &e->rdma_inflight);
         if (rc == FERRY_OK)
             rc = btl_base_wait_inflight(btl, &e->amo.ninflight);
+        if (rc == FERRY_OK)
+            rc = btl_base_wait_inflight(btl, &e->putn.ninflight);
         if (rc != FERRY_OK)
             return rc;
     }
@@ -254,6 +258,8 @@ static int ofi_finalize(ferry_btl_module_t *btl)
     }
     /* Callbacks for what was failed above. */
     run_completions(mod);
+    if (mod->putn_reqs_ready)
+        ofi_putn_progress(mod);
     /* The endpoint goes first: it holds the receive buffers and any
      * registration bound to it. */
     close_fid(mod, mod->ep != NULL ? &mod->ep->fid : NULL, "closing the endpoint");
@@ -281,6 +287,8 @@ static int ofi_finalize(ferry_btl_module_t *btl)
     close_fid(mod, mod->domain != NULL ? &mod->domain->fid : NULL, "closing the domain");
     close_fid(mod, mod->fabric != NULL ? &mod->fabric->fid : NULL, "closing the fabric");
     if (mod->rma_ctxs_ready && util_pool_fini(&mod->rma_ctxs) > 0 && rc == FERRY_OK)
+        rc = FERRY_ERR_BUSY;
+    if (mod->putn_reqs_ready && util_pool_fini(&mod->putn_reqs) > 0 && rc == FERRY_OK)
         rc = FERRY_ERR_BUSY;
     if (mod->eps != NULL)
         for (int r = 0; r < mod->nranks; r++) {
@@ -327,6 +335,7 @@ static const ferry_btl_ops_t ofi_ops = {
     .atomic_op = ofi_atomic_op,
     .atomic_fop = ofi_atomic_fop,
     .atomic_cswap = ofi_atomic_cswap,
+    .put_notify_inline = ofi_put_notify_inline,
     .flush = ofi_flush,
     .progress = ofi_progress,
     .dump = ofi_dump,
@@ -481,6 +490,7 @@ static int ofi_init(ferry_btl_module_t *btl, void *argp)
     util_list_init(&mod->sending);
     util_list_init(&mod->acking);
     util_list_init(&mod->completed);
+    util_list_init(&mod->putn_done);
     btl_amo_module_init(&mod->amo, &ofi_amo_hooks, mod->p.atomic_slots);
     util_list_init(&mod->rma_posted);
     rt_ratelimit_init(&mod->rl_stranger, RT_RATELIMIT_BURST, RT_RATELIMIT_INTERVAL_MS);
@@ -537,10 +547,20 @@ static int ofi_start(ferry_btl_module_t *btl, void *argp)
         .max = 0,
         .increment = 64,
     };
+    const util_pool_params_t pp = {
+        .name = "ofi puts with notification",
+        .elem_size = sizeof(ofi_putn_req_t),
+        .initial = 16,
+        .max = 0,
+        .increment = 64,
+    };
     int rc = util_pool_init(&mod->rma_ctxs, &cp);
     if (rc != FERRY_OK)
         return rc;
     mod->rma_ctxs_ready = true;
+    if ((rc = util_pool_init(&mod->putn_reqs, &pp)) != FERRY_OK)
+        return rc;
+    mod->putn_reqs_ready = true;
     if ((rc = open_fabric(mod)) != FERRY_OK || (rc = ofi_tx_init(mod)) != FERRY_OK ||
         (rc = ofi_rx_init(mod)) != FERRY_OK || (rc = ofi_rx_post_all(mod)) != FERRY_OK)
         return rc;

@@ -67,16 +67,18 @@ void ofi_tx_fini(ofi_module_t *mod)
 }
 
 /* Builds a message in out: header (as ofi_wire_fill makes it), then the
- * caller's header bytes and payload. */
-static size_t build_msg(unsigned char *out, const ofi_hdr_t *h, const void *header,
-                        size_t header_len, const void *payload, size_t payload_len)
+ * caller's parts. */
+static size_t build_msg(unsigned char *out, const ofi_hdr_t *h, const struct iovec *parts,
+                        int nparts)
 {
+    size_t off = sizeof(*h);
     memcpy(out, h, sizeof(*h));
-    if (header_len > 0)
-        memcpy(out + sizeof(*h), header, header_len);
-    if (payload_len > 0)
-        memcpy(out + sizeof(*h) + header_len, payload, payload_len);
-    return sizeof(*h) + header_len + payload_len;
+    for (int i = 0; i < nparts; i++) {
+        if (parts[i].iov_len > 0)
+            memcpy(out + off, parts[i].iov_base, parts[i].iov_len);
+        off += parts[i].iov_len;
+    }
+    return off;
 }
 
 /* post_msg's answer when the window or the transmit slots are full. */
@@ -84,11 +86,12 @@ static size_t build_msg(unsigned char *out, const ofi_hdr_t *h, const void *head
 
 /* Hands one message to libfabric: 0, the provider's negative code
  * (-FI_EAGAIN for "later"), or POST_NO_ROOM. */
-static ssize_t post_msg(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const void *header,
-                        size_t header_len, const void *payload, size_t payload_len, uint8_t tag,
-                        uint8_t type, uint32_t seq)
+static ssize_t post_msg(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const struct iovec *parts,
+                        int nparts, uint8_t tag, uint8_t type, uint32_t seq)
 {
-    size_t total = sizeof(ofi_hdr_t) + header_len + payload_len;
+    size_t total = sizeof(ofi_hdr_t);
+    for (int i = 0; i < nparts; i++)
+        total += parts[i].iov_len;
     bool ordered = ofi_wire_ordered(type);
     ofi_hdr_t h;
     ssize_t rc;
@@ -101,7 +104,7 @@ static ssize_t post_msg(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const void 
     if (total <= mod->inject_size) {
         /* Inline: the provider copies it before returning, and no
          * completion comes back. */
-        build_msg(mod->inject_buf, &h, header, header_len, payload, payload_len);
+        build_msg(mod->inject_buf, &h, parts, nparts);
         ofi_call_enter(mod);
         rc = fi_inject(mod->ep, mod->inject_buf, total, ep->fi_addr);
         ofi_call_leave(mod);
@@ -109,7 +112,7 @@ static ssize_t post_msg(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const void 
         if (mod->tx_nfree == 0)
             return POST_NO_ROOM;
         ofi_opctx_t *oc = &mod->tx_ctx[mod->tx_free[mod->tx_nfree - 1]];
-        build_msg(oc->buf, &h, header, header_len, payload, payload_len);
+        build_msg(oc->buf, &h, parts, nparts);
         oc->ep = ep;
         ofi_call_enter(mod);
         rc = fi_send(mod->ep, oc->buf, total, fi_mr_desc(mod->tx_reg->mr), ep->fi_addr,
@@ -123,11 +126,9 @@ static ssize_t post_msg(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const void 
     return rc;
 }
 
-int ofi_post_send(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const void *header,
-                  size_t header_len, const void *payload, size_t payload_len, uint8_t tag,
-                  uint8_t type, uint32_t seq)
+/* A post's outcome as ferry says it; a failure fails the peer. */
+static int post_status(ofi_module_t *mod, ferry_btl_endpoint_t *ep, ssize_t rc)
 {
-    ssize_t rc = post_msg(mod, ep, header, header_len, payload, payload_len, tag, type, seq);
     if (rc == 0)
         return FERRY_OK;
     if (rc == -FI_EAGAIN || rc == POST_NO_ROOM)
@@ -138,9 +139,23 @@ int ofi_post_send(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const void *heade
     return FERRY_ERR_UNREACH;
 }
 
+int ofi_post_send(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const void *header,
+                  size_t header_len, const void *payload, size_t payload_len, uint8_t tag,
+                  uint8_t type, uint32_t seq)
+{
+    const struct iovec parts[2] = {{(void *)header, header_len}, {(void *)payload, payload_len}};
+    return post_status(mod, ep, post_msg(mod, ep, parts, 2, tag, type, seq));
+}
+
+int ofi_post_sendv(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const struct iovec *parts,
+                   int nparts, uint8_t tag, uint8_t type)
+{
+    return post_status(mod, ep, post_msg(mod, ep, parts, nparts, tag, type, 0));
+}
+
 int ofi_post_ctrl(ofi_module_t *mod, ferry_btl_endpoint_t *ep, uint8_t type, uint32_t seq)
 {
-    ssize_t rc = post_msg(mod, ep, NULL, 0, NULL, 0, 0, type, seq);
+    ssize_t rc = post_msg(mod, ep, NULL, 0, 0, type, seq);
     if (rc == 0)
         return FERRY_OK;
     if (rc != -FI_EAGAIN && rc != POST_NO_ROOM)
@@ -299,7 +314,7 @@ static void wire_deliver(void *arg, int rank, const ofi_hdr_t *h, const unsigned
         /* The peer finalized: from now on nothing goes to it, and its exit
          * is expected. Work still waiting for it will never be taken: that
          * is a failure (as sm says it), else nobody is told. */
-        if (!util_list_empty(&ep->queue) || ep->rdma_inflight > 0) {
+        if (!util_list_empty(&ep->queue) || ep->rdma_inflight > 0 || ep->putn.ninflight > 0) {
             ofi_ep_fail(mod, ep, FERRY_ERR_UNREACH, false,
                         "it finalized with work pending to it");
             return;
@@ -313,15 +328,19 @@ static void wire_deliver(void *arg, int rank, const ofi_hdr_t *h, const unsigned
         ofi_amo_deliver(mod, ep, h->type, payload, len);
         return;
     }
-    ferry_btl_segment_t seg = {.addr = (uint64_t)(uintptr_t)payload, .len = len};
-    ferry_btl_recv_desc_t rd = {
-        .ep = ep,
-        .peer = rank,
-        .tag = h->tag,
-        .segs = &seg,
-        .seg_cnt = 1,
-    };
-    btl_base_deliver(&mod->super, &rd);
+    if (h->type == OFI_T_PUTN || h->type == OFI_T_PUTN_ANSWER) {
+        ofi_putn_deliver(mod, ep, h, payload, len);
+    } else {
+        ferry_btl_segment_t seg = {.addr = (uint64_t)(uintptr_t)payload, .len = len};
+        ferry_btl_recv_desc_t rd = {
+            .ep = ep,
+            .peer = rank,
+            .tag = h->tag,
+            .segs = &seg,
+            .seg_cnt = 1,
+        };
+        btl_base_deliver(&mod->super, &rd);
+    }
     /* Credits go back with our next message to it, or alone once half a
      * window is owed. */
     if (ep->state == OFI_EP_READY && ofi_wire_unacked_rx(&ep->wire) >= mod->window / 2)

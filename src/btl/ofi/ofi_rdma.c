@@ -274,3 +274,227 @@ int ofi_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t 
 {
     return rdma_start(btl, ep, des, false);
 }
+
+/* ---- puts with notification ---- */
+
+/*
+ * A put with notification small enough for one message (ofi_wire.h says
+ * the format): the initiator sends OFI_T_PUTN on the ordered channel, the
+ * target checks the key against its own registrations (ofi_target_resolve,
+ * as for an atomic: a released key is refused here even where puts cannot
+ * tell), copies, answers and runs the handler. A tracked one completes on
+ * its answer; an untracked one leaves nothing behind but a count, and a
+ * refusal's answer reaches its callback before anything the target sent
+ * later, the answer being ordered ahead of those messages. Larger ones, and
+ * any that cannot leave at once, are FERRY_ERR_NOT_SUPPORTED: the layer
+ * above then puts and notifies in two operations.
+ */
+int ofi_put_notify_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void *local,
+                          size_t size, uint64_t raddr, const uint8_t *rkey, uint8_t tag,
+                          const void *payload, size_t plen, uint32_t flags,
+                          ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata)
+{
+    ofi_module_t *mod = ofi_of(btl);
+    if (mod == NULL || ep == NULL || ep->mod != mod || rkey == NULL || cb == NULL ||
+        tag >= FERRY_BTL_TAG_BTL_MIN || (payload == NULL && plen > 0) ||
+        (local == NULL && size > 0) || (flags & ~(uint32_t)FERRY_BTL_PUTN_UNTRACKED) != 0)
+        return FERRY_ERR_INVALID;
+    int rc = ofi_ep_ready(mod, ep);
+    if (rc != FERRY_OK)
+        return rc;
+    /* One message no larger than the largest send, behind nothing. The
+     * key is not checked here: a put the target refuses still carries its
+     * notification, which the target's handler gets all the same. */
+    size_t max = btl->attr.max_send_size - sizeof(ofi_putn_body_t);
+    if (size > max || plen > max - size || !ofi_ep_clear(ep))
+        return FERRY_ERR_NOT_SUPPORTED;
+    bool tracked = !(flags & FERRY_BTL_PUTN_UNTRACKED);
+    ofi_putn_req_t *req = NULL;
+    if (tracked) {
+        /* The budget the target holds us to (ofi_putn_owe). */
+        if (ofi_putn_due(&ep->putn) >= mod->window)
+            return FERRY_ERR_NOT_SUPPORTED;
+        if ((req = util_pool_get(&mod->putn_reqs)) == NULL)
+            return FERRY_ERR_NO_MEMORY;
+        *req = (ofi_putn_req_t){.ep = ep, .cb = cb, .cbctx = cbctx, .cbdata = cbdata,
+                                .local = (void *)local};
+    }
+    ofi_putn_body_t b = {
+        .raddr = raddr,
+        .cookie = tracked ? ofi_putn_next_cookie(&ep->putn) : 0,
+        .size = (uint32_t)size,
+        .plen = (uint32_t)plen,
+        .flags = tracked ? OFI_PUTN_TRACKED : 0,
+    };
+    memcpy(b.key, rkey, sizeof(ofi_key_t));
+    const struct iovec parts[3] = {
+        {&b, sizeof(b)}, {(void *)payload, plen}, {(void *)local, size}};
+    rc = ofi_post_sendv(mod, ep, parts, 3, tag, OFI_T_PUTN);
+    if (rc != FERRY_OK) {
+        if (req != NULL)
+            util_pool_put(&mod->putn_reqs, req);
+        return rc == FERRY_ERR_NO_RESOURCE ? FERRY_ERR_NOT_SUPPORTED : rc;
+    }
+    if (tracked)
+        ofi_putn_sent_tracked(&ep->putn, req);
+    else
+        ofi_putn_sent_untracked(&ep->putn, cb, cbctx);
+    return FERRY_OK;
+}
+
+/* The target's hooks for ofi_putn_target. */
+static int putn_write(void *arg, int rank, const uint8_t *key, uint64_t raddr, const void *data,
+                      size_t n)
+{
+    ofi_module_t *mod = arg;
+    void *dst;
+    int rc = ofi_target_resolve(&mod->super, key, raddr, n, FERRY_ACCESS_REMOTE_WRITE, &dst);
+    if (rc != FERRY_OK) {
+        rt_log(&mod->super.ctx->log, RT_LOG_DEBUG,
+               "ofi: put of %zu bytes with notification from rank %d refused: outside a "
+               "writable registration",
+               n, rank);
+        return FERRY_ERR_ACCESS;
+    }
+    memcpy(dst, data, n);
+    return FERRY_OK;
+}
+
+/* The answer leaves now when nothing waits ahead of it and the provider
+ * takes it; else it is owed, and everything sent to the peer from now on
+ * waits behind it (ofi_ep_clear). */
+static bool putn_answer(void *arg, int rank, const ofi_putn_answer_t *a)
+{
+    ofi_module_t *mod = arg;
+    ferry_btl_endpoint_t *ep = mod->eps[rank];
+    int rc = FERRY_ERR_NO_RESOURCE;
+    if (ofi_ep_clear(ep))
+        rc = ofi_post_send(mod, ep, NULL, 0, a, sizeof(*a), 0, OFI_T_PUTN_ANSWER, 0);
+    if (rc == FERRY_OK)
+        return true;
+    if (rc != FERRY_ERR_NO_RESOURCE)
+        return false; /* posting failed the peer, which was told */
+    rc = ofi_putn_owe(&ep->putn, a, mod->window);
+    if (rc == FERRY_ERR_PROTO) {
+        rt_log_limited(&mod->super.ctx->log, &mod->rl_peer, RT_LOG_WARN,
+                       "ofi (%s): rank %d has more tracked puts with notification awaiting "
+                       "an answer than its window of %u",
+                       mod->my_addr.prov, rank, mod->window);
+        ofi_ep_fail(mod, ep, FERRY_ERR_PROTO, true,
+                    "it has more puts with notification in flight than its budget");
+        return false;
+    }
+    if (rc != FERRY_OK) {
+        ofi_ep_fail(mod, ep, rc, true, "an answer to its put with notification could not be kept "
+                                       "(out of memory)");
+        return false;
+    }
+    ofi_mark_sending(mod, ep);
+    return true;
+}
+
+static void putn_notify(void *arg, int rank, uint8_t tag, const unsigned char *payload,
+                        size_t plen)
+{
+    ofi_module_t *mod = arg;
+    ferry_btl_segment_t seg = {.addr = (uint64_t)(uintptr_t)payload, .len = plen};
+    ferry_btl_recv_desc_t rd = {
+        .ep = mod->eps[rank],
+        .peer = rank,
+        .tag = tag,
+        .segs = &seg,
+        .seg_cnt = 1,
+    };
+    btl_base_deliver(&mod->super, &rd);
+}
+
+static const ofi_putn_ops_t putn_ops = {
+    .write = putn_write,
+    .answer = putn_answer,
+    .notify = putn_notify,
+};
+
+/* A peer that sent a malformed put with notification or answer: said
+ * once in the log (rate-limited), then failed and told. */
+static void putn_refuse(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const ofi_hdr_t *h,
+                        size_t len, const char *why)
+{
+    mod->refused++;
+    rt_log_limited(&mod->super.ctx->log, &mod->rl_peer, RT_LOG_WARN,
+                   "ofi (%s): refused a %zu-byte %s from rank %d: %s (seq %u)",
+                   mod->my_addr.prov, len,
+                   h->type == OFI_T_PUTN ? "put with notification" : "answer to a put with "
+                                                                     "notification",
+                   ep->rank, why, h->seq);
+    char text[160];
+    snprintf(text, sizeof(text), "sent a malformed %s: %s",
+             h->type == OFI_T_PUTN ? "put with notification" : "answer to a put with notification",
+             why);
+    ofi_ep_fail(mod, ep, FERRY_ERR_PROTO, true, text);
+}
+
+void ofi_putn_deliver(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const ofi_hdr_t *h,
+                      const unsigned char *body, size_t len)
+{
+    const char *why;
+    if (h->type == OFI_T_PUTN) {
+        why = ofi_putn_target(&ep->putn, ep->rank, h->tag, body, len, &putn_ops, mod);
+        if (why != NULL)
+            putn_refuse(mod, ep, h, len, why);
+        return;
+    }
+    ofi_putn_req_t *req;
+    bool refused;
+    why = ofi_putn_answer(&ep->putn, body, len, &req, &refused);
+    if (why != NULL) {
+        putn_refuse(mod, ep, h, len, why);
+        return;
+    }
+    /* From progress, in the order the target answered. */
+    if (refused) {
+        ep->putn.refused_cb(&mod->super, ep, NULL, NULL, ep->putn.refused_cbctx, NULL,
+                            FERRY_ERR_ACCESS);
+        return;
+    }
+    if (req == NULL)
+        return; /* completed at del_procs already */
+    ofi_putn_req_t r = *req;
+    util_pool_put(&mod->putn_reqs, req);
+    r.cb(&mod->super, ep, r.local, NULL, r.cbctx, r.cbdata, r.status);
+}
+
+int ofi_putn_send_owed(ofi_module_t *mod, ferry_btl_endpoint_t *ep)
+{
+    const ofi_putn_answer_t *a;
+    while ((a = ofi_putn_owed_first(&ep->putn)) != NULL) {
+        int rc = ofi_post_send(mod, ep, NULL, 0, a, sizeof(*a), 0, OFI_T_PUTN_ANSWER, 0);
+        if (rc != FERRY_OK)
+            return rc;
+        ofi_putn_owed_pop(&ep->putn);
+    }
+    return FERRY_OK;
+}
+
+void ofi_putn_fail(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status)
+{
+    /* Answers owed to a peer that is only deleted (del_procs) still go:
+     * its own puts' completion waits on them. */
+    ofi_putn_peer_fail(&ep->putn, status, &mod->putn_done,
+                       ep->state != OFI_EP_READY || mod->closing);
+}
+
+int ofi_putn_progress(ofi_module_t *mod)
+{
+    int n = 0;
+    util_list_item_t *it;
+    /* Only those failed before this call: a callback that starts one that
+     * fails at once leaves it for the next. */
+    size_t due = util_list_len(&mod->putn_done);
+    while (due-- > 0 && (it = util_list_pop_front(&mod->putn_done)) != NULL) {
+        ofi_putn_req_t r = *UTIL_CONTAINER_OF(it, ofi_putn_req_t, link);
+        util_pool_put(&mod->putn_reqs, UTIL_CONTAINER_OF(it, ofi_putn_req_t, link));
+        r.cb(&mod->super, r.ep, r.local, NULL, r.cbctx, r.cbdata, r.status);
+        n++;
+    }
+    return n;
+}

@@ -73,7 +73,7 @@ ofi_wire_verdict_t ofi_wire_parse(const unsigned char *buf, size_t len, uint32_t
         return OFI_WIRE_BAD_MAGIC;
     if (h.type < OFI_T_DATA || h.type > OFI_T_MAX)
         return OFI_WIRE_BAD_TYPE;
-    if (h.type == OFI_T_DATA) {
+    if (ofi_wire_tagged(h.type)) {
         if (h.tag >= FERRY_BTL_TAG_BTL_MIN)
             return OFI_WIRE_BAD_TAG;
     } else {
@@ -215,4 +215,187 @@ ofi_wire_verdict_t ofi_wire_receive(const unsigned char *buf, size_t len, int fa
     ops->deliver(arg, fabric_rank, &h, buf + sizeof(h), len - sizeof(h));
     deliver_held(fabric_rank, ops, arg);
     return OFI_WIRE_OK;
+}
+
+/* ---- puts with notification ---- */
+
+void ofi_putn_peer_init(ofi_putn_peer_t *p)
+{
+    memset(p, 0, sizeof(*p));
+    util_list_init(&p->inflight);
+}
+
+void ofi_putn_peer_fail(ofi_putn_peer_t *p, int status, util_list_t *done, bool drop_owed)
+{
+    util_list_item_t *it;
+    if ((it = util_list_first(&p->inflight)) != NULL) {
+        if (p->forgot_next == 0)
+            p->forgot_next = UTIL_CONTAINER_OF(it, ofi_putn_req_t, link)->cookie;
+        p->forgot_last = p->last_cookie;
+    }
+    while ((it = util_list_pop_front(&p->inflight)) != NULL) {
+        UTIL_CONTAINER_OF(it, ofi_putn_req_t, link)->status = status;
+        util_list_append(done, it);
+    }
+    p->ninflight = 0;
+    if (!drop_owed)
+        return;
+    free(p->owed);
+    p->owed = NULL;
+    p->owed_head = p->nowed = p->owed_cap = 0;
+    p->refusal_owed = false;
+}
+
+const char *ofi_putn_parse(const unsigned char *body, size_t len, ofi_putn_body_t *b_out,
+                           const unsigned char **payload_out, const unsigned char **data_out)
+{
+    ofi_putn_body_t b;
+    if (len < sizeof(b))
+        return "shorter than its body";
+    memcpy(&b, body, sizeof(b));
+    if ((b.flags & ~(uint32_t)OFI_PUTN_TRACKED) != 0)
+        return "unknown flags";
+    if (b.zero != 0)
+        return "a reserved field set";
+    if (((b.flags & OFI_PUTN_TRACKED) != 0) != (b.cookie != 0))
+        return "a cookie that disagrees with its flags";
+    /* In 64 bits, so that no sum of two 32-bit lengths wraps. */
+    if ((uint64_t)b.plen + b.size != (uint64_t)(len - sizeof(b)))
+        return "lengths that do not add up to the message";
+    *b_out = b;
+    *payload_out = body + sizeof(b);
+    *data_out = body + sizeof(b) + b.plen;
+    return NULL;
+}
+
+const char *ofi_putn_answer_parse(const unsigned char *body, size_t len, ofi_putn_answer_t *a_out)
+{
+    ofi_putn_answer_t a;
+    if (len != sizeof(a))
+        return "an answer of the wrong length";
+    memcpy(&a, body, sizeof(a));
+    if (a.zero != 0)
+        return "an answer with a reserved field set";
+    if (a.status != FERRY_OK && a.status != FERRY_ERR_ACCESS)
+        return "an answer with an unknown status";
+    if (a.cookie == 0 && a.status != FERRY_ERR_ACCESS)
+        return "a refusal that refuses nothing";
+    *a_out = a;
+    return NULL;
+}
+
+const char *ofi_putn_target(const ofi_putn_peer_t *p, int rank, uint8_t tag,
+                            const unsigned char *body, size_t len, const ofi_putn_ops_t *ops,
+                            void *arg)
+{
+    ofi_putn_body_t b;
+    const unsigned char *payload, *data;
+    const char *why = ofi_putn_parse(body, len, &b, &payload, &data);
+    if (why != NULL)
+        return why;
+    if (tag >= FERRY_BTL_TAG_BTL_MIN)
+        return "a tag reserved for the transport";
+    int st = b.size > 0 ? ops->write(arg, rank, b.key, b.raddr, data, b.size) : FERRY_OK;
+    if (st != FERRY_OK)
+        st = FERRY_ERR_ACCESS;
+    /* The answer before the handler: whatever the handler sends then
+     * follows it. */
+    bool alive = true;
+    if (b.flags & OFI_PUTN_TRACKED) {
+        const ofi_putn_answer_t a = {.cookie = b.cookie, .status = st};
+        alive = ops->answer(arg, rank, &a);
+    } else if (st != FERRY_OK && !p->refusal_owed) {
+        const ofi_putn_answer_t a = {.cookie = 0, .status = FERRY_ERR_ACCESS};
+        alive = ops->answer(arg, rank, &a);
+    }
+    if (alive)
+        ops->notify(arg, rank, tag, payload, b.plen);
+    return NULL;
+}
+
+int ofi_putn_owe(ofi_putn_peer_t *p, const ofi_putn_answer_t *a, uint32_t window)
+{
+    if (a->cookie == 0 && p->refusal_owed)
+        return FERRY_OK;
+    if (p->owed == NULL) {
+        /* Room for a window of tracked answers and one refusal. */
+        p->owed = calloc((size_t)window + 1, sizeof(*p->owed));
+        if (p->owed == NULL)
+            return FERRY_ERR_NO_MEMORY;
+        p->owed_cap = window + 1;
+        p->owed_head = 0;
+    }
+    /* At most a window of tracked answers: the initiator's budget. */
+    if (a->cookie != 0 && p->nowed - (p->refusal_owed ? 1u : 0u) >= window)
+        return FERRY_ERR_PROTO;
+    p->owed[(p->owed_head + p->nowed) % p->owed_cap] = *a;
+    p->nowed++;
+    if (a->cookie == 0)
+        p->refusal_owed = true;
+    return FERRY_OK;
+}
+
+void ofi_putn_owed_pop(ofi_putn_peer_t *p)
+{
+    if (p->nowed == 0)
+        return;
+    if (p->owed[p->owed_head].cookie == 0)
+        p->refusal_owed = false;
+    p->owed_head = (p->owed_head + 1) % p->owed_cap;
+    p->nowed--;
+}
+
+void ofi_putn_sent_tracked(ofi_putn_peer_t *p, ofi_putn_req_t *req)
+{
+    /* Cookies stay consecutive past a wrap (0 is never one), so that those
+     * forgotten are one range. */
+    req->cookie = ofi_putn_next_cookie(p);
+    p->last_cookie = req->cookie;
+    util_list_append(&p->inflight, &req->link);
+    p->ninflight++;
+}
+
+void ofi_putn_sent_untracked(ofi_putn_peer_t *p, ferry_btl_rdma_cb_t cb, void *cbctx)
+{
+    p->untracked_sent++;
+    p->refused_cb = cb;
+    p->refused_cbctx = cbctx;
+}
+
+/* Answers come in the order the tracked ones were sent: those completed
+ * without their answer first, then those in flight. */
+const char *ofi_putn_answer(ofi_putn_peer_t *p, const unsigned char *body, size_t len,
+                            ofi_putn_req_t **req_out, bool *refused_out)
+{
+    ofi_putn_answer_t a;
+    *req_out = NULL;
+    *refused_out = false;
+    const char *why = ofi_putn_answer_parse(body, len, &a);
+    if (why != NULL)
+        return why;
+    if (a.cookie == 0) {
+        if (p->refusals_heard >= p->untracked_sent || p->refused_cb == NULL)
+            return "a refusal of more puts than were sent untracked";
+        p->refusals_heard++;
+        *refused_out = true;
+        return NULL;
+    }
+    if (p->forgot_next != 0) {
+        /* Answers to those completed without them come first. */
+        if (a.cookie != p->forgot_next)
+            return "an answer to another put than the oldest in flight";
+        p->forgot_next = a.cookie == p->forgot_last ? 0 : a.cookie + 1 != 0 ? a.cookie + 1 : 1;
+        return NULL;
+    }
+    util_list_item_t *it = util_list_first(&p->inflight);
+    if (it == NULL)
+        return "an answer to no put in flight";
+    ofi_putn_req_t *req = UTIL_CONTAINER_OF(it, ofi_putn_req_t, link);
+    if (req->cookie != a.cookie)
+        return "an answer to another put than the oldest in flight";
+    util_list_remove(&p->inflight, it);
+    p->ninflight--;
+    req->status = a.status;
+    *req_out = req;
+    return NULL;
 }

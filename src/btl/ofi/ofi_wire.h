@@ -14,7 +14,7 @@
  *          receiver (from 0); PROBE: the sender's next seq (what it has sent
  *          is below it); PONG: the seq of the probe answered; FAIL: the
  *          ferry status the receiver was failed with, negated; else 0
- *   tag    DATA: the active-message tag, below FERRY_BTL_TAG_BTL_MIN
+ *   tag    DATA and PUTN: the active-message tag, below FERRY_BTL_TAG_BTL_MIN
  *   type   OFI_T_*
  *   magic  OFI_HDR_MAGIC
  *   ack    the receiver's credit return: the sender has delivered every
@@ -36,13 +36,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <ferry/btl.h>
+
 #include "util/list.h"
 
 #define OFI_HDR_MAGIC 0x6f66u /* "of" */
 
-/* Message types in ofi_hdr_t. DATA, CLOSE and the two atomic messages are
- * ordered (they take a seq and count against the window); PROBE to FAIL are
- * control messages, handled as they arrive, with no payload. */
+/* Message types in ofi_hdr_t. DATA, CLOSE, the two atomic messages and the
+ * two of a put with notification are ordered (they take a seq and count
+ * against the window); PROBE to FAIL are control messages, handled as they
+ * arrive, with no payload. */
 enum {
     OFI_T_DATA = 1,  /* an active message */
     OFI_T_CLOSE = 2, /* the sender finalized: its silence from now on is no failure */
@@ -52,20 +55,30 @@ enum {
     OFI_T_FAIL = 6,  /* the sender has failed the receiver: nothing more will pass */
     OFI_T_AMO_REQ = 7,    /* an atomic for the target to execute: btl_amo_msg_t */
     OFI_T_AMO_ANSWER = 8, /* its answer: btl_amo_msg_t */
-    OFI_T_MAX = OFI_T_AMO_ANSWER
+    OFI_T_PUTN = 9,        /* a put with notification: ofi_putn_body_t, payload, data */
+    OFI_T_PUTN_ANSWER = 10, /* its answer, or untracked ones refused: ofi_putn_answer_t */
+    OFI_T_MAX = OFI_T_PUTN_ANSWER
 };
 
 /* Does a message of this type take a seq (and so count against the window)? */
 static inline bool ofi_wire_ordered(uint8_t type)
 {
     return type == OFI_T_DATA || type == OFI_T_CLOSE || type == OFI_T_AMO_REQ ||
-           type == OFI_T_AMO_ANSWER;
+           type == OFI_T_AMO_ANSWER || type == OFI_T_PUTN || type == OFI_T_PUTN_ANSWER;
 }
 
 /* May a message of this type carry a payload? */
 static inline bool ofi_wire_has_payload(uint8_t type)
 {
-    return type == OFI_T_DATA || type == OFI_T_AMO_REQ || type == OFI_T_AMO_ANSWER;
+    return type == OFI_T_DATA || type == OFI_T_AMO_REQ || type == OFI_T_AMO_ANSWER ||
+           type == OFI_T_PUTN || type == OFI_T_PUTN_ANSWER;
+}
+
+/* Does a message of this type carry an active-message tag (else its tag is
+ * 0)? */
+static inline bool ofi_wire_tagged(uint8_t type)
+{
+    return type == OFI_T_DATA || type == OFI_T_PUTN;
 }
 
 typedef struct ofi_hdr {
@@ -86,7 +99,7 @@ typedef enum {
     OFI_WIRE_SHORT,        /* shorter than the header */
     OFI_WIRE_BAD_MAGIC,
     OFI_WIRE_BAD_TYPE,
-    OFI_WIRE_BAD_TAG,      /* DATA with a tag of ferry's own, or control with a tag */
+    OFI_WIRE_BAD_TAG,      /* DATA or PUTN with a tag of ferry's own, another with a tag */
     OFI_WIRE_BAD_LENGTH,   /* a control message with a payload */
     OFI_WIRE_BAD_RANK,     /* claims a rank outside the job */
     OFI_WIRE_UNKNOWN,      /* from an address that is no rank of the job */
@@ -196,5 +209,171 @@ typedef struct ofi_wire_ops {
 ofi_wire_verdict_t ofi_wire_receive(const unsigned char *buf, size_t len, int fabric_rank,
                                     uint32_t nranks, uint32_t window, const ofi_wire_ops_t *ops,
                                     void *arg, ofi_hdr_t *h_out);
+
+/*
+ * A put with notification (btl.h, put_notify_inline) in one message of its
+ * own: OFI_T_PUTN, ordered like DATA and carrying the notification's tag in
+ * its header, then
+ *
+ *   ofi_putn_body_t   64 bytes: where the data goes, under which key, how
+ *                     many bytes of notification and of data follow, and
+ *                     for a tracked one the cookie that names it
+ *   payload           plen bytes: the notification
+ *   data              size bytes: the put's data
+ *
+ * as one message of at most the module's largest send. The target (which
+ * takes it in order, as DATA) writes the data if the key allows, answers,
+ * and then runs the tag's handler with the payload, refused or not. The
+ * answer, OFI_T_PUTN_ANSWER with an ofi_putn_answer_t, is ordered too and
+ * leaves (or is owed, ahead of everything sent later) before the handler
+ * runs: a tracked one's always, naming its cookie and status; for untracked
+ * ones only a refusal, cookie 0, and only while no refusal is owed to that
+ * peer already. So a refusal reaches the initiator before anything the
+ * target sends after handling the message, and never more refusals than
+ * untracked puts were sent.
+ *
+ * Tracked ones are answered in the order sent, so the initiator keeps them
+ * in that order and an answer must name the oldest. An initiator keeps at
+ * most `window` tracked ones in flight to one peer; a target that owes a
+ * peer more answers than that (its transmit slots or window full) takes it
+ * for a peer that broke that budget.
+ */
+
+/* ofi_putn_body_t.flags. */
+enum { OFI_PUTN_TRACKED = 1u };
+
+typedef struct ofi_putn_body {
+    uint64_t raddr;  /* where the data goes, an address of the target */
+    uint64_t cookie; /* OFI_PUTN_TRACKED: names the put at the initiator (not 0); else 0 */
+    uint32_t size;   /* bytes of data, after the payload */
+    uint32_t plen;   /* bytes of notification, right after this body */
+    uint32_t flags;  /* OFI_PUTN_TRACKED or 0 */
+    uint32_t zero;
+    uint8_t key[FERRY_BTL_KEY_MAX]; /* the target's key (ofi_key_t) */
+} ofi_putn_body_t;
+
+_Static_assert(sizeof(ofi_putn_body_t) == 64, "ofi_putn_body_t is 64 bytes on the wire");
+
+typedef struct ofi_putn_answer {
+    uint64_t cookie; /* the tracked put answered; 0: untracked ones were refused */
+    int32_t status;  /* FERRY_OK or FERRY_ERR_ACCESS; a refusal's FERRY_ERR_ACCESS */
+    uint32_t zero;
+} ofi_putn_answer_t;
+
+_Static_assert(sizeof(ofi_putn_answer_t) == 16, "ofi_putn_answer_t is 16 bytes on the wire");
+
+/* One tracked put with notification in flight, at its initiator. */
+typedef struct ofi_putn_req {
+    util_list_item_t link;
+    ferry_btl_endpoint_t *ep;
+    uint64_t cookie;
+    ferry_btl_rdma_cb_t cb;
+    void *cbctx, *cbdata, *local;
+    int status; /* once answered or failed */
+} ofi_putn_req_t;
+
+/* Both ends' state of puts with notification with one peer; zeroed then
+ * ofi_putn_peer_init, freed by ofi_putn_peer_clear. */
+typedef struct ofi_putn_peer {
+    /* As initiator. */
+    util_list_t inflight;   /* ofi_putn_req_t, oldest first */
+    size_t ninflight;
+    uint64_t last_cookie;   /* of the last tracked one sent */
+    /* Tracked ones completed without their answer (del_procs), cookies
+     * forgot_next .. forgot_last when forgot_next is not 0: their answers
+     * may still come, in order, ahead of any other, and are dropped. */
+    uint64_t forgot_next, forgot_last;
+    uint64_t untracked_sent; /* untracked ones sent, and refusals heard of */
+    uint64_t refusals_heard;
+    ferry_btl_rdma_cb_t refused_cb; /* the last untracked one's: told of refusals */
+    void *refused_cbctx;
+    /* As target: answers owed to the peer that could not leave yet, oldest
+     * first, in a ring of window + 1 allocated with the first. */
+    ofi_putn_answer_t *owed;
+    uint32_t owed_head, nowed, owed_cap;
+    bool refusal_owed; /* one of them is a refusal */
+} ofi_putn_peer_t;
+
+void ofi_putn_peer_init(ofi_putn_peer_t *p);
+/* Moves the requests in flight to done (a list of ofi_putn_req_t) with
+ * status, for their callbacks, their answers to be dropped should they
+ * come; with drop_owed (the peer is gone) forgets the answers owed to it
+ * too, and frees what p holds. */
+void ofi_putn_peer_fail(ofi_putn_peer_t *p, int status, util_list_t *done, bool drop_owed);
+
+/* A PUTN's body (the message after its header, len bytes) checked: NULL
+ * with *b_out filled and *payload_out, *data_out pointing into body when it
+ * is well formed, else what is wrong with it, for the log. Lengths must add
+ * up to len exactly, flags be known, the reserved word zero, and a cookie
+ * present exactly when tracked. */
+const char *ofi_putn_parse(const unsigned char *body, size_t len, ofi_putn_body_t *b_out,
+                           const unsigned char **payload_out, const unsigned char **data_out);
+
+/* An answer's body checked the same way. */
+const char *ofi_putn_answer_parse(const unsigned char *body, size_t len, ofi_putn_answer_t *a_out);
+
+/* What a target does with a PUTN, for ofi_putn_target. */
+typedef struct ofi_putn_ops {
+    /* Writes n bytes of data at raddr under key (n > 0) if the key, range
+     * and FERRY_ACCESS_REMOTE_WRITE allow: FERRY_OK, or FERRY_ERR_ACCESS
+     * with nothing written. */
+    int (*write)(void *arg, int rank, const uint8_t *key, uint64_t raddr, const void *data,
+                 size_t n);
+    /* Sends the answer to rank now, or owes it (ofi_putn_owe) ahead of
+     * anything sent to rank later. false when rank was failed instead
+     * (its handler then does not run). */
+    bool (*answer)(void *arg, int rank, const ofi_putn_answer_t *a);
+    /* Runs tag's handler with the notification. */
+    void (*notify)(void *arg, int rank, uint8_t tag, const unsigned char *payload, size_t plen);
+} ofi_putn_ops_t;
+
+/* The target's side of a PUTN that rank sent (delivered in order, tag from
+ * its header): the body checked (nothing done and the reason returned when
+ * it is malformed), the data written (a put of no bytes needs no key, as a
+ * put's), the answer given, then the handler run, refused or not, unless
+ * giving the answer failed rank. NULL when well formed. p is rank's state,
+ * read for a refusal owed already. */
+const char *ofi_putn_target(const ofi_putn_peer_t *p, int rank, uint8_t tag,
+                            const unsigned char *body, size_t len, const ofi_putn_ops_t *ops,
+                            void *arg);
+
+/* Keeps an answer that could not leave: FERRY_OK; FERRY_ERR_PROTO when the
+ * ring is full (the peer has more tracked ones in flight than window: it
+ * broke the budget); FERRY_ERR_NO_MEMORY. A refusal while one is owed
+ * already is dropped (FERRY_OK): one suffices. */
+int ofi_putn_owe(ofi_putn_peer_t *p, const ofi_putn_answer_t *a, uint32_t window);
+
+/* The oldest answer owed, or NULL; and taking it off once it left. */
+static inline const ofi_putn_answer_t *ofi_putn_owed_first(const ofi_putn_peer_t *p)
+{
+    return p->nowed > 0 ? &p->owed[p->owed_head] : NULL;
+}
+void ofi_putn_owed_pop(ofi_putn_peer_t *p);
+
+/* The initiator's records of one sent: a tracked one (req, its cookie
+ * set here) or an untracked one (its callback told of refusals). */
+void ofi_putn_sent_tracked(ofi_putn_peer_t *p, ofi_putn_req_t *req);
+void ofi_putn_sent_untracked(ofi_putn_peer_t *p, ferry_btl_rdma_cb_t cb, void *cbctx);
+/* Tracked ones whose answer is still due: in flight, and those completed
+ * without it. The target holds the initiator to at most a window of them. */
+static inline uint64_t ofi_putn_due(const ofi_putn_peer_t *p)
+{
+    return p->ninflight + (p->forgot_next != 0 ? p->forgot_last - p->forgot_next + 1 : 0);
+}
+
+/* The cookie the next tracked one will carry. */
+static inline uint64_t ofi_putn_next_cookie(const ofi_putn_peer_t *p)
+{
+    return p->last_cookie + 1 != 0 ? p->last_cookie + 1 : 1;
+}
+
+/* An answer arrived from the peer (body after the header): NULL and either
+ * *req_out, the oldest tracked one, off the list with its status set, or
+ * *refused_out true for untracked ones refused, or neither for the answer
+ * of one completed without it (dropped); else what is wrong (an
+ * answer to nothing in flight or not to the oldest, more refusals than
+ * untracked ones were sent, a malformed body), nothing changed. */
+const char *ofi_putn_answer(ofi_putn_peer_t *p, const unsigned char *body, size_t len,
+                            ofi_putn_req_t **req_out, bool *refused_out);
 
 #endif /* BTL_OFI_WIRE_H */

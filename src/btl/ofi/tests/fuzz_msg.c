@@ -6,13 +6,24 @@
  * messages that came early, credits, and control messages. No fabric: the
  * input plays the messages and the fabric's word on who sent each.
  *
+ * Puts with notification (OFI_T_PUTN and OFI_T_PUTN_ANSWER, ofi_wire.h)
+ * go on from their delivery: a PUTN to the target's side (ofi_putn_target,
+ * over a region of 256 bytes at PN_BASE under one key), an answer to the
+ * initiator's (ofi_putn_answer, against the puts this process sent).
+ *
  * Input: one byte of set-up, then records, each a length byte and that many
  * bytes.
  *   set-up   ranks = 2 + (b & 3), window = 4 << ((b >> 2) & 3)
  *   record   byte 0 picks what happens:
- *            0x40 set: this process sends an ordered message to rank
- *                 (byte 0 & 0x3f) % ranks (so that acknowledgements have
- *                 something to acknowledge);
+ *            0x40 set: this process acts towards rank (byte 0 & 0x3f) %
+ *                 ranks, as byte 1 says (0 or none: it sends an ordered
+ *                 message, so that acknowledgements have something to
+ *                 acknowledge; 1: a tracked put with notification, 2: an
+ *                 untracked one, both ordered messages too; 3: the oldest
+ *                 answer it owes the rank leaves; 4: from now on answers
+ *                 cannot leave and are owed, or again can, in turn; 5:
+ *                 del_procs, which completes the tracked ones in flight
+ *                 without their answers);
  *            0x80 set: the rest of the record is a message, as raw bytes,
  *                 from fabric rank (byte 0 & 0x3f) % (ranks + 1) - 1 (-1:
  *                 an address that is no rank);
@@ -21,14 +32,32 @@
  *                 byte 1 type, 2 tag, 3 seq relative to what the receiver
  *                 expects (signed), 4 claimed rank (< 0x80: the fabric's,
  *                 else (b & 0x7f), 5 ack behind what we sent, 6 flags (1:
- *                 wrong magic), then the payload. A payload starting 0xfa
- *                 makes the handler fail its sender from inside the
- *                 delivery, as a handler's send to a dead peer does.
+ *                 wrong magic; 2: the body of a PUTN or an answer built
+ *                 from the bytes after, below), then the payload. A
+ *                 payload starting 0xfa makes the handler fail its sender
+ *                 from inside the delivery, as a handler's send to a dead
+ *                 peer does.
+ *            Built bodies: a PUTN's from byte 7 (1: tracked, 2: a wrong
+ *                 key, 4: a reserved field set, 8: an unknown flag, 16: a
+ *                 cookie that disagrees), 8 where (PN_BASE - 16 + b), 9
+ *                 the notification's bytes, 10 the cookie, then the
+ *                 notification and the data; an answer's from byte 7 (0: a
+ *                 refusal, else the cookie of the oldest put due an answer
+ *                 + b - 1),
+ *                 8 the status (0 FERRY_OK, 1 FERRY_ERR_ACCESS, else
+ *                 (int8_t)b), 9 the reserved word.
  * Checks, after every record: deliveries of each rank come in sequence
  * from 0 and only from a rank that claims to be itself; nothing is
  * delivered from a failed rank; a rank holds fewer messages than the
  * window, in order, within it, and held_bytes adds up; acknowledgements
- * never pass what was sent.
+ * never pass what was sent. For puts with notification: a malformed one
+ * does nothing; a good one writes only inside the region and the data it
+ * carries, is answered (tracked: always, with its cookie and the write's
+ * status; untracked: only refused, and only while no refusal is owed)
+ * before its handler runs, and the handler runs once, after the write,
+ * with the payload inside the message; answers owed stay within a window
+ * and one refusal; an answer completes only the oldest tracked put in
+ * flight, and refusals never outnumber the untracked ones sent.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -42,12 +71,30 @@
 #include "fuzz.h"
 
 #define MAX_RANKS 5
+#define PN_BASE 0x10000u
+#define PN_REGION 256
+
+/* The PUTN being handled: what its hooks may and must do. */
+typedef struct pn_current {
+    const unsigned char *body; /* the message after its header */
+    size_t len;
+    ofi_putn_body_t b;
+    int writes, answers, notes;
+    int write_status;  /* the write's, FERRY_OK when none was asked for */
+    bool refusal_owed; /* one was owed to the sender before this put */
+} pn_current_t;
 
 typedef struct harness {
     uint32_t nranks, window;
     ofi_wire_peer_t peers[MAX_RANKS];
     bool failed[MAX_RANKS];
     uint32_t delivered[MAX_RANKS]; /* the next seq each rank's delivery must carry */
+    ofi_putn_peer_t putn[MAX_RANKS];
+    uint64_t refused_told[MAX_RANKS]; /* refusals the callback was told of */
+    bool owe;                         /* answers cannot leave */
+    unsigned char region[PN_REGION];
+    uint8_t key[FERRY_BTL_KEY_MAX];
+    pn_current_t cur;
 } harness_t;
 
 static void check(bool ok, const char *what)
@@ -72,10 +119,161 @@ static void h_heard(void *arg, int rank, const ofi_hdr_t *hdr)
     check(hdr->src == (uint32_t)rank, "heard a message that claims another rank");
 }
 
+static void free_done(util_list_t *done)
+{
+    util_list_item_t *it;
+    while ((it = util_list_pop_front(done)) != NULL)
+        free(UTIL_CONTAINER_OF(it, ofi_putn_req_t, link));
+}
+
 static void fail_rank(harness_t *h, int rank)
 {
+    util_list_t done;
+    util_list_init(&done);
     h->failed[rank] = true;
     ofi_wire_peer_clear(&h->peers[rank]);
+    ofi_putn_peer_fail(&h->putn[rank], -1, &done, true);
+    free_done(&done);
+}
+
+/* ---- the target's hooks for a PUTN ---- */
+
+static int pn_write(void *arg, int rank, const uint8_t *key, uint64_t raddr, const void *data,
+                    size_t n)
+{
+    harness_t *h = arg;
+    pn_current_t *c = &h->cur;
+    check(!h->failed[rank], "a failed rank's put written");
+    check(c->writes == 0 && c->answers == 0 && c->notes == 0, "a put written late or twice");
+    check(n == c->b.size && n > 0, "a write of another length than the put's");
+    check((const unsigned char *)data >= c->body &&
+              (const unsigned char *)data + n == c->body + c->len,
+          "a put's data not at the message's end");
+    c->writes++;
+    c->write_status = FERRY_ERR_ACCESS;
+    if (memcmp(key, h->key, sizeof(h->key)) != 0 || raddr < PN_BASE ||
+        raddr - PN_BASE > PN_REGION || n > PN_REGION - (raddr - PN_BASE))
+        return FERRY_ERR_ACCESS;
+    memcpy(h->region + (raddr - PN_BASE), data, n);
+    c->write_status = FERRY_OK;
+    return FERRY_OK;
+}
+
+static bool pn_answer(void *arg, int rank, const ofi_putn_answer_t *a)
+{
+    harness_t *h = arg;
+    pn_current_t *c = &h->cur;
+    ofi_putn_peer_t *p = &h->putn[rank];
+    check(c->answers == 0 && c->notes == 0, "answered twice, or after the handler");
+    c->answers++;
+    if (c->b.flags & OFI_PUTN_TRACKED)
+        check(a->cookie == c->b.cookie && a->status == c->write_status,
+              "a tracked put answered with another cookie or status");
+    else
+        check(a->cookie == 0 && a->status == FERRY_ERR_ACCESS &&
+                  c->write_status == FERRY_ERR_ACCESS && !p->refusal_owed,
+              "an untracked put answered though not refused, or twice owed");
+    if (!h->owe)
+        return true;
+    int rc = ofi_putn_owe(p, a, h->window);
+    check(rc == FERRY_OK || rc == FERRY_ERR_PROTO, "owing an answer failed otherwise");
+    if (rc != FERRY_OK) {
+        check(a->cookie != 0 && p->nowed - (p->refusal_owed ? 1u : 0u) == h->window,
+              "the owed ring refused a tracked answer within the budget");
+        fail_rank(h, rank);
+        return false;
+    }
+    return true;
+}
+
+static void pn_notify(void *arg, int rank, uint8_t tag, const unsigned char *payload,
+                      size_t plen)
+{
+    harness_t *h = arg;
+    pn_current_t *c = &h->cur;
+    check(!h->failed[rank], "a failed rank's notification delivered");
+    check(c->notes == 0, "a notification delivered twice");
+    check(tag < FERRY_BTL_TAG_BTL_MIN, "a notification on a reserved tag");
+    check(c->writes == (c->b.size > 0), "a notification before its data was written");
+    bool answered = (c->b.flags & OFI_PUTN_TRACKED) ||
+                    (c->write_status != FERRY_OK && !c->refusal_owed);
+    check(c->answers == (answered ? 1 : 0), "a notification before its answer, or none due");
+    check(plen == c->b.plen && payload == c->body + sizeof(ofi_putn_body_t) &&
+              plen <= c->len - sizeof(ofi_putn_body_t),
+          "a notification outside its message");
+    c->notes++;
+    unsigned sum = 0;
+    for (size_t i = 0; i < plen; i++)
+        sum += payload[i];
+    (void)sum;
+}
+
+static const ofi_putn_ops_t pn_ops = {
+    .write = pn_write,
+    .answer = pn_answer,
+    .notify = pn_notify,
+};
+
+static void pn_refused_cb(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                          ferry_btl_reg_t *lreg, void *cbctx, void *cbdata, int status)
+{
+    (void)btl, (void)ep, (void)local, (void)lreg, (void)cbctx, (void)cbdata, (void)status;
+}
+
+static void putn_deliver(harness_t *h, int rank, const ofi_hdr_t *hdr, const unsigned char *body,
+                         size_t len)
+{
+    ofi_putn_peer_t *p = &h->putn[rank];
+    if (hdr->type == OFI_T_PUTN) {
+        memset(&h->cur, 0, sizeof(h->cur));
+        h->cur.body = body;
+        h->cur.len = len;
+        h->cur.refusal_owed = p->refusal_owed;
+        const unsigned char *pl, *data;
+        bool well_formed = ofi_putn_parse(body, len, &h->cur.b, &pl, &data) == NULL;
+        const char *why = ofi_putn_target(p, rank, hdr->tag, body, len, &pn_ops, h);
+        check((why == NULL) == well_formed, "the target and the parser disagree");
+        if (why != NULL) {
+            check(h->cur.writes == 0 && h->cur.answers == 0 && h->cur.notes == 0,
+                  "a malformed put did something");
+            fail_rank(h, rank);
+        } else if (!h->failed[rank]) {
+            check(h->cur.notes == 1, "a put's notification not delivered");
+        }
+        return;
+    }
+    uint64_t oldest = 0;
+    if (!util_list_empty(&p->inflight))
+        oldest = UTIL_CONTAINER_OF(util_list_first(&p->inflight), ofi_putn_req_t, link)->cookie;
+    size_t before = p->ninflight;
+    uint64_t heard = p->refusals_heard, forgot = p->forgot_next;
+    ofi_putn_req_t *req;
+    bool refused;
+    const char *why = ofi_putn_answer(p, body, len, &req, &refused);
+    if (why != NULL) {
+        check(p->ninflight == before && p->refusals_heard == heard,
+              "a malformed answer changed something");
+        fail_rank(h, rank);
+        return;
+    }
+    if (refused) {
+        check(req == NULL && p->refusals_heard == heard + 1 &&
+                  p->refusals_heard <= p->untracked_sent,
+              "a refusal of more than was sent");
+        h->refused_told[rank]++;
+        return;
+    }
+    if (req == NULL) {
+        check(before == p->ninflight && forgot != 0 &&
+                  (p->forgot_next == 0 || p->forgot_next == forgot + 1),
+              "an answer dropped that answered no forgotten put");
+        return;
+    }
+    check(forgot == 0, "an answer completed a put while forgotten ones were due");
+    check(req->cookie == oldest && p->ninflight == before - 1 &&
+              (req->status == FERRY_OK || req->status == FERRY_ERR_ACCESS),
+          "an answer completed another put than the oldest");
+    free(req);
 }
 
 static void h_deliver(void *arg, int rank, const ofi_hdr_t *hdr, const unsigned char *payload,
@@ -88,7 +286,13 @@ static void h_deliver(void *arg, int rank, const ofi_hdr_t *hdr, const unsigned 
     check(hdr->seq == h->delivered[rank], "delivered out of order");
     check(hdr->type != OFI_T_DATA || hdr->tag < FERRY_BTL_TAG_BTL_MIN, "delivered a bad tag");
     check(hdr->type != OFI_T_CLOSE || len == 0, "delivered a CLOSE with a payload");
+    check(hdr->type == OFI_T_DATA || hdr->type == OFI_T_PUTN || hdr->tag == 0,
+          "delivered a tag on an untagged type");
     h->delivered[rank]++;
+    if (hdr->type == OFI_T_PUTN || hdr->type == OFI_T_PUTN_ANSWER) {
+        putn_deliver(h, rank, hdr, payload, len);
+        return;
+    }
     /* Touch every byte, so that a length past the buffer shows. */
     unsigned sum = 0;
     for (size_t i = 0; i < len; i++)
@@ -141,6 +345,69 @@ static void check_peer(const harness_t *h, int r)
         bytes += m->len;
     }
     check(bytes == p->held_bytes, "held_bytes disagrees with the list");
+
+    const ofi_putn_peer_t *q = &h->putn[r];
+    check(q->ninflight == util_list_len(&q->inflight) && ofi_putn_due(q) <= h->window,
+          "tracked puts in flight miscounted, or more due answers than the window");
+    uint64_t prev = 0;
+    for (util_list_item_t *it = util_list_first(&q->inflight); it != NULL;
+         it = util_list_next(&q->inflight, it)) {
+        uint64_t c = UTIL_CONTAINER_OF(it, ofi_putn_req_t, link)->cookie;
+        check(c > prev, "tracked puts in flight out of order");
+        prev = c;
+    }
+    check(q->forgot_next == 0 || (q->forgot_next <= q->forgot_last &&
+                                   q->forgot_last <= q->last_cookie),
+          "answers due to forgotten puts out of their range");
+    check(q->refusals_heard <= q->untracked_sent && h->refused_told[r] == q->refusals_heard,
+          "refusals heard of past what was sent");
+    check(q->nowed <= q->owed_cap && q->nowed <= h->window + 1u, "answers owed past the ring");
+    unsigned refusals = 0;
+    for (uint32_t i = 0; i < q->nowed; i++)
+        refusals += q->owed[(q->owed_head + i) % q->owed_cap].cookie == 0;
+    check(refusals == (q->refusal_owed ? 1u : 0u), "more than one refusal owed, or miscounted");
+}
+
+/* The body of a PUTN or an answer built from a record's fields (the
+ * comment at the top says which); returns its length. */
+static size_t build_body(harness_t *h, int rank, uint8_t type, const uint8_t *f, size_t n,
+                         unsigned char *out)
+{
+    if (type == OFI_T_PUTN_ANSWER) {
+        const ofi_putn_peer_t *p = &h->putn[rank >= 0 ? rank : 0];
+        uint64_t oldest = p->forgot_next != 0 ? p->forgot_next : p->last_cookie - p->ninflight + 1;
+        ofi_putn_answer_t a = {
+            .cookie = n > 0 && f[0] != 0 ? oldest + f[0] - 1 : 0,
+            .status = n < 2 || f[1] == 0 ? FERRY_OK
+                      : f[1] == 1        ? FERRY_ERR_ACCESS
+                                         : (int8_t)f[1],
+            .zero = n > 2 ? f[2] : 0,
+        };
+        memcpy(out, &a, sizeof(a));
+        return sizeof(a);
+    }
+    uint8_t kind = n > 0 ? f[0] : 0;
+    size_t rest = n > 4 ? n - 4 : 0;
+    size_t plen = n > 2 && f[2] < rest ? f[2] : rest;
+    ofi_putn_body_t b = {
+        .raddr = PN_BASE - 16 + (n > 1 ? f[1] : 16),
+        .cookie = (kind & 1) ? 1 + (n > 3 ? f[3] : 0) : 0,
+        .size = (uint32_t)(rest - plen),
+        .plen = (uint32_t)plen,
+        .flags = (kind & 1) ? OFI_PUTN_TRACKED : 0,
+        .zero = (kind & 4) ? 1 : 0,
+    };
+    memcpy(b.key, h->key, sizeof(b.key));
+    if (kind & 2)
+        b.key[kind % sizeof(b.key)] ^= 1;
+    if (kind & 8)
+        b.flags |= 0x80;
+    if (kind & 16)
+        b.cookie = b.cookie != 0 ? 0 : 5;
+    memcpy(out, &b, sizeof(b));
+    if (rest > 0)
+        memcpy(out + sizeof(b), f + 4, rest);
+    return sizeof(b) + rest;
 }
 
 static void structured(harness_t *h, int rank, const uint8_t *rec, size_t len)
@@ -149,6 +416,20 @@ static void structured(harness_t *h, int rank, const uint8_t *rec, size_t len)
     ofi_hdr_t hdr;
     if (len < 7)
         return;
+    if ((rec[6] & 2) && (rec[1] == OFI_T_PUTN || rec[1] == OFI_T_PUTN_ANSWER)) {
+        const ofi_wire_peer_t *p = rank >= 0 ? &h->peers[rank] : &h->peers[0];
+        hdr.type = rec[1];
+        hdr.tag = rec[2];
+        hdr.seq = p->rx_next + (uint32_t)(int32_t)(int8_t)rec[3];
+        hdr.src = rec[4] < 0x80 ? (uint32_t)(rank >= 0 ? rank : 0) : (uint32_t)(rec[4] & 0x7f);
+        hdr.ack = p->tx_next - rec[5];
+        hdr.magic = (rec[6] & 1) ? 0x1234 : OFI_HDR_MAGIC;
+        memcpy(msg, &hdr, sizeof(hdr));
+        size_t n = build_body(h, rank, rec[1], rec + 7, len - 7, msg + sizeof(hdr));
+        ofi_hdr_t out;
+        ofi_wire_receive(msg, sizeof(hdr) + n, rank, h->nranks, h->window, &ops, h, &out);
+        return;
+    }
     size_t payload = len - 7 < sizeof(msg) - sizeof(hdr) ? len - 7 : sizeof(msg) - sizeof(hdr);
     const ofi_wire_peer_t *p = rank >= 0 ? &h->peers[rank] : &h->peers[0];
     hdr.type = rec[1];
@@ -172,8 +453,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(&h, 0, sizeof(h));
     h.nranks = 2 + (data[0] & 3);
     h.window = 4u << ((data[0] >> 2) & 3);
-    for (uint32_t r = 0; r < h.nranks; r++)
+    memset(h.key, 0x6b, sizeof(h.key));
+    for (uint32_t r = 0; r < h.nranks; r++) {
         ofi_wire_peer_init(&h.peers[r]);
+        ofi_putn_peer_init(&h.putn[r]);
+    }
     size_t off = 1;
     while (off < size) {
         size_t len = data[off++];
@@ -184,13 +468,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (len == 0)
             continue;
         if (rec[0] & 0x40) {
-            /* Ours: an ordered message leaves for a rank, if the window lets it. */
+            /* Ours: an ordered message leaves for a rank, if the window
+             * lets it (a put with notification too, tracked ones within
+             * their budget); or an answer owed leaves; or answers can no
+             * longer leave, or can again. */
             int r = (int)((rec[0] & 0x3f) % h.nranks);
+            uint8_t act = len > 1 ? rec[1] % 6 : 0;
+            ofi_putn_peer_t *q = &h.putn[r];
             ofi_hdr_t hdr;
-            if (!h.failed[r] && ofi_wire_can_send(&h.peers[r], h.window)) {
-                ofi_wire_fill(&h.peers[r], &hdr, 0, OFI_T_DATA, 1, 0);
+            if (act == 5) {
+                util_list_t done;
+                util_list_init(&done);
+                ofi_putn_peer_fail(q, -1, &done, false);
+                free_done(&done);
+            } else if (act == 3) {
+                ofi_putn_owed_pop(q);
+            } else if (act == 4) {
+                h.owe = !h.owe;
+            } else if (!h.failed[r] && ofi_wire_can_send(&h.peers[r], h.window) &&
+                       (act != 1 || ofi_putn_due(q) < h.window)) {
+                ofi_wire_fill(&h.peers[r], &hdr, 0, act == 0 ? OFI_T_DATA : OFI_T_PUTN, 1, 0);
                 ofi_wire_sent(&h.peers[r], &hdr);
                 check(hdr.seq + 1 == h.peers[r].tx_next, "a send did not take its seq");
+                if (act == 1) {
+                    ofi_putn_req_t *req = calloc(1, sizeof(*req));
+                    check(req != NULL, "out of memory");
+                    ofi_putn_sent_tracked(q, req);
+                } else if (act == 2) {
+                    ofi_putn_sent_untracked(q, pn_refused_cb, NULL);
+                }
             }
         } else {
             int rank = (int)((rec[0] & 0x3f) % (h.nranks + 1)) - 1;
@@ -204,7 +510,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (uint32_t r = 0; r < h.nranks; r++)
             check_peer(&h, (int)r);
     }
-    for (uint32_t r = 0; r < h.nranks; r++)
+    for (uint32_t r = 0; r < h.nranks; r++) {
+        util_list_t done;
+        util_list_init(&done);
         ofi_wire_peer_clear(&h.peers[r]);
+        ofi_putn_peer_fail(&h.putn[r], -1, &done, true);
+        free_done(&done);
+    }
     return 0;
 }

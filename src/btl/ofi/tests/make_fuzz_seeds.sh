@@ -38,7 +38,30 @@ seed() { # seed NAME SETUP RECORDS
     printf "$(bytes "$2")$3" >"$out/$1"
 }
 
-DATA=1 CLOSE=2 PROBE=3 PONG=4 ACK=5 FAIL=6
+# putn RANK ACT: this process acts towards RANK (1: a tracked put with
+# notification, 2: an untracked one, 3: the oldest answer owed leaves, 4:
+# answers are owed from now on, or no longer, 5: del_procs).
+putn() {
+    rec $((64 + $1)) "$2"
+}
+# putn_msg RANK KIND WHERE PLEN COOKIE BYTES...: a PUTN from RANK with its
+# body built (fuzz_msg.c: KIND 1 tracked, 2 wrong key, 4 reserved set, 8
+# unknown flag, 16 cookie that disagrees; WHERE from PN_BASE - 16).
+putn_msg() {
+    r=$1
+    shift
+    msg "$r" $PUTN 3 0 0 0 2 "$@"
+}
+# answer RANK WHICH STATUS [ZERO]: an answer from RANK with its body built
+# (WHICH 0: a refusal, else the oldest cookie + WHICH - 1; STATUS 0 OK,
+# 1 ACCESS).
+answer() {
+    r=$1
+    shift
+    msg "$r" $PUTN_ANSWER 0 0 0 0 2 "$@"
+}
+
+DATA=1 CLOSE=2 PROBE=3 PONG=4 ACK=5 FAIL=6 PUTN=9 PUTN_ANSWER=10
 # Set-up 5: three ranks, a window of 8. 9: three ranks, a window of 16.
 
 seed in_order 5 "$(msg 0 $DATA 7 0 0 0 0 104 105)$(msg 0 $DATA 7 0 0 0 0 33)$(msg 1 $DATA 9 0 0 0 0)$(msg 0 $CLOSE 0 0 0 0 0)"
@@ -57,4 +80,30 @@ seed bad_fields 5 "$(msg 0 $DATA 240 0 0 0 0)$(msg 0 7 0 0 0 0 0)$(msg 0 $DATA 1
 # Raw bytes: too short, a bare valid header (rank 0, seq 0, DATA, tag 3),
 # a claimed rank past the job.
 seed raw 5 "$(raw 0 1 2 3)$(raw 0 0 0 0 0 0 0 0 0 3 1 102 111 0 0 0 0)$(raw 1 9 0 0 0 0 0 0 0 3 1 102 111 0 0 0 0)"
+# Puts with notification, as a target: tracked and landing, tracked below
+# the region, untracked and landing, untracked through a wrong key
+# (a refusal), no data at all; then as an initiator: two tracked ones and
+# an untracked one, answered in order, and the refusal.
+seed putn_target 5 "$(putn_msg 1 1 24 2 7 110 111 100 97)$(putn_msg 1 1 0 1 8 110 100 100)$(putn_msg 1 0 16 0 0 1 2 3 4)$(putn_msg 1 2 16 1 0 110 9)$(putn_msg 1 1 0 1 9 110)"
+seed putn_answers 5 "$(putn 1 1)$(putn 1 1)$(putn 1 2)$(answer 1 1 0)$(answer 1 1 1)$(answer 1 0 1)$(msg 1 $DATA 4 0 0 0 0 33)"
+# del_procs completes two tracked ones; their answers still come, then the
+# answer of one sent after.
+seed putn_forgotten 5 "$(putn 1 1)$(putn 1 1)$(putn 1 5)$(putn 1 1)$(answer 1 1 0)$(answer 1 1 0)$(answer 1 1 1)"
+# Answers owed: refusals coalesced, tracked ones kept in order and sent,
+# then more tracked ones than a window of 8 awaiting answers (failed).
+seed putn_owed 5 "$(putn 0 4)$(putn_msg 1 2 16 1 0 110 9)$(putn_msg 1 2 16 1 0 110 9)$(putn_msg 1 1 16 1 3 110 9)$(putn 1 3)$(putn 1 3)$(putn_msg 1 1 16 0 1 1)$(putn_msg 1 1 16 0 2 1)$(putn_msg 1 1 16 0 3 1)$(putn_msg 1 1 16 0 4 1)$(putn_msg 1 1 16 0 5 1)$(putn_msg 1 1 16 0 6 1)$(putn_msg 1 1 16 0 7 1)$(putn_msg 1 1 16 0 8 1)$(putn_msg 1 1 16 0 9 1)$(putn_msg 1 1 16 0 10 1)"
+# Malformed bodies, one rank each: a reserved field, an unknown flag, a
+# cookie without the flag; an answer to nothing in flight; a refusal of
+# nothing sent; a reserved tag; a body shorter than its header says.
+seed putn_malformed 9 "$(putn_msg 0 4 16 0 0 1)$(putn_msg 1 8 16 0 0 1)$(putn_msg 2 16 16 0 0 1)"
+seed putn_bad_answers 5 "$(answer 0 1 0)$(putn 1 1)$(answer 1 2 0)$(putn 2 1)$(answer 2 0 1)"
+seed putn_bad_answers2 5 "$(putn 0 1)$(answer 0 1 7)$(putn 1 1)$(answer 1 1 0 1)$(putn 2 2)$(answer 2 0 0)"
+seed putn_bad_tag 5 "$(msg 1 $PUTN 240 0 0 0 2 0 16 0 0 1)$(msg 2 $PUTN_ANSWER 1 0 0 0 2 0 1)"
+# Raw: a well-formed untracked PUTN of 2 bytes at PN_BASE (header: rank 0,
+# seq 0, tag 3; body: raddr 0x10000, size 2, plen 1, the harness's key
+# 0x6b...), then the same with plen claiming one byte more.
+K="107 107 107 107 107 107 107 107 107 107 107 107 107 107 107 107"
+K="$K $K"
+# shellcheck disable=SC2086
+seed putn_raw 5 "$(raw 0 0 0 0 0 0 0 0 0 3 9 102 111 0 0 0 0 0 0 1 0 0 0 0 0 0 0 0 0 0 0 0 0 2 0 0 0 1 0 0 0 0 0 0 0 0 0 0 0 $K 110 1 2)$(raw 0 0 0 0 0 1 0 0 0 3 9 102 111 0 0 0 0 0 0 1 0 0 0 0 0 0 0 0 0 0 0 0 0 2 0 0 0 2 0 0 0 0 0 0 0 0 0 0 0 $K 110 1 2)"
 echo "fuzz_ofi_msg seeds written to $out"

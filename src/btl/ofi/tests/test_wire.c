@@ -218,6 +218,252 @@ static void test_fail_in_delivery(void)
     reset(&rx);
 }
 
+/* ---- puts with notification ---- */
+
+#define PN_BASE 0x10000u /* where the target's one region of 64 bytes starts */
+
+typedef struct pn_target {
+    unsigned char region[64];
+    uint8_t key[FERRY_BTL_KEY_MAX];
+    int writes, notes;
+    ofi_putn_answer_t answers[8];
+    int nanswers;
+    bool written_before_note; /* the data was in when the handler ran */
+    bool owe;                 /* the answer cannot leave: owed */
+    ofi_putn_peer_t *peer;
+} pn_target_t;
+
+static int pn_write(void *arg, int rank, const uint8_t *key, uint64_t raddr, const void *data,
+                    size_t n)
+{
+    pn_target_t *t = arg;
+    (void)rank;
+    if (memcmp(key, t->key, sizeof(t->key)) != 0 || raddr < PN_BASE ||
+        raddr - PN_BASE > sizeof(t->region) || n > sizeof(t->region) - (raddr - PN_BASE))
+        return FERRY_ERR_ACCESS;
+    memcpy(t->region + (raddr - PN_BASE), data, n);
+    t->writes++;
+    return FERRY_OK;
+}
+
+static bool pn_answer(void *arg, int rank, const ofi_putn_answer_t *a)
+{
+    pn_target_t *t = arg;
+    (void)rank;
+    if (t->owe)
+        return ofi_putn_owe(t->peer, a, WINDOW) == FERRY_OK;
+    CHECK(t->nanswers < 8);
+    t->answers[t->nanswers++] = *a;
+    return true;
+}
+
+static void pn_notify(void *arg, int rank, uint8_t tag, const unsigned char *payload, size_t plen)
+{
+    pn_target_t *t = arg;
+    (void)rank;
+    (void)payload;
+    (void)plen;
+    CHECK(tag < FERRY_BTL_TAG_BTL_MIN);
+    t->written_before_note = t->writes > t->notes;
+    t->notes++;
+}
+
+static const ofi_putn_ops_t pn_ops = {.write = pn_write, .answer = pn_answer, .notify = pn_notify};
+
+/* A PUTN's body, payload and data in buf; returns the length after the
+ * header. */
+static size_t pn_build(unsigned char *buf, const uint8_t *key, uint64_t raddr, uint64_t cookie,
+                       const char *note, const char *data)
+{
+    ofi_putn_body_t b = {.raddr = raddr,
+                         .cookie = cookie,
+                         .size = (uint32_t)strlen(data),
+                         .plen = (uint32_t)strlen(note),
+                         .flags = cookie != 0 ? OFI_PUTN_TRACKED : 0};
+    memcpy(b.key, key, sizeof(b.key));
+    memcpy(buf, &b, sizeof(b));
+    memcpy(buf + sizeof(b), note, b.plen);
+    memcpy(buf + sizeof(b) + b.plen, data, b.size);
+    return sizeof(b) + b.plen + b.size;
+}
+
+/* The body's checks, each tried with a body that should fail it; then the
+ * target's order: data, answer, handler, refused or not. */
+static void test_putn_target(void)
+{
+    pn_target_t t;
+    ofi_putn_peer_t peer;
+    unsigned char buf[256];
+    ofi_putn_body_t b;
+    const unsigned char *pl, *data;
+    ofi_hdr_t h;
+    /* The header: a PUTN carries a tag below the transport's, its answer
+     * none. */
+    CHECK(ofi_wire_parse(buf, build(buf, 1, OFI_T_PUTN, 3, 0, 0, "x"), NRANKS, &h) ==
+              OFI_WIRE_OK &&
+          h.tag == 3 && ofi_wire_ordered(h.type));
+    CHECK(ofi_wire_parse(buf, build(buf, 1, OFI_T_PUTN, FERRY_BTL_TAG_BTL_MIN, 0, 0, "x"),
+                         NRANKS, &h) == OFI_WIRE_BAD_TAG);
+    CHECK(ofi_wire_parse(buf, build(buf, 1, OFI_T_PUTN_ANSWER, 1, 0, 0, "x"), NRANKS, &h) ==
+          OFI_WIRE_BAD_TAG);
+    CHECK(ofi_wire_parse(buf, build(buf, 1, OFI_T_PUTN_ANSWER, 0, 0, 0, "x"), NRANKS, &h) ==
+              OFI_WIRE_OK &&
+          ofi_wire_ordered(h.type));
+    memset(&t, 0, sizeof(t));
+    memset(t.key, 0xa5, sizeof(t.key));
+    ofi_putn_peer_init(&peer);
+    t.peer = &peer;
+
+    size_t n = pn_build(buf, t.key, PN_BASE + 8, 7, "note", "data!");
+    CHECK(ofi_putn_parse(buf, n, &b, &pl, &data) == NULL && b.plen == 4 && b.size == 5 &&
+          pl == buf + sizeof(b) && data == pl + 4 && memcmp(data, "data!", 5) == 0);
+    CHECK(ofi_putn_parse(buf, sizeof(b) - 1, &b, &pl, &data) != NULL);
+    CHECK(ofi_putn_parse(buf, n - 1, &b, &pl, &data) != NULL);
+    CHECK(ofi_putn_parse(buf, n + 1, &b, &pl, &data) != NULL);
+    ofi_putn_body_t bad;
+    memcpy(&bad, buf, sizeof(bad));
+    bad.plen = UINT32_MAX; /* plen + size wraps in 32 bits to 4 */
+    bad.size = 5;
+    memcpy(buf, &bad, sizeof(bad));
+    CHECK(ofi_putn_parse(buf, sizeof(bad) + 4, &b, &pl, &data) != NULL);
+    n = pn_build(buf, t.key, PN_BASE, 7, "note", "data!");
+    memcpy(&bad, buf, sizeof(bad));
+    bad.flags |= 2;
+    memcpy(buf, &bad, sizeof(bad));
+    CHECK(strcmp(ofi_putn_parse(buf, n, &b, &pl, &data), "unknown flags") == 0);
+    bad.flags = OFI_PUTN_TRACKED;
+    bad.zero = 1;
+    memcpy(buf, &bad, sizeof(bad));
+    CHECK(strcmp(ofi_putn_parse(buf, n, &b, &pl, &data), "a reserved field set") == 0);
+    bad.zero = 0;
+    bad.cookie = 0;
+    memcpy(buf, &bad, sizeof(bad));
+    CHECK(ofi_putn_parse(buf, n, &b, &pl, &data) != NULL);
+    bad.flags = 0;
+    bad.cookie = 9;
+    memcpy(buf, &bad, sizeof(bad));
+    CHECK(ofi_putn_parse(buf, n, &b, &pl, &data) != NULL);
+    /* Malformed: nothing done at all. */
+    CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) != NULL);
+    CHECK(t.writes == 0 && t.notes == 0 && t.nanswers == 0);
+    n = pn_build(buf, t.key, PN_BASE, 0, "", "");
+    CHECK(ofi_putn_target(&peer, 1, FERRY_BTL_TAG_BTL_MIN, buf, n, &pn_ops, &t) != NULL);
+    CHECK(t.notes == 0);
+
+    /* Tracked, landing: written, answered OK, then the handler. */
+    n = pn_build(buf, t.key, PN_BASE + 8, 7, "note", "data!");
+    CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) == NULL);
+    CHECK(t.writes == 1 && t.notes == 1 && t.written_before_note && t.nanswers == 1 &&
+          t.answers[0].cookie == 7 && t.answers[0].status == FERRY_OK &&
+          memcmp(t.region + 8, "data!", 5) == 0);
+    /* Tracked, across the region's end: refused, answered so, handler run. */
+    n = pn_build(buf, t.key, PN_BASE + 62, 8, "n", "xyz");
+    CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) == NULL);
+    CHECK(t.writes == 1 && t.notes == 2 && t.nanswers == 2 && t.answers[1].cookie == 8 &&
+          t.answers[1].status == FERRY_ERR_ACCESS);
+    /* Untracked, landing: no answer. Untracked, a wrong key: a refusal. */
+    n = pn_build(buf, t.key, PN_BASE, 0, "", "abc");
+    CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) == NULL);
+    CHECK(t.writes == 2 && t.notes == 3 && t.nanswers == 2);
+    uint8_t other[FERRY_BTL_KEY_MAX];
+    memset(other, 0x5a, sizeof(other));
+    n = pn_build(buf, other, PN_BASE, 0, "", "abc");
+    CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) == NULL);
+    CHECK(t.notes == 4 && t.nanswers == 3 && t.answers[2].cookie == 0 &&
+          t.answers[2].status == FERRY_ERR_ACCESS);
+    /* A put of no bytes needs no key. */
+    n = pn_build(buf, other, 0, 9, "z", "");
+    CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) == NULL);
+    CHECK(t.nanswers == 4 && t.answers[3].status == FERRY_OK && t.notes == 5);
+
+    /* Owed: answers kept in order, one refusal at a time, and no more
+     * than a window of tracked ones and that refusal. */
+    t.owe = true;
+    n = pn_build(buf, other, PN_BASE, 0, "", "abc");
+    CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) == NULL);
+    CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) == NULL);
+    CHECK(peer.nowed == 1 && peer.refusal_owed);
+    for (uint64_t c = 1; c <= WINDOW; c++) {
+        n = pn_build(buf, t.key, PN_BASE, c, "", "q");
+        CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) == NULL);
+    }
+    CHECK(peer.nowed == WINDOW + 1);
+    int notes = t.notes;
+    n = pn_build(buf, t.key, PN_BASE, WINDOW + 1, "", "q");
+    CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) == NULL);
+    CHECK(t.notes == notes); /* the budget broken: no handler */
+    CHECK(ofi_putn_owed_first(&peer)->cookie == 0);
+    ofi_putn_owed_pop(&peer);
+    CHECK(!peer.refusal_owed && ofi_putn_owed_first(&peer)->cookie == 1);
+    util_list_t done;
+    util_list_init(&done);
+    ofi_putn_peer_fail(&peer, FERRY_ERR_UNREACH, &done, true);
+    CHECK(peer.nowed == 0 && peer.owed == NULL && util_list_empty(&done));
+}
+
+static void cb_none(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
+                    ferry_btl_reg_t *lreg, void *cbctx, void *cbdata, int status)
+{
+}
+
+/* The initiator: answers name the oldest tracked one, refusals never
+ * outnumber the untracked ones sent, and malformed answers change nothing. */
+static void test_putn_answers(void)
+{
+    ofi_putn_peer_t p;
+    ofi_putn_req_t r1 = {0}, r2 = {0}, *req;
+    bool refused;
+    ofi_putn_answer_t a = {.cookie = 1, .status = FERRY_OK};
+    ofi_putn_peer_init(&p);
+    CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a), &req, &refused) != NULL);
+    ofi_putn_sent_tracked(&p, &r1);
+    ofi_putn_sent_tracked(&p, &r2);
+    CHECK(r1.cookie == 1 && r2.cookie == 2 && p.ninflight == 2);
+    a.cookie = 2;
+    CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a), &req, &refused) != NULL);
+    a.cookie = 1;
+    CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a) - 1, &req, &refused) != NULL);
+    a.zero = 1;
+    CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a), &req, &refused) != NULL);
+    a.zero = 0;
+    a.status = FERRY_ERR_UNREACH;
+    CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a), &req, &refused) != NULL);
+    CHECK(p.ninflight == 2);
+    a.status = FERRY_ERR_ACCESS;
+    CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a), &req, &refused) == NULL);
+    CHECK(req == &r1 && !refused && r1.status == FERRY_ERR_ACCESS && p.ninflight == 1);
+    /* Refusals: none before an untracked one was sent; then at most one
+     * per untracked one; a refusal that says OK is malformed. */
+    a.cookie = 0;
+    CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a), &req, &refused) != NULL);
+    ofi_putn_sent_untracked(&p, cb_none, NULL);
+    a.status = FERRY_OK;
+    CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a), &req, &refused) != NULL);
+    a.status = FERRY_ERR_ACCESS;
+    CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a), &req, &refused) == NULL);
+    CHECK(refused && req == NULL);
+    CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a), &req, &refused) != NULL);
+    /* del_procs: r2 completes without its answer, which may still come,
+     * before the answer of one sent later; anything else then is wrong. */
+    util_list_t done;
+    util_list_init(&done);
+    ofi_putn_peer_fail(&p, FERRY_ERR_UNREACH, &done, false);
+    CHECK(util_list_len(&done) == 1 && r2.status == FERRY_ERR_UNREACH && p.ninflight == 0);
+    ofi_putn_req_t r3 = {0};
+    ofi_putn_sent_tracked(&p, &r3);
+    CHECK(r3.cookie == 3);
+    a.cookie = 3;
+    a.status = FERRY_OK;
+    CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a), &req, &refused) != NULL);
+    a.cookie = 2;
+    CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a), &req, &refused) == NULL);
+    CHECK(req == NULL && !refused && p.forgot_next == 0 && p.ninflight == 1);
+    CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a), &req, &refused) != NULL);
+    a.cookie = 3;
+    CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a), &req, &refused) == NULL);
+    CHECK(req == &r3 && r3.status == FERRY_OK && p.ninflight == 0);
+}
+
 int main(void)
 {
     test_parse();
@@ -225,6 +471,8 @@ int main(void)
     test_order_and_window();
     test_credits();
     test_fail_in_delivery();
+    test_putn_target();
+    test_putn_answers();
     for (int v = 0; v < OFI_WIRE_VERDICTS; v++)
         CHECK(strcmp(ofi_wire_verdict_str((ofi_wire_verdict_t)v), "?") != 0);
     CHECK(strcmp(ofi_wire_verdict_str(OFI_WIRE_VERDICTS), "?") == 0);
