@@ -576,12 +576,16 @@ typedef struct ferry_btl_ops {
      * message is delivered here (a flush marker's answer, say).
      * Returns FERRY_OK, FERRY_ERR_NOT_SUPPORTED when it does not take this
      * one so now (too large, work queued ahead, no room, the caller's own
-     * process: nothing started), or another error with nothing started
+     * process where the module does not reach it: nothing started), or
+     * another error with nothing started
      * (FERRY_ERR_INVALID for a reserved tag, NULL with a length or no cb;
      * FERRY_ERR_UNREACH; FERRY_ERR_NO_MEMORY). sm: one ring message; its
      * completion the target's tail passing it, an untracked one's refusal a
      * counter in the channel. tcp: one frame; its completion the target's
-     * acknowledgment, an untracked one's refusal a frame of its own. */
+     * acknowledgment, an untracked one's refusal a frame of its own. ofi:
+     * one ordered message (OFI_T_PUTN), answered in order by
+     * OFI_T_PUTN_ANSWER (always when tracked, on a refusal when not).
+     * self: one fragment of its queue, handled by progress. */
     int (*put_notify_inline)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
                              const void *local, size_t size, uint64_t raddr,
                              const uint8_t *rkey, uint8_t tag, const void *payload,
