@@ -319,19 +319,26 @@ static bool assist_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t 
     sm_ring_commit(ep, pos, (uint32_t)sizeof(req), 0, SM_T_ASSIST);
 
     unsigned char *mine = ferry_btl_seg_ptr(local), *theirs = ferry_btl_seg_ptr(remote);
-    uint32_t ours = 0, claimed;
+    uint32_t ours = 0, claimed, next = 0;
     int err = 0;
+    ep->assist.job = job;
+    ep->assist.put = put;
+    ep->assist.theirs = 0;
     for (;;) {
         uint64_t w = atomic_load_explicit(&ch->assist_claim, memory_order_acquire);
         uint32_t c = (uint32_t)w;
-        if ((uint32_t)(w >> 32) != job) {
-            /* Only a peer that breaks the protocol writes another job. */
+        /* The word only moves forward from what we last saw, and names
+         * this job: only a peer that breaks the protocol writes anything
+         * else (another job, a piece taken again). */
+        if ((uint32_t)(w >> 32) != job || c < next || ours > nchunks) {
             ep->assist.frag = frag;
+            ep->assist.status = FERRY_ERR_UNREACH;
             sm_ep_fail(mod, ep, "it rewrote the claims of a copy it helped with");
             if (ep->assist.frag != NULL)
                 assist_finish(mod, ep, FERRY_ERR_UNREACH);
             return true;
         }
+        next = c;
         if (c >= nchunks) {
             claimed = (uint32_t)nchunks;
             break;
@@ -351,12 +358,22 @@ static bool assist_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t 
                                                    memory_order_acq_rel, memory_order_acquire))
             continue;
         ours++;
+        next = c + 1;
         size_t off = (size_t)c * SM_ASSIST_CHUNK;
         size_t n = len - off < SM_ASSIST_CHUNK ? len - off : SM_ASSIST_CHUNK;
         err = cma_copy(ep->pid, put, mine + off, theirs + off, n);
     }
+    if (ours > claimed) {
+        /* More pieces taken here than were claimed in all: the word was
+         * set back behind our back. */
+        ep->assist.frag = frag;
+        ep->assist.status = FERRY_ERR_UNREACH;
+        sm_ep_fail(mod, ep, "it rewrote the claims of a copy it helped with");
+        if (ep->assist.frag != NULL)
+            assist_finish(mod, ep, FERRY_ERR_UNREACH);
+        return true;
+    }
     ep->assist.frag = frag;
-    ep->assist.job = job;
     ep->assist.theirs = claimed - ours;
     mod->assist_received += ep->assist.theirs;
     ep->assist.status = err != 0 ? cma_status(err) : FERRY_OK;
@@ -386,14 +403,18 @@ static void handle_assist(sm_module_t *mod, ferry_btl_endpoint_t *ep, const unsi
     }
     memcpy(&req, msg, sizeof(req));
     uint64_t nchunks = req.chunk > 0 ? (req.len + req.chunk - 1) / req.chunk : 0;
-    if (req.job == 0 || req.put > 1 || req.reserved != 0 || req.chunk == 0 || req.len == 0 ||
+    if (req.job == 0 || req.put > 1 || req.reserved != 0 || req.chunk != SM_ASSIST_CHUNK ||
+        req.len == 0 ||
         req.len > UINT64_MAX - req.chunk || nchunks > SM_ASSIST_CHUNKS_MAX ||
         req.raddr > UINT64_MAX - req.len || req.laddr > UINT64_MAX - req.len) {
         sm_ep_fail(mod, ep, "it sent a malformed copy request");
         return;
     }
+    const uint32_t need = req.put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ;
+    void *ours;
     if (!mod->cma_ok || ep->assist_refused ||
-        sm_target_check(mod, &req.key, req.raddr, req.len, req.put != 0) != FERRY_OK)
+        sm_target_resolve(&mod->super, (const uint8_t *)&req.key, req.raddr, req.len, need,
+                          &ours) != FERRY_OK)
         return; /* the sender copies it all */
     sm_chan_t *ch = ep->in;
     /* Bounded whatever the sender writes into the claim word. */
@@ -408,8 +429,15 @@ static void handle_assist(sm_module_t *mod, ferry_btl_endpoint_t *ep, const unsi
             continue;
         uint64_t off = (uint64_t)c * req.chunk;
         size_t n = (size_t)(req.len - off < req.chunk ? req.len - off : req.chunk);
-        int err = cma_copy(ep->pid, req.put == 0, (void *)(uintptr_t)(req.raddr + off),
-                           (void *)(uintptr_t)(req.laddr + off), n);
+        /* Each piece is checked again as it is copied: memory the unmap
+         * monitor revoked meanwhile (and whatever is mapped there now) is
+         * not touched, and the sender copies the whole again, then finds
+         * the key dead. */
+        int err = sm_target_resolve(&mod->super, (const uint8_t *)&req.key, req.raddr + off, n,
+                                    need, &ours) != FERRY_OK
+                      ? EFAULT
+                      : cma_copy(ep->pid, req.put == 0, (void *)(uintptr_t)(req.raddr + off),
+                                 (void *)(uintptr_t)(req.laddr + off), n);
         if (err != 0) {
             atomic_store_explicit(&ch->assist_failed, req.job, memory_order_release);
             if (err == EPERM || err == ENOSYS)
