@@ -2,12 +2,15 @@
  * A peer's bytes are untrusted: rank 1 writes malformed headers straight
  * into its ring in rank 0's segment (a length past the ring's end, an
  * unknown type, a reserved tag, a put with notification whose lengths do
- * not add up, a corrupt credit word). Rank 0 must report
- * rank 1 as failed, naming it, drop what it sent, survive, and go on
- * exchanging messages with rank 2.
+ * not add up, a request to help with a cross-memory copy that is too short,
+ * has no job or has too many pieces, a corrupt credit word). Rank 0 must
+ * report rank 1 as failed, naming it and saying why (so that the garbage,
+ * not rank 1's exit right after it, is what it caught), drop what it sent,
+ * survive, and go on exchanging messages with rank 2.
  *
  * usage (under ferryrun -n 3 --keep-going): sm_garbage CASE
- *   CASE: length | type | tag | putn | putn_flags | putn_status
+ *   CASE: length | type | tag | putn | putn_flags | putn_status |
+ *         assist_length | assist_job | assist_chunks
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +45,56 @@ static void on_error(ferry_ctx_t *ctx, int peer, int status, const char *msg, vo
     st->failed_peer = peer;
     snprintf(st->msg, sizeof(st->msg), "%s", msg);
     printf("rank %d: peer %d failed: %s\n", ferry_rank(ctx), peer, msg);
+}
+
+/* What rank 0 must give as the reason of the failure, for each case. */
+static const char *expected_reason(const char *what)
+{
+    static const struct {
+        const char *what, *reason;
+    } reasons[] = {
+        {"length", "longer than the ring"},
+        {"type", "unknown type"},
+        {"tag", "reserved tag"},
+        {"putn", "lengths do not add up"},
+        {"putn_flags", "unknown flags or a status"},
+        {"putn_status", "unknown flags or a status"},
+        {"assist_length", "malformed copy request"},
+        {"assist_job", "malformed copy request"},
+        {"assist_chunks", "malformed copy request"},
+    };
+    for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++)
+        if (strcmp(what, reasons[i].what) == 0)
+            return reasons[i].reason;
+    fprintf(stderr, "sm_garbage: no case %s\n", what);
+    exit(2);
+}
+
+/* A request to help with a get that would be well formed but for what the
+ * case breaks: it is written whole, whatever length its header gives. Its
+ * key was never issued, so a receiver that took it would only ignore it
+ * (and then report rank 1's exit, not the request). */
+static uint32_t assist_garbage(const char *what, unsigned char *slot)
+{
+    sm_assist_req_t r = {.raddr = 1u << 20,
+                         .laddr = 1u << 20,
+                         .len = 16 * SM_ASSIST_CHUNK,
+                         .job = 1,
+                         .chunk = SM_ASSIST_CHUNK,
+                         .put = 0,
+                         .reserved = 0};
+    uint32_t len = sizeof(r);
+    if (strcmp(what, "assist_length") == 0)
+        len = sizeof(r) - 8; /* put and reserved cut off, zero all the same */
+    else if (strcmp(what, "assist_job") == 0)
+        r.job = 0;
+    else {
+        /* One-byte pieces, one more of them than a request may have. */
+        r.chunk = 1;
+        r.len = (uint64_t)SM_ASSIST_CHUNKS_MAX + 1;
+    }
+    memcpy(slot, &r, sizeof(r));
+    return len;
 }
 
 static void send_retry(ferry_ctx_t *ctx, int dst, const void *data, size_t len)
@@ -82,6 +135,9 @@ static void write_garbage(ferry_ctx_t *ctx, const char *what)
         memcpy(ep->out->ring + off + SM_HDR_SIZE, &p, sizeof(p));
         memset(ep->out->ring + off + SM_HDR_SIZE + sizeof(p), 0, 8);
         h = sm_hdr_pack(sizeof(p) + 8, TAG, SM_T_PUTN, sm_lap(ep->head, ring));
+    } else if (strncmp(what, "assist_", 7) == 0) {
+        uint32_t len = assist_garbage(what, ep->out->ring + off + SM_HDR_SIZE);
+        h = sm_hdr_pack(len, 0, SM_T_ASSIST, sm_lap(ep->head, ring));
     } else
         h = sm_hdr_pack(8, 250, SM_T_DATA, sm_lap(ep->head, ring));
     atomic_store_explicit((_Atomic uint64_t *)(void *)(ep->out->ring + off), h,
@@ -91,6 +147,7 @@ static void write_garbage(ferry_ctx_t *ctx, const char *what)
 int main(int argc, char **argv)
 {
     CHECK(argc == 2);
+    (void)expected_reason(argv[1]);
     ferry_ctx_t *ctx;
     state_t st = {.failed_peer = -1};
     CHECK(ferry_init(NULL, &ctx) == FERRY_OK);
@@ -127,6 +184,7 @@ int main(int argc, char **argv)
         CHECK(st.failed_peer == 1);
         CHECK(st.got[1] == 1); /* the good message, and nothing after it */
         CHECK(strstr(st.msg, "rank 1") != NULL);
+        CHECK(strstr(st.msg, expected_reason(argv[1])) != NULL);
         CHECK(ferry_am_send(ctx, 1, TAG, buf, 8) == FERRY_ERR_UNREACH);
     }
     /* Ranks 0 and 2 carry on with each other. */
