@@ -10,11 +10,15 @@
  * registration table (tcp_regtab_t), so a registration is made once and its
  * key is the same bytes on every module.
  * Module k publishes its addresses under its own key ("btl.tcp" for module
- * 0, "btl.tcp.<k>" for the others) and reaches a peer only through the
- * peer's module k: in per-interface mode only when the two addresses share a
- * subnet, or are both loopback on one host (tcp_endpoint.c, addr_score).
- * A module answers a key only for a registration it holds, and the peer's
- * module k, which answers our module k, is one that registered it.
+ * 0, "btl.tcp.<k>" for the others) and reaches a peer through one module of
+ * the peer's, its partner: with one module per process (the default mode)
+ * the peer's module k; per interface, the module the pairing gives
+ * (tcp_pair.c): on each subnet, and for loopback on one host, the i-th
+ * module of the lower rank pairs with the i-th of the higher, computed by
+ * both from the modex alone, so that the module a connection reaches is the
+ * partner of the one that made it. A module answers a key only for a
+ * registration it holds, and every module holds what ferry_mem_register
+ * registers, so the partner answers whatever key the peer's module found.
  *
  * A peer is connected on first use, with a non-blocking connect whose
  * deadline (FERRY_TCP_CONNECT_TIMEOUT) progress checks. The two sides then prove to
@@ -262,6 +266,7 @@ struct ferry_btl_endpoint {
     tcp_pollable_t poll;
     tcp_module_t *mod;
     int rank;
+    int peer_module; /* the rank's module this one pairs with (tcp_pair_partner) */
     tcp_ep_state_t state;
     bool deleted;  /* del_procs ran: refuse new work until added again */
     bool in_epoll;
@@ -358,6 +363,8 @@ enum { TCP_OP_SEND, TCP_OP_PUT, TCP_OP_GET, TCP_OP_CTL, TCP_OP_PUTN };
 /* Modules one process can open: a module per address, FERRY_TCP_LINKS
  * (at most 8) of each. */
 #define TCP_MAX_MODULES (TCP_MAX_ADDRS * 8)
+/* Room for a module's modex key, "btl.tcp.<index>". */
+#define TCP_MODEX_KEY_LEN 24
 #define TCP_HOLDER_WORDS ((TCP_MAX_MODULES + 63) / 64)
 
 /* A registration, shared by the tcp modules that registered its range: the
@@ -427,16 +434,19 @@ typedef struct tcp_listener {
     char ifname[32];
 } tcp_listener_t;
 
+typedef struct tcp_pairs tcp_pairs_t;
+
 struct tcp_module {
     ferry_btl_module_t super;
     tcp_params_t p;
     /* This module among the process's tcp modules: its modex key (key) and
-     * its instance in remote keys. It reaches a peer through the peer's
-     * module of the same index only. */
+     * its instance in remote keys. It reaches a peer through one module of
+     * the peer's only, its partner (tcp_pair_partner). */
     int index;
     int link;          /* which of FERRY_TCP_LINKS on its addresses */
     bool eager_reach;  /* add_procs reads each peer's address to tell reach */
-    char key[24];      /* "btl.tcp" or "btl.tcp.<index>" */
+    char key[TCP_MODEX_KEY_LEN]; /* "btl.tcp" or "btl.tcp.<index>" */
+    tcp_pairs_t *pairs; /* per-interface: the pairing, shared by the modules */
     int epfd;
     tcp_listener_t listeners[TCP_MAX_ADDRS];
     int nlisteners;
@@ -493,13 +503,57 @@ int tcp_hello_mac(const uint8_t key[TCP_KEY_LEN], const char *job_id, int32_t si
 bool tcp_hello_proves(const uint8_t key[TCP_KEY_LEN], const char *job_id, int32_t size,
                       const tcp_session_t *s, const tcp_hello_t *h);
 
+/* tcp_pair.c: addresses, and which of a peer's modules each of ours
+ * pairs with. */
+/* Whether a peer may be dialed at e: family 4 or 6, a port, and a prefix
+ * no longer than the family's addresses. */
+bool tcp_addr_usable(const tcp_addr_entry_t *e);
+bool tcp_addr_is_loopback(const tcp_addr_entry_t *e);
+/* Whether a and b (of one family) agree in their first prefix bits. */
+bool tcp_addr_same_subnet(const tcp_addr_entry_t *a, const tcp_addr_entry_t *b,
+                          unsigned prefix);
+/* Whether a module on a reaches a module on b, per interface: the same
+ * family, and both loopback on one host, or neither loopback and on one
+ * subnet over the shorter of their two prefixes. Symmetric in a and b. */
+bool tcp_addr_reaches(const tcp_addr_entry_t *a, const tcp_addr_entry_t *b, bool same_host);
+/* Module index's modex key: "btl.tcp" for 0, else "btl.tcp.<index>". */
+void tcp_modex_key(int index, char key_out[TCP_MODEX_KEY_LEN]);
+
+/* One process's modules as the pairing sees them: mods[k] is what module
+ * k published (tcp_addr_decode; count 0 when it did not decode). */
+typedef struct tcp_pair_side {
+    int nmods; /* at most TCP_MAX_MODULES; more are not looked at */
+    const tcp_addr_blob_t *mods;
+} tcp_pair_side_t;
+/* Pairs the modules of the lower rank (lo) with those of the higher (hi):
+ * in lo's order, each takes the first of hi's modules not yet taken that
+ * it reaches (tcp_addr_reaches, any address of one with any of the
+ * other's). On each subnet the i-th module of one pairs with the i-th of
+ * the other, and a module left over pairs with none. lo_out[i] is the
+ * module of hi paired with lo's module i, hi_out[j] that of lo paired with
+ * hi's j; -1 for none (each with room for its side's nmods). Both ranks
+ * compute it alike from the same bytes: it depends on nothing else. */
+void tcp_pair_match(const tcp_pair_side_t *lo, const tcp_pair_side_t *hi, bool same_host,
+                    int16_t *lo_out, int16_t *hi_out);
+/* The pairing of a process's per-interface modules with each peer's,
+ * computed on first use from the modex and kept (one for all the modules,
+ * like the registration table). Single-threaded as the modules are. */
+int tcp_pairs_create(int nranks, int nmods, tcp_pairs_t **pairs_out);
+void tcp_pairs_attach(tcp_pairs_t *pairs, tcp_module_t *mod);
+void tcp_pairs_release(tcp_pairs_t *pairs);
+/* The module of rank's process that mod pairs with: mod->index with
+ * FERRY_TCP_MODULES=one (whether the peer has it, tcp_ep_load_candidates
+ * finds out), the pairing's answer per interface; -1 for none. */
+int tcp_pair_partner(tcp_module_t *mod, int rank);
+
 /* tcp_endpoint.c */
 /* Sets FERRY_TCP_SNDBUF and FERRY_TCP_RCVBUF on a socket (when not 0). */
 void tcp_set_bufs(tcp_module_t *mod, int fd);
 ferry_btl_endpoint_t *tcp_ep_get(tcp_module_t *mod, int rank);
-/* Reads the peer's address for this module (mod->key) into ep's candidates,
- * best first, keeping only those this module may use: FERRY_ERR_UNREACH
- * when none is left or the peer published none, FERRY_ERR_PROTO when its
+/* Reads the address of the peer's module this one pairs with
+ * (tcp_pair_partner) into ep's candidates, best first, keeping only those
+ * this module may use: FERRY_ERR_UNREACH when no module pairs with this
+ * one, none is left or the peer published none, FERRY_ERR_PROTO when its
  * address is malformed. */
 int tcp_ep_load_candidates(tcp_module_t *mod, ferry_btl_endpoint_t *ep);
 void tcp_ep_free(tcp_module_t *mod, ferry_btl_endpoint_t *ep);

@@ -35,6 +35,7 @@ ferry_btl_endpoint_t *tcp_ep_get(tcp_module_t *mod, int rank)
     ep->poll.fd = -1;
     ep->mod = mod;
     ep->rank = rank;
+    ep->peer_module = -1; /* known once its address is read, or it connects */
     ep->state = TCP_EP_NEW;
     util_list_init(&ep->queue);
     util_list_init(&ep->rdma_wait);
@@ -234,48 +235,27 @@ static void set_sockopts(tcp_module_t *mod, int fd)
     }
 }
 
-static bool is_loopback(const tcp_addr_entry_t *e)
-{
-    static const uint8_t v6lo[16] = {[15] = 1};
-    return e->family == 4 ? e->addr[0] == 127 : memcmp(e->addr, v6lo, 16) == 0;
-}
-
-static bool same_subnet(const tcp_addr_entry_t *a, const tcp_addr_entry_t *b, unsigned prefix)
-{
-    if (a->family != b->family)
-        return false;
-    unsigned full = prefix / 8, rest = prefix % 8;
-    if (memcmp(a->addr, b->addr, full) != 0)
-        return false;
-    if (rest == 0)
-        return true;
-    uint8_t mask = (uint8_t)(0xffu << (8 - rest));
-    return (a->addr[full] & mask) == (b->addr[full] & mask);
-}
-
 /* How good a peer's address is from here; < 0: never use it. A module of
  * one address (FERRY_TCP_MODULES=per-interface) uses only the peer's
- * addresses on its subnet, or loopback to loopback on one host. */
+ * addresses on its subnet, or loopback to loopback on one host
+ * (tcp_addr_reaches, the rule the pairing is made by). */
 static int addr_score(tcp_module_t *mod, const tcp_addr_entry_t *e, bool same_host)
 {
     if (mod->p.per_interface) {
-        const tcp_addr_entry_t *l = &mod->local[0];
-        if (mod->nlocal < 1 || l->family != e->family || is_loopback(l) != is_loopback(e))
+        if (mod->nlocal < 1 || !tcp_addr_reaches(&mod->local[0], e, same_host))
             return -1;
-        if (is_loopback(e))
-            return same_host ? 400 : -1;
-        return same_subnet(l, e, l->prefix < e->prefix ? l->prefix : e->prefix) ? 300 : -1;
+        return tcp_addr_is_loopback(e) ? 400 : 300;
     }
-    if (is_loopback(e))
+    if (tcp_addr_is_loopback(e))
         return same_host ? 400 : -1;
     int score = 100;
     for (int i = 0; i < mod->nlocal; i++) {
         const tcp_addr_entry_t *l = &mod->local[i];
-        if (l->family != e->family || is_loopback(l))
+        if (l->family != e->family || tcp_addr_is_loopback(l))
             continue;
         if (score < 200)
             score = 200;
-        if (same_subnet(l, e, l->prefix < e->prefix ? l->prefix : e->prefix))
+        if (tcp_addr_same_subnet(l, e, l->prefix < e->prefix ? l->prefix : e->prefix))
             score = 300;
     }
     return score + (e->family == 4 ? 10 : 0);
@@ -296,10 +276,16 @@ int tcp_addr_decode(const void *val, size_t len, tcp_addr_blob_t *blob)
 
 int tcp_ep_load_candidates(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
 {
+    ep->ncand = 0;
+    int peer_module = tcp_pair_partner(mod, ep->rank);
+    if (peer_module < 0)
+        return FERRY_ERR_UNREACH;
+    ep->peer_module = peer_module;
+    char key[TCP_MODEX_KEY_LEN];
+    tcp_modex_key(peer_module, key);
     void *val = NULL;
     size_t len = 0;
-    ep->ncand = 0;
-    int rc = rt_modex_get(mod->super.ctx->modex, ep->rank, mod->key, &val, &len);
+    int rc = rt_modex_get(mod->super.ctx->modex, ep->rank, key, &val, &len);
     if (rc != FERRY_OK)
         return FERRY_ERR_UNREACH;
     tcp_addr_blob_t blob;
@@ -307,7 +293,7 @@ int tcp_ep_load_candidates(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
     free(val);
     if (rc != FERRY_OK) {
         rt_log(logger(mod), RT_LOG_ERROR, "tcp: rank %d published a malformed address (%s)",
-               ep->rank, mod->key);
+               ep->rank, key);
         return rc;
     }
     bool same_host = mod->same_host != NULL && mod->same_host[ep->rank];
@@ -315,8 +301,7 @@ int tcp_ep_load_candidates(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
     ep->ncand = 0;
     for (int i = 0; i < blob.count; i++) {
         const tcp_addr_entry_t *e = &blob.entry[i];
-        if ((e->family != 4 && e->family != 6) || e->port == 0 ||
-            e->prefix > (e->family == 4 ? 32 : 128))
+        if (!tcp_addr_usable(e))
             continue;
         int s = addr_score(mod, e, same_host);
         if (s < 0)
@@ -412,8 +397,9 @@ static int try_next(tcp_module_t *mod, ferry_btl_endpoint_t *ep, const char *why
         set_sockopts(mod, fd);
         ep->poll.fd = fd;
         if (connect(fd, (struct sockaddr *)&ss, sl) == 0 || errno == EINPROGRESS) {
-            rt_log(logger(mod), RT_LOG_DEBUG, "tcp: connecting to rank %d at %s", ep->rank,
-                   text);
+            rt_log(logger(mod), RT_LOG_DEBUG,
+                   "tcp: module %d connecting to rank %d at %s (its module %d)", mod->index,
+                   ep->rank, text, ep->peer_module);
             ep->state = TCP_EP_CONNECTING;
             ep->hello_sent = ep->hello_got = 0;
             return tcp_ep_set_events(mod, ep, EPOLLOUT);
@@ -573,8 +559,9 @@ static void hello_answered(tcp_module_t *mod, ferry_btl_endpoint_t *ep)
         break;
     default:
         tcp_ep_fail(mod, ep, FERRY_ERR_UNREACH,
-                    "rank %d refused the connection: it saw this rank fail or close before",
-                    ep->rank);
+                    "rank %d refused the connection: it saw this rank fail or close before, "
+                    "or its module %d pairs with none of ours",
+                    ep->rank, ep->peer_module);
         break;
     }
 }
@@ -863,6 +850,16 @@ static int conn_answer(tcp_module_t *mod, tcp_conn_t *conn)
         return 1;
     }
     uint8_t verdict = verdict_for(mod, ep);
+    /* A genuine peer connects to this module only from the module it pairs
+     * with, since both sides compute the pairing alike (tcp_pair.c), so
+     * the connection needs no word of which module made it. A rank none of
+     * whose modules pairs with this one computed another pairing (it runs
+     * with another FERRY_TCP_MODULES, say) and would leave a socket here
+     * this module has no use for: refused. */
+    int partner = tcp_pair_partner(mod, from);
+    bool unpaired = partner < 0;
+    if (unpaired)
+        verdict = TCP_HELLO_REFUSED;
     tcp_hello_t reply;
     tcp_hello_fill(&reply, TCP_HELLO_VERDICT, mod->super.ctx->rank, from, mod->nranks,
                    mod->job_hash);
@@ -870,7 +867,12 @@ static int conn_answer(tcp_module_t *mod, tcp_conn_t *conn)
     bool sent = tcp_hello_mac(mod->jobkey, mod->job_id, mod->nranks, &conn->session,
                               TCP_HELLO_VERDICT, verdict, reply.mac) == FERRY_OK &&
                 conn_reply(conn, &reply);
-    if (verdict == TCP_HELLO_REFUSED)
+    if (unpaired)
+        rt_log(logger(mod), RT_LOG_WARN,
+               "tcp: refused a connection from rank %d (%s) to module %d: none of its modules "
+               "pairs with this one (is FERRY_TCP_MODULES the same on every rank?)",
+               from, conn->from, mod->index);
+    else if (verdict == TCP_HELLO_REFUSED)
         rt_log(logger(mod), RT_LOG_WARN,
                "tcp: refused a connection from rank %d (%s): it failed or closed before", from,
                conn->from);
@@ -888,6 +890,7 @@ static int conn_answer(tcp_module_t *mod, tcp_conn_t *conn)
     conn->poll.fd = -1;
     tcp_conn_close(mod, conn);
     ep->poll.fd = fd;
+    ep->peer_module = partner;
     ep_established(mod, ep);
     return 1;
 }

@@ -411,9 +411,11 @@ static void tcp_dump(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, int verb
         if (e == NULL || (ep != NULL && e != ep))
             continue;
         rt_log(&btl->ctx->log, RT_LOG_ERROR,
-               "tcp: rank %d state %s fd %d queued %zu frags (%zu bytes) awaiting answers %zu "
-               "rdma %zu rx %zu/%zu mode %d copied after partial inline sends %zu bytes",
-               r, state_names[e->state], e->poll.fd, util_list_len(&e->queue), e->queued_bytes,
+               "tcp: module %d rank %d (its module %d) state %s fd %d queued %zu frags (%zu "
+               "bytes) awaiting answers %zu rdma %zu rx %zu/%zu mode %d copied after partial "
+               "inline sends %zu bytes",
+               mod->index, r, e->peer_module, state_names[e->state], e->poll.fd,
+               util_list_len(&e->queue), e->queued_bytes,
                util_list_len(&e->rdma_wait), e->rdma_inflight, e->rx_off, e->rx_len,
                (int)e->rx_mode, e->spilled_bytes);
     }
@@ -523,6 +525,7 @@ static int tcp_finalize(ferry_btl_module_t *btl)
      * holds: the rest of this module's holds go, and registrations the
      * other modules hold stay theirs. */
     tcp_regtab_detach(mod->tab, mod);
+    tcp_pairs_release(mod->pairs);
     free(mod->eps);
     free(mod->hot);
     free(mod->same_host);
@@ -857,9 +860,49 @@ static int open_listener(tcp_module_t *mod, const tcp_addr_entry_t *a, const cha
     return FERRY_OK;
 }
 
+/* a with its host bits cleared (its own prefix) into net. */
+static void addr_network(const tcp_addr_entry_t *a, uint8_t net[16])
+{
+    unsigned len = a->family == 4 ? 4 : 16;
+    unsigned prefix = a->prefix < len * 8 ? a->prefix : len * 8;
+    memset(net, 0, 16);
+    memcpy(net, a->addr, prefix / 8);
+    if (prefix % 8 != 0)
+        net[prefix / 8] = (uint8_t)(a->addr[prefix / 8] & (0xffu << (8 - prefix % 8)));
+}
+
+/* Whether a comes before b in the order per-interface modules are numbered
+ * in among addresses of one FERRY_TCP_IF_INCLUDE item: IPv4 first,
+ * loopback first, then by subnet, prefix and address. It depends on the
+ * addresses only, not on the interfaces' names or the kernel's order, so
+ * that hosts on the same subnets number their modules alike and module k
+ * pairs with the peer's module k (tcp_pair.c pairs them either way; the
+ * layers above name a module by its index, in remote keys and in the
+ * BML's word that a rail was lost, and are right when the two agree). */
+static bool addr_before(const tcp_addr_entry_t *a, const tcp_addr_entry_t *b)
+{
+    if (a->family != b->family)
+        return a->family < b->family;
+    bool la = tcp_addr_is_loopback(a), lb = tcp_addr_is_loopback(b);
+    if (la != lb)
+        return la;
+    uint8_t na[16], nb[16];
+    addr_network(a, na);
+    addr_network(b, nb);
+    size_t len = a->family == 4 ? 4 : 16;
+    int c = memcmp(na, nb, len);
+    if (c != 0)
+        return c < 0;
+    if (a->prefix != b->prefix)
+        return a->prefix < b->prefix;
+    return memcmp(a->addr, b->addr, len) < 0;
+}
+
 /* The selected addresses, in the order of the first FERRY_TCP_IF_INCLUDE
- * item each matches (then in the kernel's order), so that every host can be
- * given the same order of subnets and its modules the same indices. */
+ * item each matches, so that every host can be given the same order of
+ * subnets and its modules the same indices; among those of one item (or
+ * with no list), per interface in addr_before's order, else in the
+ * kernel's. */
 static int select_addrs(ferry_ctx_t *ctx, const tcp_params_t *p, tcp_local_addr_t *sel,
                         int *n_out)
 {
@@ -912,9 +955,12 @@ static int select_addrs(ferry_ctx_t *ctx, const tcp_params_t *p, tcp_local_addr_
                    TCP_MAX_ADDRS, i->ifa_name);
             break;
         }
-        /* Insertion by include item keeps the kernel's order among equals. */
+        /* Insertion by include item (then, per interface, by address)
+         * keeps the kernel's order among equals. */
         int j = n++;
-        while (j > 0 && order[j - 1] > at) {
+        while (j > 0 && (order[j - 1] > at ||
+                         (order[j - 1] == at && p->per_interface &&
+                          addr_before(&a, &sel[j - 1].addr)))) {
             order[j] = order[j - 1];
             sel[j] = sel[j - 1];
             j--;
@@ -992,10 +1038,7 @@ static int tcp_init(ferry_btl_module_t *btl, void *arg)
     /* The default (one module) keeps reading a peer's address only when it
      * connects; with several, add_procs tells which reach the peer. */
     mod->eager_reach = p->per_interface || p->links > 1;
-    if (plan->index == 0)
-        snprintf(mod->key, sizeof(mod->key), "btl.tcp");
-    else
-        snprintf(mod->key, sizeof(mod->key), "btl.tcp.%d", plan->index);
+    tcp_modex_key(plan->index, mod->key);
     mod->epfd = -1;
     mod->nranks = btl->ctx->size;
     util_list_init(&mod->conns);
@@ -1215,6 +1258,19 @@ static int tcp_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *co
     if (n == 0) {
         free(mods);
         return rc != FERRY_OK ? rc : FERRY_ERR_UNREACH;
+    }
+    /* Per interface, which module pairs with which of a peer's is worked
+     * out once per peer for all the modules (tcp_pair.c). */
+    if (p.per_interface) {
+        tcp_pairs_t *pairs = NULL;
+        rc = tcp_pairs_create(ctx->size, n, &pairs);
+        if (rc != FERRY_OK) {
+            close_modules(mods, n);
+            return rc;
+        }
+        for (int k = 0; k < n; k++)
+            tcp_pairs_attach(pairs, tcp_of(mods[k]));
+        tcp_pairs_release(pairs);
     }
     rc = publish_all(mods, n);
     if (rc != FERRY_OK) {

@@ -1,8 +1,9 @@
 #!/bin/sh
-# Writes the seed corpora of the tcp fuzz harnesses (fuzz/hello/seed and
-# fuzz/frames/seed, beside this script): a few good sessions and a few broken
-# ones in the input formats fuzz_hello.c and fuzz_frames.c describe. The
-# seeds are committed; run this again after changing a format.
+# Writes the seed corpora of the tcp fuzz harnesses (fuzz/hello/seed,
+# fuzz/frames/seed and fuzz/pair/seed, beside this script): a few good
+# sessions and a few broken ones in the input formats fuzz_hello.c,
+# fuzz_frames.c and fuzz_pair.c describe. The seeds are committed; run this
+# again after changing a format.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 fuzz=$here/fuzz
@@ -66,3 +67,28 @@ seed frames fin "\001\000\000\002\000\000\000hi\005\000\000\000\000\000\000\000\
 seed frames header_only "\001\007\004\050\000\000\000\007\377\377\377\377\377"
 seed frames flipped "\001\001\200\010\000\003\000ABCDEFGH\000\200\004\000\002\000wxyz"
 seed frames raw_data "\000\005\000\000\000\001\007\000\000\000\000\000\000\000\000\000\000hello"
+
+# ---- pair. Byte 0: bit 0 one host, bit 1 structured. A structured record
+# is side | count << 1, then count entries of 20 bytes; a raw one is the
+# side, a length of 2 bytes and a modex value.
+v4() { # A B C D PREFIX: an IPv4 entry at port 4000
+    printf '\\004\\%03o\\240\\017\\%03o\\%03o\\%03o\\%03o' "$5" "$1" "$2" "$3" "$4"
+    printf '\\000%.0s' 1 2 3 4 5 6 7 8 9 10 11 12
+}
+v6lo() { # ::1/128 at port 4000
+    printf '\\006\\200\\240\\017'
+    printf '\\000%.0s' 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15
+    printf '\\001'
+}
+a78=$(v4 10 78 0 1 24) a79=$(v4 10 79 0 1 24) b78=$(v4 10 78 0 2 24) b79=$(v4 10 79 0 2 24)
+lo4=$(v4 127 0 0 1 8)
+seed pair opposite "\002\002$a78\002$a78\002$a79\002$a79\003$b79\003$b79\003$b78\003$b78"
+seed pair links_differ "\002\002$a78\002$a78\002$a79\002$a79\003$b79\003$b78"
+seed pair one_host "\003\002$lo4\002$(v6lo)\002$a78\003$(v6lo)\003$lo4\003$b78"
+seed pair two_hosts "\002\002$lo4\002$a78\003$lo4\003$b78"
+seed pair prefixes "\002\002$(v4 10 1 2 5 24)\002$(v4 10 1 3 5 24)\003$(v4 10 1 9 9 16)"
+seed pair two_addresses "\002\002$a78\002$a79\005$b79$b78\001"
+seed pair undialable "\002\002$a78\002$a78\003\004\030\000\000\012\116\000\002\000\000\000\000\000\000\000\000\000\000\000\000\003\004\041\240\017\012\116\000\002\000\000\000\000\000\000\000\000\000\000\000\000"
+blob='\157\162\162\171\002\000\001\000' # magic, version 2, one address
+seed pair raw "\000\000\034\000$blob$a78\001\034\000$blob$b78\001\004\000garb"
+seed pair raw_badcount "\000\000\034\000\157\162\162\171\002\000\002\000$a78\001\034\000$blob$b78"

@@ -11,12 +11,19 @@
  * reaches a peer (the context keeps one path per peer and polls that one
  * only, so this program progresses every tcp module itself):
  * - sends the peer a message on that module, which the peer checks arrives
- *   on its module of the same index and names the sender;
+ *   on the module that pairs with the sender's and names the sender: with
+ *   FERRY_TCP_MODULES=one its module of the same index; per interface one
+ *   on the sender's module's subnet (checked here with the addresses the
+ *   modules listen on, not with the transport's rule), of the same link,
+ *   for loopback only on one host; it prints each arrival
+ *   ("rank R's module K (ADDR link L) arrived on module J (ADDR link L)");
  * - puts a pattern into the peer's memory, through the key the module finds
  *   in the peer's remote key, and gets it back.
- * Each rank then checks that every peer's module wrote its own slot. With
- * FERRY_TCP_MODULES=per-interface every module must reach every peer of the
- * same host (loopback and the host's own addresses share a subnet).
+ * Each rank then checks that every module that reaches a peer got exactly
+ * one message from it, and that every peer's module wrote its own slot.
+ * Every module must reach every peer: with per-interface on one host
+ * (loopback and the host's own addresses share a subnet), or across hosts
+ * that share all their subnets with as many links.
  *
  * Prints "tcp_links: ok" from every rank on success; exits 1 on a failed
  * check and 77 (skipped) with one rank, without tcp, or (or-skip) with
@@ -30,8 +37,11 @@
 
 #include <ferry/ferry.h>
 
+#include <arpa/inet.h>
+
 #include "api/rkey.h"
 #include "btl/ctx.h"
+#include "btl/tcp/tcp.h"
 #include "rkey_layout.h"
 #include "unit/check.h"
 
@@ -44,6 +54,9 @@
 typedef struct probe_msg {
     int32_t from;
     int32_t module; /* the sender's tcp module (ordinal among tcp modules) */
+    int32_t link;   /* its link */
+    int32_t per_interface;
+    tcp_addr_entry_t addr; /* per interface: the address it listens on */
 } probe_msg_t;
 
 typedef struct key_msg {
@@ -74,6 +87,43 @@ static int ordinal_of(const ferry_btl_module_t *btl)
     return -1;
 }
 
+static const tcp_module_t *tcp_mod(const ferry_btl_module_t *btl)
+{
+    return (const tcp_module_t *)btl;
+}
+
+static void addr_text(const tcp_addr_entry_t *a, char *buf, size_t size)
+{
+    if (inet_ntop(a->family == 4 ? AF_INET : AF_INET6, a->addr, buf, (socklen_t)size) == NULL)
+        snprintf(buf, size, "?");
+}
+
+static bool loopback(const tcp_addr_entry_t *a)
+{
+    static const uint8_t v6lo[16] = {[15] = 1};
+    return a->family == 4 ? a->addr[0] == 127 : memcmp(a->addr, v6lo, 16) == 0;
+}
+
+/* Whether the first bits bits of a and b agree. */
+static bool bits_agree(const uint8_t *a, const uint8_t *b, unsigned bits)
+{
+    for (unsigned i = 0; i < bits; i++)
+        if (((a[i / 8] >> (7 - i % 8)) & 1) != ((b[i / 8] >> (7 - i % 8)) & 1))
+            return false;
+    return true;
+}
+
+/* The pairing rule as README.md states it: the same family; loopback with
+ * loopback on one host; else one subnet, over the shorter prefix. */
+static bool same_net(const tcp_addr_entry_t *a, const tcp_addr_entry_t *b, bool same_host)
+{
+    if (a->family != b->family || loopback(a) != loopback(b))
+        return false;
+    if (loopback(a))
+        return same_host;
+    return bits_agree(a->addr, b->addr, a->prefix < b->prefix ? a->prefix : b->prefix);
+}
+
 static void on_probe(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, void *cbdata)
 {
     (void)cbdata;
@@ -81,9 +131,26 @@ static void on_probe(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, v
     CHECK(rd->seg_cnt == 1 && rd->segs[0].len == sizeof(m));
     memcpy(&m, ferry_btl_seg_ptr(&rd->segs[0]), sizeof(m));
     int k = ordinal_of(btl);
-    if (k < 0 || m.from != rd->peer || m.module != k || m.from < 0 || m.from >= st.size) {
-        fprintf(stderr, "rank %d: probe from rank %d (says %d, module %d) arrived on tcp module %d\n",
-                st.rank, rd->peer, m.from, m.module, k);
+    bool bad = k < 0 || m.from != rd->peer || m.from < 0 || m.from >= st.size;
+    const tcp_module_t *mod = k >= 0 ? tcp_mod(btl) : NULL;
+    char theirs[64] = "", ours[64] = "";
+    if (!bad && mod->p.per_interface) {
+        bad = !m.per_interface || mod->nlocal < 1 || m.link != mod->link ||
+              !same_net(&m.addr, &mod->local[0], st.ctx->peers[m.from].same_host);
+        addr_text(&m.addr, theirs, sizeof(theirs));
+        if (mod->nlocal > 0)
+            addr_text(&mod->local[0], ours, sizeof(ours));
+        printf("tcp_links: rank %d: rank %d's module %d (%s link %d) arrived on module %d "
+               "(%s link %d)\n",
+               st.rank, m.from, m.module, theirs, m.link, k, ours, mod->link);
+    } else if (!bad) {
+        bad = m.per_interface || m.module != k;
+    }
+    if (bad) {
+        fprintf(stderr,
+                "rank %d: probe from rank %d (says %d, module %d %s link %d) arrived on tcp "
+                "module %d (%s)\n",
+                st.rank, rd->peer, m.from, m.module, theirs, m.link, k, ours);
         exit(1);
     }
     st.probes[m.from * st.ntcp + k]++;
@@ -300,7 +367,13 @@ int main(int argc, char **argv)
                 fprintf(stderr, "rank %d: tcp module %d does not reach rank %d\n", st.rank, k, r);
                 return 1;
             }
-            probe_msg_t pm = {.from = st.rank, .module = k};
+            const tcp_module_t *mod = tcp_mod(btl);
+            probe_msg_t pm = {.from = st.rank,
+                              .module = k,
+                              .link = mod->link,
+                              .per_interface = mod->p.per_interface};
+            if (mod->p.per_interface && mod->nlocal > 0)
+                pm.addr = mod->local[0];
             while ((rc = btl->ops->sendi(btl, ep, &pm, sizeof(pm), NULL, 0, TAG_PROBE)) ==
                    FERRY_ERR_NO_RESOURCE)
                 step();
@@ -324,8 +397,9 @@ int main(int argc, char **argv)
             }
         }
     }
-    /* Every peer's probe on every module, then every peer's word that its
-     * puts have completed. */
+    /* Every peer's probe on every module (each reaches every peer, checked
+     * above: the peer's modules pair with all of ours), then every peer's
+     * word that its puts have completed. */
     for (int w = 0; w < st.size; w++)
         for (int k = 0; k < st.ntcp; k++)
             while (w != st.rank && st.probes[w * st.ntcp + k] == 0)
