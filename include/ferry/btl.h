@@ -690,6 +690,13 @@ typedef struct ferry_btl_ops {
 
     /* Logs the state of ep (all endpoints when NULL) for diagnostics. */
     void (*dump)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, int verbose);
+
+    /* Optional (NULL: the peer's module of the same instance). Which of the
+     * peer's modules of this transport ep reaches, as the peer numbers
+     * them (its instance), or -1 when not known yet. tcp's per-interface
+     * modules pair by subnet, so module k may reach the peer's module j:
+     * the BML names a lost rail to the peer by the peer's number. */
+    int (*peer_instance)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep);
 } ferry_btl_ops_t;
 
 /* What every module starts with. */

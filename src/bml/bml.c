@@ -574,9 +574,16 @@ static int replay_step(ferry_ctx_t *ctx, int r, bml_peer_t *bp, bool *more)
             if (told++ < bp->lost_told)
                 continue;
             int m = bp->path[i].m;
+            /* Named as the peer numbers its end of the rail. */
+            const ferry_btl_module_t *btl = ctx->modules[m];
+            int theirs = btl->ops->peer_instance != NULL && bp->path[i].ep != NULL
+                             ? btl->ops->peer_instance(ctx->modules[m], bp->path[i].ep)
+                             : -1;
             bml_msg_t msg = {.magic = BML_MSG_MAGIC,
                              .kind = BML_MSG_LOST,
-                             .instance = btl_ctx_module_instance(ctx, m),
+                             .instance = theirs >= 0 && theirs <= UINT8_MAX
+                                             ? (uint8_t)theirs
+                                             : btl_ctx_module_instance(ctx, m),
                              .last = told == n_down,
                              .epoch = bp->epoch};
             snprintf(msg.name, sizeof(msg.name), "%s", ctx->modules[m]->attr.name);

@@ -1,5 +1,5 @@
 #!/bin/sh
-# usage: run_bml_netns.sh FERRYRUN TEST_BML
+# usage: run_bml_netns.sh FERRYRUN TEST_BML [crossed]
 # Failover over real links: two ranks in two network namespaces
 # (tests/multihost/netns_lib.sh) joined by two links of their own, rail0
 # (10.78.0.0/24) and rail1 (10.79.0.0/24), with a tcp module on each
@@ -10,8 +10,13 @@
 # every put completed and landed, every numbered message arrived once and
 # in order both ways, and neither rank took the other as failed. Needs root
 # and ip netns (skipped otherwise); run under flock /tmp/ferry-netns.lock.
+# With crossed, the two links get opposite interface names and kernel
+# order on the two hosts (ra is 10.78 on the first, 10.79 on the second)
+# and FERRY_TCP_IF_INCLUDE names them: each host's module 0 pairs with the
+# other's module 1, and the BML must name the lost rail by the peer's
+# number for it.
 set -u
-ferryrun=$1 prog=$2
+ferryrun=$1 prog=$2 variant=${3:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 MH=$(cd "$HERE/../multihost" && pwd)
 . "$MH/netns_lib.sh"
@@ -19,13 +24,29 @@ mh_require_netns
 mh_setup 2
 set -- $MH_HOSTS
 H1=$1 H2=$2
-mh_link "$H1" "$H2" rail0 78
-mh_link "$H1" "$H2" rail1 79
+if [ "$variant" = crossed ]; then
+    ip -n "$H1" link add ra index 20 type veth peer name rb netns "$H2" index 21 &&
+        ip -n "$H1" link add rb index 21 type veth peer name ra netns "$H2" index 20 &&
+        ip -n "$H1" addr add 10.78.0.1/24 dev ra && ip -n "$H2" addr add 10.78.0.2/24 dev rb &&
+        ip -n "$H1" addr add 10.79.0.1/24 dev rb && ip -n "$H2" addr add 10.79.0.2/24 dev ra ||
+        { echo "run_bml_netns: cannot build the crossed links"; exit 1; }
+    for d in ra rb; do
+        ip -n "$H1" link set "$d" up && ip -n "$H2" link set "$d" up || exit 1
+    done
+    for d in ra rb; do
+        mh_wait_up "$H1" "$d" && mh_wait_up "$H2" "$d" || exit 1
+    done
+    include=ra,rb cut_dev=rb
+else
+    mh_link "$H1" "$H2" rail0 78
+    mh_link "$H1" "$H2" rail1 79
+    include=10.78.0.0/24,10.79.0.0/24 cut_dev=rail0
+fi
 out=$MH_STATE/out err=$MH_STATE/err
 ip netns exec "$MH_HUB" "$ferryrun" --pmi-addr 10.77.0.1 \
     --launch-agent "sh $MH/ns_agent.sh $MH_STATE" --host "$H1:1,$H2:1" --timeout 120 \
     -x FERRY_BTL=self,tcp -x FERRY_TCP_MODULES=per-interface \
-    -x FERRY_TCP_IF_INCLUDE=10.78.0.0/24,10.79.0.0/24 -x FERRY_TCP_USER_TIMEOUT=2000 \
+    -x FERRY_TCP_IF_INCLUDE=$include -x FERRY_TCP_USER_TIMEOUT=2000 \
     -x FERRY_LOG_LEVEL=info "$prog" --cut=link="$MH_STATE" >"$out" 2>"$err" &
 job=$!
 fail() {
@@ -36,8 +57,8 @@ fail() {
 }
 mh_wait_ready "$job" "$out" ||
     fail "the ranks did not get traffic going (job status $MH_JOB_STATUS)"
-echo "+ ip -n $H2 link set rail0 down"
-ip -n "$H2" link set rail0 down || fail "cannot set the link down"
+echo "+ ip -n $H2 link set $cut_dev down (10.78.0.0/24)"
+ip -n "$H2" link set "$cut_dev" down || fail "cannot set the link down"
 touch "$MH_STATE/cut"
 wait "$job"
 status=$?
@@ -47,5 +68,11 @@ grep -E "lost|replay" "$err"
 grep -q "ok  rank 0: no peer failed" "$out" || fail "rank 0 did not end well"
 grep -q "ok  rank 1: no peer failed" "$out" || fail "rank 1 did not end well"
 grep -q "puts across the cut link, all complete" "$out" || fail "no stream across the cut"
-grep -q "path tcp (module 1) lost" "$err" || fail "rail0's loss was not reported"
+if [ "$variant" = crossed ]; then
+    grep -q "pairs with rank 1's module 1 (the hosts number" "$err" ||
+        fail "the modules did not pair across numbers"
+    grep -q "path tcp (module [12]) lost" "$err" || fail "the loss of 10.78 was not reported"
+else
+    grep -q "path tcp (module 1) lost" "$err" || fail "rail0's loss was not reported"
+fi
 echo "run_bml_netns: ok"

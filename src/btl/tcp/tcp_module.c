@@ -402,6 +402,16 @@ static int tcp_flush(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep)
 static const char *const state_names[] = {"new",   "connecting", "hello",  "wait",
                                           "retry", "connected",  "failed", "closed"};
 
+/* The peer's module ep pairs with (tcp_pair.c): with per-interface
+ * modules its number may differ from ours. */
+static int tcp_peer_instance(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep)
+{
+    tcp_module_t *mod = tcp_of(btl);
+    if (mod == NULL || ep == NULL || ep->mod != mod)
+        return -1;
+    return ep->peer_module >= 0 ? ep->peer_module : tcp_pair_partner(mod, ep->rank);
+}
+
 static void tcp_dump(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, int verbose)
 {
     tcp_module_t *mod = tcp_of(btl);
@@ -542,6 +552,7 @@ static const ferry_btl_ops_t tcp_ops = {
     .finalize = tcp_finalize,
     .alloc = tcp_alloc,
     .put_notify_inline = tcp_put_notify_inline,
+    .peer_instance = tcp_peer_instance,
     .free = btl_frags_op_free,
     .prepare_src = tcp_prepare_src,
     .prepare_dst = btl_frags_op_prepare_dst,

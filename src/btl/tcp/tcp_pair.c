@@ -238,16 +238,14 @@ static void pairs_compute(tcp_module_t *mod, tcp_pairs_t *pp, int rank, bool sam
     rt_log(&mod->super.ctx->log, RT_LOG_DEBUG,
            "tcp: rank %d (%d modules, %s host): modules paired (ours-its):%s", rank, peer_n,
            same_host ? "this" : "another", text[0] != '\0' ? text : " none");
-    /* The transport is right either way, but the layers above name a
-     * module by its index (a remote key's entry, the BML's word that a rail
-     * was lost) and mean the peer's module of the same index: say so once. */
+    /* Right either way: the BML names a lost rail by the peer's number
+     * (peer_instance), and tcp's modules share their keys. Said once, for
+     * whoever reads the numbers in the log. */
     if (crossed >= 0 && !pp->warned_crossed) {
         pp->warned_crossed = true;
-        rt_log(&mod->super.ctx->log, RT_LOG_WARN,
+        rt_log(&mod->super.ctx->log, RT_LOG_INFO,
                "tcp: module %d pairs with rank %d's module %d (the hosts number their "
-               "per-interface modules differently): failover between rails, which names "
-               "them by number, may fail; select the same subnets on every host, and list "
-               "subnets rather than interface names in FERRY_TCP_IF_INCLUDE",
+               "per-interface modules differently)",
                crossed, rank, ours[crossed]);
     }
 }
