@@ -722,10 +722,11 @@ static void *reset_claims(void *arg)
         if (job == 0)
             continue;
         uint64_t w = atomic_load(r->claim);
-        if ((uint32_t)(w >> 32) == job && (uint32_t)w != 0) {
-            atomic_store(r->claim, (uint64_t)job << 32);
+        /* A compare-and-swap: a plain store of a word read before the
+         * round ended could land on the next round's job. */
+        if ((uint32_t)(w >> 32) == job && (uint32_t)w != 0 &&
+            atomic_compare_exchange_strong(r->claim, &w, (uint64_t)job << 32))
             atomic_fetch_add(&r->resets, 1);
-        }
     }
     return NULL;
 }
@@ -758,7 +759,10 @@ static void claims_initiator(ferry_ctx_t *ctx, state_t *st)
     const uint64_t bound = 2 * CLAIMS_PIECES + 64;
     bool more = false;
     uint32_t job = 200;
-    for (int round = 0; round < 20 && !more; round++) {
+    /* Rounds until the thread has set the word back while rank 0 copied
+     * (on a loaded machine it may not run in time for a few). */
+    double end = now_s() + 30;
+    for (int round = 0; round < 2000 && !more && now_s() < end; round++) {
         uint64_t before = ping(ctx, st, 0);
         job++;
         job_open(ch, job);
