@@ -285,6 +285,18 @@ static bool assist_check(sm_module_t *mod, ferry_btl_endpoint_t *ep)
     return true;
 }
 
+/* The target wrote what no target keeping the protocol writes into the
+ * claim word: the endpoint fails, and the operation with it. */
+static bool assist_broken(sm_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag)
+{
+    ep->assist.frag = frag;
+    ep->assist.status = FERRY_ERR_UNREACH;
+    sm_ep_fail(mod, ep, "it rewrote the claims of a copy it helped with");
+    if (ep->assist.frag != NULL)
+        assist_finish(mod, ep, FERRY_ERR_UNREACH);
+    return true;
+}
+
 /* A put or get by cross-memory attach, copied with the target's help where
  * it can be: true when the operation is taken (completed, or completing
  * from progress), false when nothing was done and the plain path is to
@@ -330,14 +342,8 @@ static bool assist_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t 
         /* The word only moves forward from what we last saw, and names
          * this job: only a peer that breaks the protocol writes anything
          * else (another job, a piece taken again). */
-        if ((uint32_t)(w >> 32) != job || c < next || ours > nchunks) {
-            ep->assist.frag = frag;
-            ep->assist.status = FERRY_ERR_UNREACH;
-            sm_ep_fail(mod, ep, "it rewrote the claims of a copy it helped with");
-            if (ep->assist.frag != NULL)
-                assist_finish(mod, ep, FERRY_ERR_UNREACH);
-            return true;
-        }
+        if ((uint32_t)(w >> 32) != job || c < next || ours > nchunks)
+            return assist_broken(mod, ep, frag);
         next = c;
         if (c >= nchunks) {
             claimed = (uint32_t)nchunks;
@@ -363,21 +369,12 @@ static bool assist_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t 
         size_t n = len - off < SM_ASSIST_CHUNK ? len - off : SM_ASSIST_CHUNK;
         err = cma_copy(ep->pid, put, mine + off, theirs + off, n);
     }
-    if (ours > claimed) {
-        /* More pieces taken here than were claimed in all: the word was
-         * set back behind our back. */
-        ep->assist.frag = frag;
-        ep->assist.status = FERRY_ERR_UNREACH;
-        sm_ep_fail(mod, ep, "it rewrote the claims of a copy it helped with");
-        if (ep->assist.frag != NULL)
-            assist_finish(mod, ep, FERRY_ERR_UNREACH);
-        return true;
-    }
+    if (ours > claimed) /* more taken here than claimed in all: set back */
+        return assist_broken(mod, ep, frag);
     ep->assist.frag = frag;
     ep->assist.theirs = claimed - ours;
     mod->assist_received += ep->assist.theirs;
     ep->assist.status = err != 0 ? cma_status(err) : FERRY_OK;
-    ep->assist.put = put;
     /* The target's last piece is usually under way: a short wait here
      * saves a trip through progress. */
     for (unsigned i = 0; i < 4096; i++) {
@@ -524,35 +521,8 @@ static int rdma_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_desc
         if (mod->p.cma_assist > 0 && len >= mod->p.cma_assist &&
             assist_start(mod, ep, frag, put, local, remote))
             return FERRY_OK;
-        struct iovec liov = {.iov_base = ferry_btl_seg_ptr(local), .iov_len = len};
-        struct iovec riov = {.iov_base = ferry_btl_seg_ptr(remote), .iov_len = len};
-        size_t moved = 0;
-        while (moved < len) {
-            ssize_t n = put ? process_vm_writev(ep->pid, &liov, 1, &riov, 1, 0)
-                            : process_vm_readv(ep->pid, &liov, 1, &riov, 1, 0);
-            if (n <= 0) {
-                int err = n < 0 ? errno : EIO;
-                if (err == EPERM || err == ENOSYS) {
-                    rt_log(&mod->super.ctx->log, RT_LOG_INFO,
-                           "sm: cross-memory attach refused (%s); copying through shared "
-                           "memory instead",
-                           strerror(err));
-                    mod->cma_ok = false;
-                    break;
-                }
-                sm_complete(mod, frag,
-                            err == ESRCH ? FERRY_ERR_UNREACH
-                                         : (err == EFAULT ? FERRY_ERR_ACCESS
-                                                          : rt_status_from_errno(err)));
-                return FERRY_OK;
-            }
-            moved += (size_t)n;
-            liov.iov_base = (char *)liov.iov_base + n;
-            liov.iov_len -= (size_t)n;
-            riov.iov_base = (char *)riov.iov_base + n;
-            riov.iov_len -= (size_t)n;
-        }
-        if (moved == len) {
+        int err = cma_copy(ep->pid, put, ferry_btl_seg_ptr(local), ferry_btl_seg_ptr(remote), len);
+        if (err == 0) {
             ep->cma_worked = true;
             sm_complete(mod, frag,
                         sm_peer_key_live(peer_table(ep), ep->peer_reg_slots, remote->key)
@@ -560,7 +530,15 @@ static int rdma_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_desc
                             : FERRY_ERR_ACCESS);
             return FERRY_OK;
         }
-        /* Refused on the first call: nothing moved; go through the ring. */
+        if (err != EPERM && err != ENOSYS) {
+            sm_complete(mod, frag, cma_status(err));
+            return FERRY_OK;
+        }
+        rt_log(&mod->super.ctx->log, RT_LOG_INFO,
+               "sm: cross-memory attach refused (%s); copying through shared memory instead",
+               strerror(err));
+        mod->cma_ok = false;
+        /* Refused (on the first call, as a rule): the ring copies it all. */
     }
     util_list_append(&ep->queue, &frag->link);
     sm_drain_queue(mod, ep);
