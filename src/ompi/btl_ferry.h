@@ -84,10 +84,17 @@ typedef struct mca_btl_ferry_frag {
     ferry_btl_desc_t *fdes;   /* the ferry descriptor holding the data */
     size_t capacity;          /* bytes fdes->src[0] can hold */
     struct mca_btl_ferry_frag *next_done; /* on the component's list of due callbacks */
-    struct mca_btl_ferry_frag *next_wait; /* on the component's list of sends waiting */
+    struct mca_btl_ferry_frag *next_wait; /* in its endpoint's queue of sends waiting */
     uint8_t tag;              /* of a send waiting */
     bool in_flight;           /* accepted by send, callback not yet run */
 } mca_btl_ferry_frag_t;
+
+/* One endpoint's sends waiting for the transport, in order: each with its
+ * data still in place, and every later send to the endpoint behind them. */
+typedef struct mca_btl_ferry_waitq {
+    ferry_btl_endpoint_t *ep;
+    mca_btl_ferry_frag_t *head, *tail;
+} mca_btl_ferry_waitq_t;
 
 /* What the component counts per module (printed at finalize with
  * btl_base_verbose at 40 or more): which paths and protocols were used. */
@@ -97,7 +104,7 @@ typedef struct mca_btl_ferry_stats {
     uint64_t send_queued; /* btl_send completed by a callback */
     uint64_t send_inplace; /* btl_send of data in place: copied from the caller's memory straight
                               into the transport */
-    uint64_t send_waited;  /* btl_send that waited on the component's list for the transport */
+    uint64_t send_waited;  /* btl_send that waited in its endpoint's queue for the transport */
     uint64_t put, get;    /* RDMA operations started */
     uint64_t put_bytes, get_bytes;
     uint64_t atomics;
@@ -123,7 +130,10 @@ struct mca_btl_ferry_module {
     bool active;    /* best ferry path to some peer: polled on every progress */
     bool finalized; /* btl_finalize ran */
     mca_btl_ferry_stats_t stats;
-    unsigned n_send_wait; /* of this module's sends on the component's list of those waiting */
+    /* The endpoints with sends waiting for the transport, each with its
+     * queue (btl_ferry_module.c); an emptied queue stays until progress. */
+    struct mca_btl_ferry_waitq *waitq;
+    unsigned n_waitq, cap_waitq;
     /* The descriptor a received fragment is handed to Open MPI in (only
      * its segments change), and whether it is in use (a handler that
      * receives again on this module gets one of its own). */
@@ -159,10 +169,9 @@ typedef struct mca_btl_ferry_state {
     ferry_btl_module_t *polled[64];
     int n_polled;
     mca_btl_ferry_frag_t *done_head, *done_tail; /* callbacks due from progress */
-    /* Sends the transport could not take at once, in order, each with its
-     * data still in place (btl_ferry_module.c): sent from progress, and
-     * every later send to the same endpoint waits behind them. */
-    mca_btl_ferry_frag_t *send_wait_head, *send_wait_tail;
+    /* Sends in the modules' queues (the transport could not take them at
+     * once; btl_ferry_module.c): progress sends them while any wait. */
+    unsigned n_send_waiting;
     /* RDMA operations complete whose callbacks are due from progress
      * (btl_ferry_rdma.c). */
     struct mca_btl_ferry_rdma_op *rdma_done_head, *rdma_done_tail;
@@ -199,9 +208,13 @@ mca_btl_ferry_module_t *mca_btl_ferry_module_create(ferry_btl_module_t *fbtl, in
  * one); returns how many. */
 int mca_btl_ferry_run_done(void);
 
-/* Sends what waits (see send_wait_head) while the transports take it; with
- * closing, drops it instead. Returns how many completed. */
+/* Sends what waits in the modules' queues while the transports take it;
+ * with closing, drops it instead. Returns how many completed. */
 int mca_btl_ferry_send_run_waiting(bool closing);
+
+/* A send of ours ended: Open MPI's callback (not while closing), then the
+ * descriptor back when the BTL owns it. */
+void mca_btl_ferry_frag_sent(mca_btl_ferry_frag_t *frag, int opal_status);
 
 /* Queues a frag whose callback is due from the next progress. */
 void mca_btl_ferry_defer_done(mca_btl_ferry_frag_t *frag);

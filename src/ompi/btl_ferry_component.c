@@ -397,14 +397,7 @@ int mca_btl_ferry_run_done(void)
     int n = 0;
     while (frag != NULL) {
         mca_btl_ferry_frag_t *next = frag->next_done;
-        mca_btl_base_descriptor_t *des = &frag->base;
-        bool owned = (des->des_flags & MCA_BTL_DES_FLAGS_BTL_OWNERSHIP) != 0;
-        frag->in_flight = false;
-        if (des->des_cbfunc != NULL && !st->closing)
-            des->des_cbfunc(&frag->mod->super, (struct mca_btl_base_endpoint_t *)frag->ep, des,
-                            OPAL_SUCCESS);
-        if (owned)
-            frag->mod->super.btl_free(&frag->mod->super, des);
+        mca_btl_ferry_frag_sent(frag, OPAL_SUCCESS);
         frag = next;
         n++;
     }
@@ -465,7 +458,7 @@ static int component_progress(void)
                 events += rc;
         }
     }
-    if (st->send_wait_head != NULL)
+    if (st->n_send_waiting > 0)
         events += mca_btl_ferry_send_run_waiting(false);
     if (st->done_head != NULL)
         events += mca_btl_ferry_run_done();

@@ -333,20 +333,16 @@ static mca_btl_base_descriptor_t *mod_prepare_src(struct mca_btl_base_module_t *
 
 /* ---- sends ---- */
 
-static void frag_sent(mca_btl_ferry_frag_t *frag, int opal_status);
-
 /* A ferry send descriptor completed. */
 static void send_done(ferry_btl_module_t *fbtl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t *fdes,
                       int status)
 {
     (void)fbtl;
     (void)ep;
-    frag_sent(fdes->cbdata, mca_btl_ferry_status(status));
+    mca_btl_ferry_frag_sent(fdes->cbdata, mca_btl_ferry_status(status));
 }
 
-/* A send of ours ended: Open MPI's callback, then the descriptor back when
- * the BTL owns it. */
-static void frag_sent(mca_btl_ferry_frag_t *frag, int opal_status)
+void mca_btl_ferry_frag_sent(mca_btl_ferry_frag_t *frag, int opal_status)
 {
     mca_btl_base_descriptor_t *des = &frag->base;
     bool owned = (des->des_flags & MCA_BTL_DES_FLAGS_BTL_OWNERSHIP) != 0;
@@ -358,30 +354,65 @@ static void frag_sent(mca_btl_ferry_frag_t *frag, int opal_status)
         mod_free(&frag->mod->super, des);
 }
 
-/* Whether sends of this module to ep wait on the component's list. */
-static bool ep_waits(const mca_btl_ferry_module_t *mod, const ferry_btl_endpoint_t *ep)
+/* The queue of sends waiting for ep, NULL when it has none (the endpoints
+ * with sends waiting are few: a short search). */
+static mca_btl_ferry_waitq_t *waitq_of(mca_btl_ferry_module_t *mod, const ferry_btl_endpoint_t *ep)
 {
-    if (mod->n_send_wait == 0)
-        return false;
-    for (const mca_btl_ferry_frag_t *f = mca_btl_ferry.send_wait_head; f != NULL;
-         f = f->next_wait)
-        if (f->mod == mod && f->ep == ep)
-            return true;
-    return false;
+    for (unsigned i = 0; i < mod->n_waitq; i++)
+        if (mod->waitq[i].ep == ep)
+            return mod->waitq[i].head != NULL ? &mod->waitq[i] : NULL;
+    return NULL;
 }
 
-static void wait_append(mca_btl_ferry_frag_t *frag)
+/* Whether sends of this module to ep wait behind others. */
+static bool ep_waits(mca_btl_ferry_module_t *mod, const ferry_btl_endpoint_t *ep)
 {
-    mca_btl_ferry_state_t *st = &mca_btl_ferry;
+    return mod->n_waitq > 0 && waitq_of(mod, ep) != NULL;
+}
+
+/* Puts the fragment at the end of its endpoint's queue; false when no
+ * memory for a queue. */
+static bool wait_append(mca_btl_ferry_frag_t *frag)
+{
+    mca_btl_ferry_module_t *mod = frag->mod;
+    mca_btl_ferry_waitq_t *q = NULL;
+    for (unsigned i = 0; i < mod->n_waitq && q == NULL; i++)
+        if (mod->waitq[i].ep == frag->ep)
+            q = &mod->waitq[i];
+    if (q == NULL) {
+        if (mod->n_waitq == mod->cap_waitq) {
+            unsigned cap = mod->cap_waitq > 0 ? 2 * mod->cap_waitq : 4;
+            mca_btl_ferry_waitq_t *grown = realloc(mod->waitq, cap * sizeof(*grown));
+            if (grown == NULL)
+                return false;
+            mod->waitq = grown;
+            mod->cap_waitq = cap;
+        }
+        q = &mod->waitq[mod->n_waitq++];
+        *q = (mca_btl_ferry_waitq_t){.ep = frag->ep};
+    }
     frag->next_wait = NULL;
     frag->in_flight = true;
-    if (st->send_wait_tail != NULL)
-        st->send_wait_tail->next_wait = frag;
+    if (q->tail != NULL)
+        q->tail->next_wait = frag;
     else
-        st->send_wait_head = frag;
-    st->send_wait_tail = frag;
-    frag->mod->n_send_wait++;
-    frag->mod->stats.send_waited++;
+        q->head = frag;
+    q->tail = frag;
+    mca_btl_ferry.n_send_waiting++;
+    mod->stats.send_waited++;
+    return true;
+}
+
+/* Takes the first fragment off queue i of mod. */
+static mca_btl_ferry_frag_t *wait_pop(mca_btl_ferry_module_t *mod, unsigned i)
+{
+    mca_btl_ferry_waitq_t *q = &mod->waitq[i];
+    mca_btl_ferry_frag_t *frag = q->head;
+    q->head = frag->next_wait;
+    if (q->head == NULL)
+        q->tail = NULL;
+    mca_btl_ferry.n_send_waiting--;
+    return frag;
 }
 
 /* The fragment's header, and its data where it stayed in place, as one
@@ -422,77 +453,60 @@ static int frag_send_queued(mca_btl_ferry_frag_t *frag)
     return OPAL_SUCCESS;
 }
 
-int mca_btl_ferry_send_run_waiting(bool closing)
+/* Sends each endpoint's queue from its head until the transport refuses
+ * one; with closing, drops them. An emptied queue goes. Each fragment is
+ * off its queue before Open MPI hears of it: its callback may send again,
+ * behind what still waits (and may grow the array, so queues are named by
+ * index). */
+static int waitq_run(mca_btl_ferry_module_t *mod, bool closing)
 {
-    mca_btl_ferry_state_t *st = &mca_btl_ferry;
-    /* Endpoints refused in this pass: what waits behind them stays. */
-    enum { REFUSED_MAX = 16 };
-    const ferry_btl_endpoint_t *refused[REFUSED_MAX];
-    unsigned n_refused = 0;
-    mca_btl_ferry_frag_t *prev = NULL, *frag = st->send_wait_head;
     int n = 0;
-    while (frag != NULL) {
-        mca_btl_ferry_frag_t *next = frag->next_wait;
-        bool skip = false;
-        for (unsigned i = 0; i < n_refused && !skip; i++)
-            skip = refused[i] == frag->ep;
-        int rc = FERRY_ERR_NO_RESOURCE;
-        if (closing)
-            rc = FERRY_ERR_CANCELED;
-        else if (!skip)
-            rc = frag_sendi(frag);
-        if (rc == FERRY_ERR_NO_RESOURCE) {
-            if (!skip) {
-                if (n_refused == REFUSED_MAX)
-                    break;
-                refused[n_refused++] = frag->ep;
-            }
-            prev = frag;
-            frag = next;
+    for (unsigned i = 0; i < mod->n_waitq;) {
+        mca_btl_ferry_frag_t *frag = mod->waitq[i].head;
+        if (frag == NULL) {
+            mod->waitq[i] = mod->waitq[--mod->n_waitq];
             continue;
         }
-        /* Off the list before Open MPI hears of it: its callback may send
-         * again, behind what still waits. */
-        if (prev != NULL)
-            prev->next_wait = next;
-        else
-            st->send_wait_head = next;
-        if (st->send_wait_tail == frag)
-            st->send_wait_tail = prev;
-        frag->mod->n_send_wait--;
+        int rc = closing ? FERRY_ERR_CANCELED : frag_sendi(frag);
+        if (rc == FERRY_ERR_NO_RESOURCE) {
+            i++;
+            continue;
+        }
+        wait_pop(mod, i);
         if (rc == FERRY_OK) {
-            frag->mod->stats.send_inplace += frag->base.des_segment_count == 2;
-            frag_sent(frag, OPAL_SUCCESS);
+            mod->stats.send_inplace += frag->base.des_segment_count == 2;
+            mca_btl_ferry_frag_sent(frag, OPAL_SUCCESS);
         } else if (rc == FERRY_ERR_NOT_SUPPORTED) {
             int orc = frag_send_queued(frag);
             if (orc != OPAL_SUCCESS)
-                frag_sent(frag, orc);
+                mca_btl_ferry_frag_sent(frag, orc);
         } else
-            frag_sent(frag, mca_btl_ferry_status(rc));
+            mca_btl_ferry_frag_sent(frag, mca_btl_ferry_status(rc));
         n++;
-        frag = next;
     }
+    return n;
+}
+
+int mca_btl_ferry_send_run_waiting(bool closing)
+{
+    mca_btl_ferry_state_t *st = &mca_btl_ferry;
+    int n = 0;
+    for (int m = 0; m < st->n_modules && st->n_send_waiting > 0; m++)
+        n += waitq_run(st->modules[m], closing);
     return n;
 }
 
 /* Fails what waits to go to ep (del_procs: the endpoint may go). */
 static void wait_fail_ep(mca_btl_ferry_module_t *mod, const ferry_btl_endpoint_t *ep)
 {
-    mca_btl_ferry_state_t *st = &mca_btl_ferry;
-    while (ep_waits(mod, ep)) {
-        mca_btl_ferry_frag_t *prev = NULL, *frag = st->send_wait_head;
-        while (frag->mod != mod || frag->ep != ep) {
-            prev = frag;
-            frag = frag->next_wait;
-        }
-        if (prev != NULL)
-            prev->next_wait = frag->next_wait;
-        else
-            st->send_wait_head = frag->next_wait;
-        if (st->send_wait_tail == frag)
-            st->send_wait_tail = prev;
-        mod->n_send_wait--;
-        frag_sent(frag, OPAL_ERR_UNREACH);
+    for (unsigned i = 0; i < mod->n_waitq; i++) {
+        if (mod->waitq[i].ep != ep)
+            continue;
+        /* By index again after each callback, which may grow the array. */
+        while (mod->waitq[i].head != NULL)
+            mca_btl_ferry_frag_sent(wait_pop(mod, i), OPAL_ERR_UNREACH);
+        mod->waitq[i] = mod->waitq[--mod->n_waitq];
+        return;
     }
 }
 
@@ -522,10 +536,8 @@ static int mod_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpo
         return OPAL_ERR_BAD_PARAM;
     frag->ep = ep;
     frag->tag = (uint8_t)tag;
-    if (ep_waits(mod, ep)) {
-        wait_append(frag);
-        return OPAL_SUCCESS;
-    }
+    if (ep_waits(mod, ep))
+        return wait_append(frag) ? OPAL_SUCCESS : OPAL_ERR_OUT_OF_RESOURCE;
     if (plen > 0 || len <= btl->btl_eager_limit) {
         int rc = frag_sendi(frag);
         if (rc == FERRY_OK) {
@@ -542,10 +554,8 @@ static int mod_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpo
                 mod_free(btl, des);
             return 1;
         }
-        if (rc == FERRY_ERR_NO_RESOURCE && plen > 0) {
-            wait_append(frag);
-            return OPAL_SUCCESS;
-        }
+        if (rc == FERRY_ERR_NO_RESOURCE && plen > 0)
+            return wait_append(frag) ? OPAL_SUCCESS : OPAL_ERR_OUT_OF_RESOURCE;
         if (rc != FERRY_ERR_NO_RESOURCE && rc != FERRY_ERR_NOT_SUPPORTED)
             return mca_btl_ferry_status(rc);
     }
@@ -669,6 +679,7 @@ static int mod_finalize(struct mca_btl_base_module_t *btl)
         mca_btl_ferry_module_t *m = st->modules[i];
         mca_btl_ferry_rdma_fini(m);
         OBJ_DESTRUCT(&m->frags);
+        free(m->waitq);
         free(m->eps);
         free(m->procs);
         free(m);
