@@ -32,6 +32,7 @@
 
 #include <ferry/ferry.h>
 
+#include "unit/btl_rdma.h"
 #include "unit/check.h"
 #include "btl/sm/sm.h"
 
@@ -98,25 +99,11 @@ static void send_retry(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *data,
 static int rdma(ferry_ctx_t *ctx, ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, bool put,
                 void *local, size_t len, uint64_t raddr, const uint8_t *key)
 {
-    ferry_convertor_t conv;
-    ferry_convertor_init_contig(&conv, local, len);
-    size_t size = len;
-    ferry_btl_desc_t *des = NULL;
-    int rc = put ? btl->ops->prepare_src(btl, ep, NULL, &conv, 0, &size, FERRY_BTL_PREP_RDMA, &des)
-                 : btl->ops->prepare_dst(btl, ep, NULL, &conv, 0, &size, FERRY_BTL_PREP_RDMA, &des);
-    CHECK(rc == FERRY_OK && size == len);
-    ferry_btl_segment_t *remote = put ? des->dst : des->src;
-    remote->addr = raddr;
-    remote->len = len;
-    memcpy(remote->key, key, FERRY_BTL_KEY_MAX);
-    if (put)
-        des->dst_cnt = 1;
-    else
-        des->src_cnt = 1;
+    ferry_btl_desc_t *des = test_rdma_desc(btl, ep, put, local, len, raddr, key);
     op_t op = {false, 0};
     des->cbfunc = on_comp;
     des->cbdata = &op;
-    rc = put ? btl->ops->put(btl, ep, des) : btl->ops->get(btl, ep, des);
+    int rc = put ? btl->ops->put(btl, ep, des) : btl->ops->get(btl, ep, des);
     if (rc != FERRY_OK) {
         btl->ops->free(btl, des);
         return rc;
