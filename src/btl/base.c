@@ -4,10 +4,12 @@
 #include "btl/base.h"
 #include "btl/frag.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 int btl_base_module_init(ferry_btl_module_t *btl, const ferry_btl_component_t *component,
                          ferry_ctx_t *ctx, const ferry_btl_attr_t *attr,
@@ -157,6 +159,28 @@ int btl_base_register_error(ferry_btl_module_t *btl, ferry_btl_error_cb_t cb, vo
         return FERRY_ERR_INVALID;
     btl->error_cb = cb;
     btl->error_cbdata = cbdata;
+    return FERRY_OK;
+}
+
+int btl_base_nonce(ferry_btl_module_t *btl, btl_nonces_t *pool, const char *who, uint64_t *out)
+{
+    if (pool->left == 0) {
+        size_t got = 0;
+        while (got < sizeof(pool->v)) {
+            ssize_t n = getrandom((char *)pool->v + got, sizeof(pool->v) - got, 0);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0) {
+                char what[64];
+                snprintf(what, sizeof(what), "%s: drawing random key bits", who);
+                return rt_log_errno(&btl->ctx->log, what, n < 0 ? errno : EIO);
+            }
+            got += (size_t)n;
+        }
+        pool->left = sizeof(pool->v) / sizeof(pool->v[0]);
+    }
+    *out = pool->v[--pool->left];
+    pool->v[pool->left] = 0;
     return FERRY_OK;
 }
 

@@ -24,6 +24,17 @@ int btl_base_register_am(ferry_btl_module_t *btl, uint8_t tag, ferry_btl_am_cb_t
                          void *cbdata);
 int btl_base_register_error(ferry_btl_module_t *btl, ferry_btl_error_cb_t cb, void *cbdata);
 
+/* Random bits for registration keys, drawn from the kernel in batches (one
+ * getrandom call per 16 keys rather than per key). */
+typedef struct btl_nonces {
+    uint64_t v[16];
+    unsigned left;
+} btl_nonces_t;
+
+/* The next 64 random bits; what is handed out does not stay behind in the
+ * pool. An error is logged with who ("sm") and returned. */
+int btl_base_nonce(ferry_btl_module_t *btl, btl_nonces_t *pool, const char *who, uint64_t *out);
+
 /* Hands a received fragment to its tag's handler. A fragment for a tag with
  * no handler is dropped with a warning (the peer broke the protocol or
  * registered late) and FERRY_ERR_NOT_FOUND is returned. */

@@ -16,7 +16,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "btl/base.h"
 #include "btl/base_atomic.h"
@@ -62,6 +61,7 @@ struct self_module {
     self_reg_t **regs;        /* by slot; NULL where free */
     uint32_t *reg_gen;        /* generation per slot, to refuse stale keys */
     uint32_t nregs;
+    btl_nonces_t nonces; /* random bits for keys, drawn in batches */
 };
 
 static self_module_t *self_of(ferry_btl_module_t *btl)
@@ -70,20 +70,6 @@ static self_module_t *self_of(ferry_btl_module_t *btl)
 }
 
 /* ---- registration ---- */
-
-/* 64 bits from the kernel's random source (getrandom never returns short
- * for 8 bytes once the pool is ready; EINTR is retried). */
-static int draw_nonce(ferry_btl_module_t *btl, uint64_t *out)
-{
-    ssize_t n;
-    do {
-        n = getrandom(out, sizeof(*out), 0);
-    } while (n < 0 && errno == EINTR);
-    if (n == (ssize_t)sizeof(*out))
-        return FERRY_OK;
-    return rt_log_errno(&btl->ctx->log, "self: getrandom for a registration key",
-                        n < 0 ? errno : EIO);
-}
 
 static int self_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *base,
                              size_t len, uint32_t access, ferry_btl_reg_t **reg_out)
@@ -115,7 +101,7 @@ static int self_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, 
     self_reg_t *reg = calloc(1, sizeof(*reg));
     if (reg == NULL)
         return FERRY_ERR_NO_MEMORY;
-    if ((rc = draw_nonce(btl, &reg->nonce)) != FERRY_OK) {
+    if ((rc = btl_base_nonce(btl, &mod->nonces, "self", &reg->nonce)) != FERRY_OK) {
         free(reg);
         return rc;
     }

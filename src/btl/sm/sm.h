@@ -500,8 +500,7 @@ struct sm_module {
      * (FERRY_SM_PREFETCH_WRITE, and the CPU has the instruction). */
     bool prefetch_write;
     pid_t self_pid;
-    uint64_t nonces[16]; /* random bits for keys, drawn in batches */
-    unsigned nonces_left;
+    btl_nonces_t nonces; /* random bits for keys, drawn in batches */
     /* Failure checks. */
     uint32_t progress_calls;
     uint64_t next_check_ns;

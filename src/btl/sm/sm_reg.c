@@ -5,7 +5,7 @@
  * peers read to check an access before they start it (and which any
  * process of the user can overwrite), and as a private sm_reg_t, which is
  * the only thing we believe when we touch our memory for a peer. Keys carry
- * 64 random bits (getrandom) that the table does not hold, so a key cannot
+ * 64 random bits (getrandom, in batches) that the table does not hold, so a key cannot
  * be guessed from a slot and a generation, and an old key never matches a
  * new registration of its slot.
  *
@@ -33,7 +33,6 @@
 #include <string.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -43,27 +42,6 @@
 #define SM_REG_MAGIC 0x534d5247u
 
 /* ---- random bits ---- */
-
-static int next_nonce(sm_module_t *mod, uint64_t *out)
-{
-    if (mod->nonces_left == 0) {
-        size_t got = 0;
-        while (got < sizeof(mod->nonces)) {
-            ssize_t n = getrandom((char *)mod->nonces + got, sizeof(mod->nonces) - got, 0);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0)
-                return rt_log_errno(&mod->super.ctx->log, "sm: drawing random key bits",
-                                    n < 0 ? errno : EIO);
-            got += (size_t)n;
-        }
-        mod->nonces_left = sizeof(mod->nonces) / sizeof(mod->nonces[0]);
-    }
-    *out = mod->nonces[--mod->nonces_left];
-    /* Used bits do not stay behind in memory. */
-    mod->nonces[mod->nonces_left] = 0;
-    return FERRY_OK;
-}
 
 /* ---- the unmap monitor ---- */
 
@@ -164,7 +142,7 @@ int sm_register_mem(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *bas
         return FERRY_ERR_NO_RESOURCE;
     }
     uint64_t nonce = 0;
-    if ((rc = next_nonce(mod, &nonce)) != FERRY_OK)
+    if ((rc = btl_base_nonce(btl, &mod->nonces, "sm", &nonce)) != FERRY_OK)
         return rc;
     sm_reg_t *reg = calloc(1, sizeof(*reg));
     if (reg == NULL)
