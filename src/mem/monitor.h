@@ -93,11 +93,33 @@ typedef struct mem_monitor_watch mem_monitor_watch_t;
  * when the range cannot be watched (see above). Only while attached. */
 int mem_monitor_watch(uintptr_t start, uintptr_t end, mem_monitor_watch_t **watch_out);
 
-/* Ends a watch: its pages stop being watched unless another watch covers
- * them too (so that watching does not keep splitting the process's
- * mappings for ranges nobody registers any more). Frees watch; safe on
- * NULL and after the monitor stopped. Never with the monitor lock held. */
+/* Ends a watch. Its pages stay watched while the monitor keeps them: the
+ * `keep` most recently let-go ranges (mem_monitor_keep) stay registered
+ * with the kernel, so that watching the same buffer again (a rendezvous
+ * sending from it once more) costs no system call; a watch whose pages
+ * some intact watch, live or kept, already holds is made without one.
+ * Beyond `keep`, and for a range that was unmapped or moved since it was
+ * watched, the pages stop being watched unless another watch covers them
+ * (so that watching does not keep splitting the process's mappings for
+ * ranges nobody registers any more). A kept range that is unmapped costs
+ * the unmapping thread the monitor's wake-up, as a watched one does.
+ * Frees watch; safe on NULL and after the monitor stopped. Never with the
+ * monitor lock held. */
 void mem_monitor_unwatch(mem_monitor_watch_t *watch);
+
+/* How many let-go ranges stay watched (FERRY_MEM_WATCH_KEEP; 0: none,
+ * every unwatch unregisters). Process-wide like the monitor: the last call
+ * sets it; extra kept ranges are released at once. */
+#define MEM_MONITOR_KEEP_DEFAULT 64
+void mem_monitor_keep(size_t n);
+
+/* Counts since the process started (tests, ferry_info). */
+typedef struct mem_monitor_watch_stats {
+    uint64_t registered; /* watches that registered pages with the kernel */
+    uint64_t reused;     /* watches whose pages an intact watch held already */
+    size_t kept;         /* ranges kept now */
+} mem_monitor_watch_stats_t;
+void mem_monitor_get_watch_stats(mem_monitor_watch_stats_t *out);
 
 /* The lock the monitor holds while reading and handling events; caches hold
  * it while they look up, insert or drop registrations. Never allocate, free

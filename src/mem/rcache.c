@@ -30,7 +30,12 @@ int mem_params_register(rt_params_t *params, mem_params_t *out)
              params, "mem_monitor", "uffd",
              "How registration caches learn that memory was unmapped: uffd (userfaultfd "
              "events) or none",
-             &monitor)) != FERRY_OK)
+             &monitor)) != FERRY_OK ||
+        (rc = rt_param_register_size(
+             params, "mem_watch_keep", MEM_MONITOR_KEEP_DEFAULT, 0, 1 << 20,
+             "How many memory ranges whose registration ended stay watched for unmapping, "
+             "so that registering them again needs no system call (0: none; process-wide)",
+             &out->watch_keep)) != FERRY_OK)
         return rc;
     if (strcmp(monitor, "uffd") != 0 && strcmp(monitor, "none") != 0) {
         rt_log(params->log, RT_LOG_ERROR,
@@ -109,9 +114,10 @@ int mem_rcache_create(const mem_rcache_params_t *params, mem_rcache_t **cache_ou
     c->client.invalidate = rcache_invalidate;
     if (c->p.mem.monitor) {
         char why[160] = "";
-        if (mem_monitor_attach(&c->client, why, sizeof(why)) == FERRY_OK)
+        if (mem_monitor_attach(&c->client, why, sizeof(why)) == FERRY_OK) {
             c->monitored = true;
-        else if (c->p.log != NULL)
+            mem_monitor_keep(c->p.mem.watch_keep);
+        } else if (c->p.log != NULL)
             rt_log(c->p.log, c->p.mem.leave_pinned == 1 ? RT_LOG_WARN : RT_LOG_INFO,
                    "%s registration cache: unmapped memory cannot be watched (%s); unused "
                    "registrations are released at once unless FERRY_MEM_LEAVE_PINNED=1",

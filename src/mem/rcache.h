@@ -45,6 +45,7 @@ typedef struct mem_params {
     size_t size_limit; /* mem_rcache_size_limit */
     int leave_pinned;  /* mem_leave_pinned: -1 auto (on when memory is monitored), 0, 1 */
     bool monitor;      /* mem_monitor is "uffd" (else "none") */
+    size_t watch_keep; /* mem_watch_keep: let-go ranges the monitor keeps watched */
 } mem_params_t;
 
 /* Registers the FERRY_MEM_* parameters (again is harmless) and reads them. */

@@ -76,7 +76,12 @@ static mem_rcache_t *cache_new(fake_t *f, size_t limit, int leave_pinned, bool m
     mem_rcache_params_t p = {
         .name = "fake",
         .limit_hint = "FERRY_FAKE_SLOTS",
-        .mem = {.size_limit = limit, .leave_pinned = leave_pinned, .monitor = monitor},
+        /* The monitor keeps let-go ranges watched, as by default: every
+         * invalidation below follows a registration released before it. */
+        .mem = {.size_limit = limit,
+                .leave_pinned = leave_pinned,
+                .monitor = monitor,
+                .watch_keep = MEM_MONITOR_KEEP_DEFAULT},
         .reg = fake_register,
         .dereg = fake_deregister,
         .arg = f,

@@ -79,9 +79,10 @@ static void monitor_start(sm_module_t *mod)
     char why[160] = "";
     mem_itree_init(&mod->watched);
     mod->mon_client.invalidate = on_unmapped;
-    if (mem_monitor_attach(&mod->mon_client, why, sizeof(why)) == FERRY_OK)
+    if (mem_monitor_attach(&mod->mon_client, why, sizeof(why)) == FERRY_OK) {
         mod->mon_state = 1;
-    else
+        mem_monitor_keep(mod->frags.rcache->p.mem.watch_keep);
+    } else
         rt_log(&mod->super.ctx->log, RT_LOG_INFO,
                "sm: unmapped registered memory cannot be watched (%s); copies for peers are "
                "checked by the kernel instead",
