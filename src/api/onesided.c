@@ -697,7 +697,7 @@ static int amo_msg_start(ferry_ctx_t *ctx, int kind, ferry_rkey_h *rh, uint64_t 
                        .amo = (uint8_t)kind,
                        .op = kind == AMO_CSWAP ? 0 : (uint8_t)amo_ops[op],
                        .size = (uint8_t)size,
-                       .instance = api->rkey_id[rh->module].instance,
+                       .instance = (uint8_t)api_rkey_peer_instance(ctx, rh->module, dst),
                        .key_len = (uint8_t)key_len,
                        .name_hash = api->rkey_id[rh->module].name_hash,
                        .seq = api->amo_seq,

@@ -346,6 +346,18 @@ int api_rkey_parse(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t *r
     return rkey_parse(ctx, m, dst, rkey, hdr_out, key_out, &used);
 }
 
+int api_rkey_peer_instance(const ferry_ctx_t *ctx, int m, int dst)
+{
+    const ferry_btl_module_t *btl = ctx->modules[m];
+    if (btl->ops->peer_instance != NULL && ctx->peers != NULL && ctx->peers[dst].eps != NULL &&
+        ctx->peers[dst].eps[m] != NULL) {
+        int theirs = btl->ops->peer_instance(ctx->modules[m], ctx->peers[dst].eps[m]);
+        if (theirs >= 0 && theirs <= UINT8_MAX)
+            return theirs;
+    }
+    return ctx->api != NULL ? ctx->api->rkey_id[m].instance : btl_ctx_module_instance(ctx, m);
+}
+
 /* Whether the key's entries are all well formed (rkey.h): each inside the
  * key, with a short enough key, a run of 1 to 256 - first instances and a
  * zero pad, and no two of one transport claiming one instance. On success
@@ -416,8 +428,7 @@ static int rkey_parse(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t
     /* Worked out once per module, but for a bare context (no API state). */
     uint32_t want_hash = ctx->api != NULL ? ctx->api->rkey_id[m].name_hash
                                           : api_rkey_name_hash(btl->attr.name);
-    uint8_t want_inst = ctx->api != NULL ? ctx->api->rkey_id[m].instance
-                                         : btl_ctx_module_instance(ctx, m);
+    int want_inst = api_rkey_peer_instance(ctx, m, dst);
     size_t off = sizeof(hdr);
     for (unsigned i = 0; i < hdr.n_entries; i++) {
         api_rkey_entry_t e;

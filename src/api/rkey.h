@@ -69,6 +69,12 @@ static inline uint32_t api_rkey_name_hash(const char *s)
  * rank or lacks module m's key (logged); FERRY_ERR_ACCESS for a range or
  * rights it does not cover. key_out is written only on success.
  */
+/* The number by which dst's keys name the module of dst that our module m
+ * reaches: the peer's own number for it where the transport pairs modules
+ * across numbers (peer_instance: tcp's per-interface modules pair by
+ * subnet), else m's instance, the same on both sides. */
+int api_rkey_peer_instance(const ferry_ctx_t *ctx, int m, int dst);
+
 int api_rkey_resolve(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t *rkey,
                      uint64_t raddr, size_t len, uint32_t need, uint8_t *key_out);
 

@@ -15,6 +15,13 @@
 # and FERRY_TCP_IF_INCLUDE names them: each host's module 0 pairs with the
 # other's module 1, and the BML must name the lost rail by the peer's
 # number for it.
+# With unequal, ra is 10.78 and rb 10.79 on both hosts, and the first host
+# has two more interfaces, dm and dn (10.80.0.1/24 and 10.81.0.1/24, the
+# two ends of a veth it holds), which FERRY_TCP_IF_INCLUDE=dm,dn,ra,rb
+# numbers first: that host has four tcp modules and the other two, and its
+# modules 2 and 3 pair with the other's 0 and 1. Its puts, gets and
+# atomics must name the peer's module by the peer's number for it: by its
+# own, 2 and 3, they name none of the peer's.
 set -u
 ferryrun=$1 prog=$2 variant=${3:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -24,7 +31,15 @@ mh_require_netns
 mh_setup 2
 set -- $MH_HOSTS
 H1=$1 H2=$2
-if [ "$variant" = crossed ]; then
+if [ "$variant" = unequal ]; then
+    mh_link "$H1" "$H2" ra 78
+    mh_link "$H1" "$H2" rb 79
+    ip -n "$H1" link add dm type veth peer name dn && ip -n "$H1" addr add 10.80.0.1/24 dev dm &&
+        ip -n "$H1" addr add 10.81.0.1/24 dev dn && ip -n "$H1" link set dn up &&
+        ip -n "$H1" link set dm up && mh_wait_up "$H1" dm && mh_wait_up "$H1" dn ||
+        { echo "run_bml_netns: cannot add the first host's two more interfaces"; exit 1; }
+    include=dm,dn,ra,rb cut_dev=ra
+elif [ "$variant" = crossed ]; then
     ip -n "$H1" link add ra index 20 type veth peer name rb netns "$H2" index 21 &&
         ip -n "$H1" link add rb index 21 type veth peer name ra netns "$H2" index 20 &&
         ip -n "$H1" addr add 10.78.0.1/24 dev ra && ip -n "$H2" addr add 10.78.0.2/24 dev rb &&
@@ -72,6 +87,10 @@ if [ "$variant" = crossed ]; then
     grep -q "pairs with rank 1's module 1 (the hosts number" "$err" ||
         fail "the modules did not pair across numbers"
     grep -q "path tcp (module [12]) lost" "$err" || fail "the loss of 10.78 was not reported"
+elif [ "$variant" = unequal ]; then
+    grep -q "tcp: module 2 pairs with rank 1's module 0 (the hosts number" "$err" ||
+        fail "the first host's module for 10.78 did not pair with the other's first"
+    grep -q "path tcp (module [0-9]) lost" "$err" || fail "the loss of 10.78 was not reported"
 else
     grep -q "path tcp (module 1) lost" "$err" || fail "rail0's loss was not reported"
 fi

@@ -238,9 +238,9 @@ static void pairs_compute(tcp_module_t *mod, tcp_pairs_t *pp, int rank, bool sam
     rt_log(&mod->super.ctx->log, RT_LOG_DEBUG,
            "tcp: rank %d (%d modules, %s host): modules paired (ours-its):%s", rank, peer_n,
            same_host ? "this" : "another", text[0] != '\0' ? text : " none");
-    /* Right either way: the BML names a lost rail by the peer's number
-     * (peer_instance), and tcp's modules share their keys. Said once, for
-     * whoever reads the numbers in the log. */
+    /* Right either way: the BML names a lost rail, and the API a key, by
+     * the peer's number (peer_instance). Said once, for whoever reads the
+     * numbers in the log. */
     if (crossed >= 0 && !pp->warned_crossed) {
         pp->warned_crossed = true;
         rt_log(&mod->super.ctx->log, RT_LOG_INFO,
