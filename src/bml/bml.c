@@ -83,11 +83,55 @@ static void count_rails(const ferry_ctx_t *ctx, bml_peer_t *bp)
 
 static bml_path_t *find_path(bml_peer_t *bp, int m);
 
-static void drop_kept(bml_peer_t *bp)
+/* A copy for a message of len bytes: a spare one when len is large enough
+ * to be worth it, else from malloc. */
+static bml_kept_t *kept_alloc(struct bml *bml, size_t len)
+{
+    if (len > bml->keep_max || len < 4096) {
+        bml_kept_t *k = malloc(sizeof(*k) + (len > 0 ? len : 1));
+        if (k != NULL)
+            k->full = false;
+        return k;
+    }
+    bml_kept_t *k = bml->spare;
+    if (k != NULL) {
+        bml->spare = k->next_spare;
+        bml->n_spare--;
+        return k;
+    }
+    k = malloc(sizeof(*k) + bml->keep_max);
+    if (k != NULL)
+        k->full = true;
+    return k;
+}
+
+static void kept_free(struct bml *bml, bml_kept_t *k)
+{
+    if (k != NULL && k->full && (bml->n_spare + 1) * bml->keep_max <= BML_SPARE_BYTES) {
+        k->next_spare = bml->spare;
+        bml->spare = k;
+        bml->n_spare++;
+        return;
+    }
+    free(k);
+}
+
+/* Frees spare copies beyond max bytes of them. */
+static void spare_trim(struct bml *bml, size_t max)
+{
+    while (bml->spare != NULL && bml->n_spare * bml->keep_max > max) {
+        bml_kept_t *k = bml->spare;
+        bml->spare = k->next_spare;
+        bml->n_spare--;
+        free(k);
+    }
+}
+
+static void drop_kept(struct bml *bml, bml_peer_t *bp)
 {
     if (bp->kept != NULL)
         for (uint64_t i = bp->tx_base; i < bp->tx_seq; i++)
-            free(bp->kept[i % BML_KEEP_MAX]);
+            kept_free(bml, bp->kept[i % BML_KEEP_MAX]);
     free(bp->kept);
     bp->kept = NULL;
     bp->keeping = false;
@@ -96,15 +140,17 @@ static void drop_kept(bml_peer_t *bp)
 }
 
 /* Forgets the kept messages before number upto (the peer handled them). */
-static void trim_kept(bml_peer_t *bp, uint64_t upto)
+static void trim_kept(struct bml *bml, bml_peer_t *bp, uint64_t upto)
 {
     while (bp->tx_base < upto) {
         bml_kept_t *k = bp->kept[bp->tx_base % BML_KEEP_MAX];
         bp->kept[bp->tx_base % BML_KEEP_MAX] = NULL;
         bp->kept_bytes -= k->len;
-        free(k);
+        kept_free(bml, k);
         bp->tx_base++;
     }
+    if (bp->kept_bytes == 0)
+        spare_trim(bml, BML_SPARE_IDLE);
 }
 
 /* Sends data on tag to dst over its current rail, with nothing kept: the BML's own messages and the replay. */
@@ -207,7 +253,7 @@ void bml_recv(ferry_ctx_t *ctx, int src, const void *buf, size_t len)
             return;
         }
         if (m.count > bp->tx_base)
-            trim_kept(bp, m.count);
+            trim_kept(ctx->bml, bp, m.count);
         /* A replay under way need not send what the peer now says it has. */
         if (bp->replay_next < bp->tx_base)
             bp->replay_next = bp->tx_base;
@@ -219,7 +265,7 @@ void bml_recv(ferry_ctx_t *ctx, int src, const void *buf, size_t len)
             violation(ctx, src, "its count after a loss is outside what was kept for it");
             return;
         }
-        trim_kept(bp, m.count);
+        trim_kept(ctx->bml, bp, m.count);
         bp->replay_next = m.count;
         bp->tx_state = BML_TX_REPLAY;
         break;
@@ -331,7 +377,8 @@ void bml_fini(ferry_ctx_t *ctx)
         return;
     ctx->path_lost = NULL;
     for (int r = 0; ctx->bml->peers != NULL && r < ctx->size; r++)
-        drop_kept(&ctx->bml->peers[r]);
+        drop_kept(ctx->bml, &ctx->bml->peers[r]);
+    spare_trim(ctx->bml, 0);
     free(ctx->bml->peers);
     free(ctx->bml->rail_bytes);
     free(ctx->bml);
@@ -484,7 +531,7 @@ int bml_am_gate_slow(ferry_ctx_t *ctx, int dst)
 static bml_kept_t *kept_new(ferry_ctx_t *ctx, int dst, uint8_t tag, size_t len)
 {
     bml_peer_t *bp = &ctx->bml->peers[dst];
-    bml_kept_t *k = malloc(sizeof(*k) + (len > 0 ? len : 1));
+    bml_kept_t *k = kept_alloc(ctx->bml, len);
     if (k == NULL)
         return NULL;
     k->tag = tag;
@@ -492,7 +539,8 @@ static bml_kept_t *kept_new(ferry_ctx_t *ctx, int dst, uint8_t tag, size_t len)
     bp->kept[bp->tx_seq % BML_KEEP_MAX] = k;
     bp->tx_seq++;
     bp->kept_bytes += len;
-    if (bp->tx_seq - bp->asked_at >= BML_ASK_EVERY) {
+    bp->kept_since_ask += len;
+    if (bp->tx_seq - bp->asked_at >= BML_ASK_EVERY || bp->kept_since_ask >= BML_ASK_BYTES) {
         bp->ask_count = true;
         ctx->bml->work = true;
     }
@@ -532,9 +580,29 @@ int bml_am_keep_des_slow(ferry_ctx_t *ctx, int dst, uint8_t tag, const ferry_btl
     return FERRY_OK;
 }
 
+/* Asks dst for its count, behind what was sent to it; false when the
+ * transport cannot take it now (progress tries again). */
+static bool ask(ferry_ctx_t *ctx, int dst, bml_peer_t *bp)
+{
+    bml_msg_t m = {.magic = BML_MSG_MAGIC, .kind = BML_MSG_ASK, .count = bp->tx_seq};
+    if (send_msg(ctx, dst, &m) == FERRY_ERR_NO_RESOURCE)
+        return false;
+    bp->ask_count = false;
+    bp->asked_at = bp->tx_seq;
+    bp->kept_since_ask = 0;
+    return true;
+}
+
 int bml_am_sent_slow(ferry_ctx_t *ctx, int dst, int m, int rc)
 {
     bml_peer_t *bp = &ctx->bml->peers[dst];
+    /* The count is asked for right behind the message that made it due: a
+     * sender that keeps sending without progress would otherwise ask only
+     * once the most it may keep is reached, and then wait for the peer to
+     * handle all of it. */
+    if (rc == FERRY_OK && bp->ask_count && bp->tx_state == BML_TX_STEADY &&
+        !ctx->peers[dst].failed && !ask(ctx, dst, bp))
+        ctx->bml->asks_deferred++;
     if (rc == FERRY_OK || ctx->peers[dst].failed || bp->tx_seq == bp->tx_base)
         return rc;
     if (rc == FERRY_ERR_UNREACH &&
@@ -544,7 +612,7 @@ int bml_am_sent_slow(ferry_ctx_t *ctx, int dst, int m, int rc)
     bml_kept_t *k = bp->kept[bp->tx_seq % BML_KEEP_MAX];
     bp->kept[bp->tx_seq % BML_KEEP_MAX] = NULL;
     bp->kept_bytes -= k->len;
-    free(k);
+    kept_free(ctx->bml, k);
     return rc;
 }
 
@@ -662,7 +730,7 @@ int bml_progress(ferry_ctx_t *ctx)
         bml_peer_t *bp = &bml->peers[r];
         if (ctx->peers[r].failed) {
             if (bp->keeping)
-                drop_kept(bp);
+                drop_kept(ctx->bml, bp);
             bp->owe_count = bp->owe_replay = false;
             continue;
         }
@@ -690,15 +758,10 @@ int bml_progress(ferry_ctx_t *ctx)
         if (bp->tx_state != BML_TX_STEADY)
             events += replay_step(ctx, r, bp, &more);
         if (bp->tx_state == BML_TX_STEADY && bp->ask_count) {
-            bml_msg_t m = {.magic = BML_MSG_MAGIC, .kind = BML_MSG_ASK, .count = bp->tx_seq};
-            int rc = send_msg(ctx, r, &m);
-            if (rc == FERRY_ERR_NO_RESOURCE) {
-                more = true;
-            } else {
-                bp->ask_count = false;
-                bp->asked_at = bp->tx_seq;
+            if (ask(ctx, r, bp))
                 events++;
-            }
+            else
+                more = true;
         }
     }
     if (more)

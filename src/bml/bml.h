@@ -47,10 +47,21 @@ typedef struct bml_path {
 
 /* A message kept for the replay: its tag and bytes as the API sent them. */
 typedef struct bml_kept {
+    struct bml_kept *next_spare; /* on the spare list while unused */
     uint8_t tag;
+    bool full;  /* room for keep_max bytes: goes back to the spare list */
     size_t len;
     unsigned char data[];
 } bml_kept_t;
+
+/* Unused full-size copies kept for the next messages: a stream of large
+ * messages reuses memory it has touched instead of taking fresh pages from
+ * malloc for each (whose page faults and zeroing cost more than the copy).
+ * At most as many bytes as one peer may have kept (a stream to a peer keeps
+ * up to that much while the transport's queue and the sockets hold it), and
+ * no more than BML_SPARE_IDLE once a peer has nothing kept. */
+#define BML_SPARE_BYTES BML_KEEP_BYTES
+#define BML_SPARE_IDLE ((size_t)8 << 20)
 
 /* The replay's sender side, toward one peer. */
 enum { BML_TX_STEADY, BML_TX_ASK, BML_TX_WAIT, BML_TX_REPLAY };
@@ -69,6 +80,7 @@ typedef struct bml_peer {
     uint64_t tx_base, tx_seq;
     size_t kept_bytes;
     uint64_t asked_at;   /* tx_seq when the last count was asked for */
+    size_t kept_since_ask; /* bytes kept since then */
     bool ask_count;      /* a count is to be asked for (BML_MSG_ASK) */
     uint32_t epoch;      /* of the last replay asked for */
     uint64_t replay_next;
@@ -90,6 +102,9 @@ typedef struct bml_peer {
 #define BML_KEEP_MAX 1024
 #define BML_KEEP_BYTES ((size_t)64 << 20)
 #define BML_ASK_EVERY 256
+/* ... or every this many bytes kept, so that a stream of large messages
+ * keeps about as many bytes as the sockets hold, not 256 messages' worth. */
+#define BML_ASK_BYTES ((size_t)4 << 20)
 
 /* The BML's own messages, between the BMLs of two ranks on the tag just
  * below the context's control tag. Every field is checked on arrival. */
@@ -136,6 +151,9 @@ struct bml {
     uint64_t failovers;  /* paths lost while another took over */
     uint64_t reissued;   /* bytes of puts and gets issued again after their rail was lost */
     uint64_t *rail_bytes; /* [n_modules]: bytes of multi-rail puts and gets handed to each */
+    uint64_t asks_deferred; /* counts due that the transport could not take at once */
+    bml_kept_t *spare;    /* unused full-size copies (BML_SPARE_BYTES at most) */
+    size_t n_spare;
 };
 
 /* Declares the BML's parameters (at context creation, so that ferry_info
