@@ -444,6 +444,7 @@ typedef struct sm_params {
     size_t eager_limit;
     size_t max_send_size;
     size_t cma_threshold;
+    size_t cma_lone;
     size_t cma_assist;
     size_t rndv_pipe_max;
     bool cma;
@@ -677,6 +678,23 @@ static inline void sm_ring_commit(ferry_btl_endpoint_t *ep, uint64_t pos, uint32
 /* Whether sm_poll_channel has anything to do on ep: a header of the
  * current lap at the read position, or a new lap to start. One load of a
  * word the sender writes, so that an idle poll costs no call. */
+/* Whether a put or get of len bytes to ep goes by cross-memory attach
+ * rather than through the ring: from FERRY_SM_CMA_THRESHOLD up (the
+ * bandwidth of many in flight), and from FERRY_SM_CMA_LONE up when nothing
+ * else to ep is in flight or queued (the latency of one: a system call
+ * inside the call, where the ring waits for the target to copy and answer).
+ * Both cross-overs are measured (bench/sm_crossover.sh). */
+static inline bool sm_cma_for(const sm_module_t *mod, const ferry_btl_endpoint_t *ep,
+                              size_t len)
+{
+    if (!mod->cma_ok)
+        return false;
+    if (len >= mod->p.cma_threshold)
+        return true;
+    return mod->p.cma_lone > 0 && len >= mod->p.cma_lone && ep->rdma_inflight == 0 &&
+           util_list_empty(&ep->queue);
+}
+
 static inline bool sm_channel_ready(const sm_module_t *mod, const ferry_btl_endpoint_t *ep)
 {
     const uint64_t ring = mod->p.ring_size;

@@ -414,10 +414,17 @@ static int sm_read_params(ferry_ctx_t *ctx, sm_params_t *p)
                                      "Use cross-memory attach (process_vm_readv/writev) for "
                                      "single-copy put and get",
                                      &p->cma)) != FERRY_OK ||
-        (rc = rt_param_register_size(r, "sm_cma_threshold", 32 * 1024, 0, 0,
+        (rc = rt_param_register_size(r, "sm_cma_threshold", 16 * 1024, 0, 0,
                                      "Put/get of this many bytes or more use cross-memory "
-                                     "attach; smaller ones go through the ring",
+                                     "attach; smaller ones go through the ring (but see "
+                                     "FERRY_SM_CMA_LONE)",
                                      &p->cma_threshold)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "sm_cma_lone", 1024, 0, 0,
+                                     "A put/get of this many bytes or more to a peer with "
+                                     "nothing else in flight uses cross-memory attach, which "
+                                     "completes it inside the call (0: only "
+                                     "FERRY_SM_CMA_THRESHOLD decides)",
+                                     &p->cma_lone)) != FERRY_OK ||
         (rc = rt_param_register_size(r, "sm_cma_assist", SM_CMA_ASSIST_DEFAULT, 0, 0,
                                      "Cross-memory puts and gets of this many bytes or more "
                                      "are copied by both processes at once, in chunks each "

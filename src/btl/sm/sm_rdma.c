@@ -471,6 +471,8 @@ static int rdma_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_desc
         if (rc != FERRY_OK)
             return rc;
     }
+    /* Decided before this one counts as in flight. */
+    const bool cma = sm_cma_for(mod, ep, len);
     frag->op = put ? SM_OP_PUT : SM_OP_GET;
     frag->ep = ep;
     frag->done = 0;
@@ -517,7 +519,7 @@ static int rdma_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_desc
                         : FERRY_ERR_ACCESS);
         return FERRY_OK;
     }
-    if (mod->cma_ok && len >= mod->p.cma_threshold) {
+    if (cma && mod->cma_ok) {
         if (mod->p.cma_assist > 0 && len >= mod->p.cma_assist &&
             assist_start(mod, ep, frag, put, local, remote))
             return FERRY_OK;
@@ -678,7 +680,7 @@ static sm_iput_t *iop_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, const vo
     if (ep->deleted || ep->state == SM_EP_FAILED || ep->state == SM_EP_CLOSED)
         return NULL;
     *rc_out = FERRY_ERR_NOT_SUPPORTED;
-    if (size == 0 || size > max || (mod->cma_ok && size >= mod->p.cma_threshold) ||
+    if (size == 0 || size > max || sm_cma_for(mod, ep, size) ||
         ep->state != SM_EP_CONNECTED || !util_list_empty(&ep->queue) ||
         ep->rank == mod->super.ctx->rank)
         return NULL;
