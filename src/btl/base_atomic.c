@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rt/progress.h"
+
 /* One atomic of ours in flight on the generic path. */
 struct btl_amo_op {
     util_list_item_t link; /* in its endpoint's inflight, then the module's completed */
@@ -14,7 +16,9 @@ struct btl_amo_op {
     void *local; /* where the value before goes (fetching ones), or NULL */
     ferry_btl_reg_t *lreg;
     bool w32;
+    bool expired; /* completed at its deadline: its answer is dropped */
     int status;
+    uint64_t deadline_ns;
     ferry_btl_rdma_cb_t cb;
     void *cbctx, *cbdata;
 };
@@ -61,7 +65,7 @@ int btl_amo_start(ferry_btl_module_t *btl, btl_amo_module_t *am, ferry_btl_endpo
         return rc;
     btl_amo_ep_t *aep = am->hooks->ep_state(ep);
     ep_lists(aep);
-    if (aep->ninflight >= am->slots)
+    if (aep->ninflight + aep->nexpired >= am->slots)
         return FERRY_ERR_NO_RESOURCE;
     btl_amo_op_t *o = util_pool_get(&am->ops);
     if (o == NULL)
@@ -74,7 +78,9 @@ int btl_amo_start(ferry_btl_module_t *btl, btl_amo_module_t *am, ferry_btl_endpo
                         .w32 = w32,
                         .cb = cb,
                         .cbctx = cbctx,
-                        .cbdata = cbdata};
+                        .cbdata = cbdata,
+                        .deadline_ns = am->timeout_ns > 0 ? rt_now_coarse_ns() + am->timeout_ns
+                                                          : UINT64_MAX};
     btl_amo_msg_t m = {.magic = BTL_AMO_MAGIC,
                        .kind = BTL_AMO_REQ,
                        .op = (uint16_t)(cswap ? 0 : op),
@@ -211,6 +217,12 @@ int btl_amo_answer(ferry_btl_module_t *btl, btl_amo_module_t *am, ferry_btl_endp
     if (ans.status == FERRY_OK && o->w32 && ans.operand > UINT32_MAX)
         return FERRY_ERR_PROTO;
     util_list_remove(&aep->inflight, &o->link);
+    if (o->expired) {
+        /* Reported as timed out already: the late answer only frees the slot. */
+        aep->nexpired--;
+        util_pool_put(&am->ops, o);
+        return 1;
+    }
     aep->ninflight--;
     if (ans.status == FERRY_OK && o->local != NULL)
         btl_atomic_store_result(o->local, o->w32, ans.operand);
@@ -244,6 +256,36 @@ int btl_amo_progress(ferry_btl_module_t *btl, btl_amo_module_t *am)
     return n;
 }
 
+size_t btl_amo_expire(btl_amo_module_t *am, btl_amo_ep_t *aep, uint64_t now)
+{
+    if (!aep->listed || aep->ninflight == 0)
+        return 0;
+    size_t n = 0;
+    for (util_list_item_t *it = util_list_first(&aep->inflight); it != NULL;
+         it = util_list_next(&aep->inflight, it)) {
+        btl_amo_op_t *o = UTIL_CONTAINER_OF(it, btl_amo_op_t, link);
+        if (o->expired)
+            continue;
+        if (o->deadline_ns > now)
+            break; /* sent in order, with one timeout: the rest are later */
+        /* The completion travels in a record of its own; o stays for the
+         * answer, which must find it (and may not write into local). */
+        btl_amo_op_t *c = util_pool_get(&am->ops);
+        if (c == NULL)
+            break; /* tried again at the next call */
+        *c = *o;
+        c->status = FERRY_ERR_TIMEOUT;
+        util_list_append(&am->completed, &c->link);
+        o->expired = true;
+        o->local = NULL;
+        o->cb = NULL;
+        aep->ninflight--;
+        aep->nexpired++;
+        n++;
+    }
+    return n;
+}
+
 void btl_amo_ep_fail(btl_amo_module_t *am, btl_amo_ep_t *aep, int status)
 {
     if (!aep->listed)
@@ -251,10 +293,15 @@ void btl_amo_ep_fail(btl_amo_module_t *am, btl_amo_ep_t *aep, int status)
     util_list_item_t *it;
     while ((it = util_list_pop_front(&aep->inflight)) != NULL) {
         btl_amo_op_t *o = UTIL_CONTAINER_OF(it, btl_amo_op_t, link);
+        if (o->expired) {
+            util_pool_put(&am->ops, o); /* completed already */
+            continue;
+        }
         o->status = status;
         util_list_append(&am->completed, &o->link);
     }
     aep->ninflight = 0;
+    aep->nexpired = 0;
     aep->nowed = 0;
     aep->owed_head = 0;
 }

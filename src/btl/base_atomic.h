@@ -90,7 +90,9 @@ typedef struct btl_amo_op btl_amo_op_t;
  * (btl_amo_ep_fini frees what it holds). */
 typedef struct btl_amo_ep {
     util_list_t inflight; /* our requests waiting for their answer, oldest first */
-    size_t ninflight;     /* how many */
+    size_t ninflight;     /* how many are waited for (flush waits for them) */
+    size_t nexpired;      /* completed at their deadline, their answer still due: in
+                             inflight too, and holding a slot each, but not waited for */
     bool listed;          /* inflight initialised */
     /* Answers to the peer the transport could not send yet, oldest first, in
      * a ring of FERRY_BTL_ATOMIC_SLOTS allocated with the first one. */
@@ -122,6 +124,7 @@ typedef struct btl_amo_module {
     util_pool_t ops;       /* the records of ops in flight */
     size_t slots;          /* FERRY_BTL_ATOMIC_SLOTS */
     uint64_t next_cookie;
+    uint64_t timeout_ns;   /* the transport's deadline for an answer; 0: none */
 } btl_amo_module_t;
 
 /* Declares FERRY_BTL_ATOMIC_SLOTS (any transport using the generic path
@@ -162,6 +165,14 @@ int btl_amo_send_owed(ferry_btl_module_t *btl, btl_amo_module_t *am, ferry_btl_e
 /* Runs the callbacks of the atomics failed so far; returns how many. */
 int btl_amo_progress(ferry_btl_module_t *btl, btl_amo_module_t *am);
 
+/* Completes with FERRY_ERR_TIMEOUT (callbacks from the next
+ * btl_amo_progress) the atomics to aep whose answer has not come within
+ * am->timeout_ns (which the transport sets; 0: never). Each keeps its slot
+ * until its answer comes, which is then dropped: nothing is written into
+ * the caller's memory after the timeout was reported. Returns how many
+ * expired now. */
+size_t btl_amo_expire(btl_amo_module_t *am, btl_amo_ep_t *aep, uint64_t now);
+
 /* Completes every atomic in flight to ep with status (callbacks from the
  * next btl_amo_progress) and drops the answers owed to it. */
 void btl_amo_ep_fail(btl_amo_module_t *am, btl_amo_ep_t *aep, int status);
@@ -169,7 +180,8 @@ void btl_amo_ep_fail(btl_amo_module_t *am, btl_amo_ep_t *aep, int status);
 /* ep_fail with FERRY_ERR_CANCELED, then frees what aep holds. */
 void btl_amo_ep_fini(btl_amo_module_t *am, btl_amo_ep_t *aep);
 
-/* Atomics of ep in flight, or answers owed to it: flush waits for the first. */
+/* Atomics of ep in flight, or answers owed to it: flush waits for the first
+ * (not for those already completed at their deadline). */
 static inline size_t btl_amo_inflight(const btl_amo_ep_t *aep)
 {
     return aep->ninflight;

@@ -255,6 +255,44 @@ int main(void)
     CHECK(ds[4].calls == 0);
     printf("ok  the initiator's budget holds and a failed peer's atomics complete with it\n");
 
+    /* A deadline: an atomic whose answer does not come in time completes
+     * with FERRY_ERR_TIMEOUT, from progress, its result untouched; flush no
+     * longer waits for it, but it keeps its slot until the answer comes,
+     * which is then dropped (nothing written) and frees the slot; the same
+     * answer again is a protocol error. */
+    am.timeout_ns = 1000;
+    done_t de[4] = {{0}};
+    uint64_t re[4] = {7, 7, 7, 7};
+    size_t first = nsent;
+    for (int i = 0; i < 4; i++)
+        CHECK(btl_amo_start(&btl, &am, PEER, &re[i], NULL, base, goodkey, FERRY_BTL_ATOMIC_ADD, 1,
+                            0, 0, false, true, cb, NULL, &de[i]) == FERRY_OK);
+    CHECK(btl_amo_expire(&am, &peer_state, 0) == 0); /* not due yet */
+    CHECK(btl_amo_expire(&am, &peer_state, UINT64_MAX) == 4);
+    CHECK(btl_amo_expire(&am, &peer_state, UINT64_MAX) == 0); /* once */
+    CHECK(de[0].calls == 0 && btl_amo_inflight(&peer_state) == 0);
+    CHECK(btl_amo_progress(&btl, &am) == 4);
+    for (int i = 0; i < 4; i++)
+        CHECK(de[i].calls == 1 && de[i].status == FERRY_ERR_TIMEOUT && re[i] == 7);
+    CHECK(btl_amo_start(&btl, &am, PEER, &rs[4], NULL, base, goodkey, FERRY_BTL_ATOMIC_ADD, 1, 0,
+                        0, false, true, cb, NULL, &ds[4]) == FERRY_ERR_NO_RESOURCE);
+    btl_amo_msg_t late = sent[first];
+    CHECK(target(&btl, &am, &late, &ans) == 1 && ans.status == FERRY_OK);
+    CHECK(btl_amo_answer(&btl, &am, PEER, &ans, sizeof(ans)) == 1);
+    CHECK(re[0] == 7 && de[0].calls == 1 && btl_amo_progress(&btl, &am) == 0);
+    CHECK(btl_amo_answer(&btl, &am, PEER, &ans, sizeof(ans)) == FERRY_ERR_PROTO);
+    done_t dn = {0};
+    uint64_t rn = 0;
+    CHECK(btl_amo_start(&btl, &am, PEER, &rn, NULL, base, goodkey, FERRY_BTL_ATOMIC_ADD, 1, 0, 0,
+                        false, true, cb, NULL, &dn) == FERRY_OK); /* the freed slot */
+    /* The peer fails with expired ones still due: each completes once. */
+    btl_amo_ep_fail(&am, &peer_state, FERRY_ERR_UNREACH);
+    CHECK(btl_amo_progress(&btl, &am) == 1 && dn.calls == 1 && dn.status == FERRY_ERR_UNREACH);
+    for (int i = 0; i < 4; i++)
+        CHECK(de[i].calls == 1);
+    am.timeout_ns = 0;
+    printf("ok  an atomic past its deadline times out once, its late answer writes nothing\n");
+
     btl_amo_ep_fini(&am, &peer_state);
     btl_amo_module_fini(&btl, &am);
     CHECK(ferry_finalize(&ctx) == FERRY_OK);

@@ -21,8 +21,11 @@
  *   probe said so) for FERRY_OFI_SEND_TIMEOUT has lost a message: the
  *   sender is failed, and told so (OFI_T_FAIL), because a message the
  *   provider took and lost would otherwise vanish unreported.
- * - Puts and gets past their deadline complete with FERRY_ERR_TIMEOUT
- *   (ofi_rdma.c); the peer is then a suspect and the above decides.
+ * - Puts, gets, tracked puts with notification and atomics past their
+ *   deadline complete with FERRY_ERR_TIMEOUT (ofi_rdma.c); the peer is then
+ *   a suspect and the above decides. The late answer of a put with
+ *   notification or an atomic is dropped (an atomic's value is not
+ *   written).
  * - Puts and gets whose key was refused as the connection broke wait for
  *   the same verdict: FERRY_ERR_UNREACH if the peer is failed, else
  *   FERRY_ERR_ACCESS once it is known alive (ofi_rdma_release_held).

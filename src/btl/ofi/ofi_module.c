@@ -167,8 +167,9 @@ static int ofi_flush(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep)
         ferry_btl_endpoint_t *e = mod->eps[r];
         if (e == NULL || (ep != NULL && e != ep))
             continue;
-        /* Bounded: every put and get completes by its deadline
-         * (FERRY_OFI_REQUEST_TIMEOUT), earlier when its peer fails. */
+        /* Bounded: every put, get, tracked put with notification and
+         * atomic completes by its deadline (FERRY_OFI_REQUEST_TIMEOUT),
+         * earlier when its peer fails. */
         int rc = btl_base_wait_inflight(btl, &e->rdma_inflight);
         if (rc == FERRY_OK)
             rc = btl_base_wait_inflight(btl, &e->amo.ninflight);
@@ -492,6 +493,7 @@ static int ofi_init(ferry_btl_module_t *btl, void *argp)
     util_list_init(&mod->completed);
     util_list_init(&mod->putn_done);
     btl_amo_module_init(&mod->amo, &ofi_amo_hooks, mod->p.atomic_slots);
+    mod->amo.timeout_ns = (uint64_t)mod->p.request_timeout_ms * 1000000ull;
     util_list_init(&mod->rma_posted);
     rt_ratelimit_init(&mod->rl_stranger, RT_RATELIMIT_BURST, RT_RATELIMIT_INTERVAL_MS);
     rt_ratelimit_init(&mod->rl_peer, RT_RATELIMIT_BURST, RT_RATELIMIT_INTERVAL_MS);

@@ -182,8 +182,33 @@ int ofi_rdma_release_held(ofi_module_t *mod, ferry_btl_endpoint_t *ep, uint64_t 
 int ofi_rdma_expire(ofi_module_t *mod, uint64_t now)
 {
     int n = 0;
+    /* Tracked puts with notification and atomics whose answer has not
+     * come: a target that never answers (stopped, or hostile) must not hold
+     * them, and the flushes waiting on them, for ever. */
+    for (int r = 0; r < mod->nranks; r++) {
+        ferry_btl_endpoint_t *ep = mod->eps[r];
+        if (ep == NULL)
+            continue;
+        size_t late[2] = {ep->putn.ninflight > 0
+                              ? ofi_putn_expire(&ep->putn, now, &mod->putn_done)
+                              : 0,
+                          btl_amo_expire(&mod->amo, &ep->amo, now)};
+        for (int k = 0; k < 2; k++) {
+            if (late[k] == 0)
+                continue;
+            rt_log(&mod->super.ctx->log, RT_LOG_WARN,
+                   "ofi (%s): %zu %s to rank %d not answered in %lld ms; %s with "
+                   "FERRY_ERR_TIMEOUT",
+                   mod->my_addr.prov, late[k],
+                   k == 0 ? (late[k] == 1 ? "put with notification" : "puts with notification")
+                          : (late[k] == 1 ? "atomic" : "atomics"),
+                   ep->rank, mod->p.request_timeout_ms, late[k] == 1 ? "it fails" : "they fail");
+            ep->suspect = true;
+            n += (int)late[k];
+        }
+    }
     if (!mod->rma_ctxs_ready)
-        return 0;
+        return n;
     for (util_list_item_t *it = util_list_first(&mod->rma_posted); it != NULL;
          it = util_list_next(&mod->rma_posted, it)) {
         ofi_opctx_t *oc = UTIL_CONTAINER_OF(it, ofi_opctx_t, link);
@@ -316,8 +341,14 @@ int ofi_put_notify_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, con
             return FERRY_ERR_NOT_SUPPORTED;
         if ((req = util_pool_get(&mod->putn_reqs)) == NULL)
             return FERRY_ERR_NO_MEMORY;
-        *req = (ofi_putn_req_t){.ep = ep, .cb = cb, .cbctx = cbctx, .cbdata = cbdata,
-                                .local = (void *)local};
+        *req = (ofi_putn_req_t){
+            .ep = ep,
+            .cb = cb,
+            .cbctx = cbctx,
+            .cbdata = cbdata,
+            .local = (void *)local,
+            .deadline_ns =
+                rt_now_coarse_ns() + (uint64_t)mod->p.request_timeout_ms * 1000000ull};
     }
     ofi_putn_body_t b = {
         .raddr = raddr,

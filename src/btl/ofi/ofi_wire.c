@@ -246,6 +246,28 @@ void ofi_putn_peer_fail(ofi_putn_peer_t *p, int status, util_list_t *done, bool 
     p->refusal_owed = false;
 }
 
+size_t ofi_putn_expire(ofi_putn_peer_t *p, uint64_t now, util_list_t *done)
+{
+    size_t n = 0;
+    util_list_item_t *it;
+    while ((it = util_list_first(&p->inflight)) != NULL) {
+        ofi_putn_req_t *req = UTIL_CONTAINER_OF(it, ofi_putn_req_t, link);
+        if (req->deadline_ns > now)
+            break;
+        /* Cookies are consecutive: the oldest in flight follows the last
+         * forgotten one, so those forgotten stay one range. */
+        if (p->forgot_next == 0)
+            p->forgot_next = req->cookie;
+        p->forgot_last = req->cookie;
+        util_list_remove(&p->inflight, it);
+        p->ninflight--;
+        req->status = FERRY_ERR_TIMEOUT;
+        util_list_append(done, it);
+        n++;
+    }
+    return n;
+}
+
 const char *ofi_putn_parse(const unsigned char *body, size_t len, ofi_putn_body_t *b_out,
                            const unsigned char **payload_out, const unsigned char **data_out)
 {

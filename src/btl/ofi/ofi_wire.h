@@ -269,6 +269,7 @@ typedef struct ofi_putn_req {
     uint64_t cookie;
     ferry_btl_rdma_cb_t cb;
     void *cbctx, *cbdata, *local;
+    uint64_t deadline_ns; /* FERRY_OFI_REQUEST_TIMEOUT after it was sent */
     int status; /* once answered or failed */
 } ofi_putn_req_t;
 
@@ -300,6 +301,13 @@ void ofi_putn_peer_init(ofi_putn_peer_t *p);
  * come; with drop_owed (the peer is gone) forgets the answers owed to it
  * too, and frees what p holds. */
 void ofi_putn_peer_fail(ofi_putn_peer_t *p, int status, util_list_t *done, bool drop_owed);
+
+/* Moves the tracked ones in flight whose deadline is before now (the
+ * oldest first: they were sent in order) to done with FERRY_ERR_TIMEOUT;
+ * their answers, should they still come, are dropped as those of
+ * ofi_putn_peer_fail's, and they count against the window until then.
+ * Returns how many. */
+size_t ofi_putn_expire(ofi_putn_peer_t *p, uint64_t now, util_list_t *done);
 
 /* A PUTN's body (the message after its header, len bytes) checked: NULL
  * with *b_out filled and *payload_out, *data_out pointing into body when it

@@ -23,7 +23,9 @@
  *                 answer it owes the rank leaves; 4: from now on answers
  *                 cannot leave and are owed, or again can, in turn; 5:
  *                 del_procs, which completes the tracked ones in flight
- *                 without their answers);
+ *                 without their answers; 6: the clock moves on by byte 2
+ *                 and the tracked ones past their deadline expire, which
+ *                 a tracked one sets to the clock plus its byte 2);
  *            0x80 set: the rest of the record is a message, as raw bytes,
  *                 from fabric rank (byte 0 & 0x3f) % (ranks + 1) - 1 (-1:
  *                 an address that is no rank);
@@ -92,6 +94,7 @@ typedef struct harness {
     ofi_putn_peer_t putn[MAX_RANKS];
     uint64_t refused_told[MAX_RANKS]; /* refusals the callback was told of */
     bool owe;                         /* answers cannot leave */
+    uint64_t now;                     /* the clock deadlines are set and expire by */
     unsigned char region[PN_REGION];
     uint8_t key[FERRY_BTL_KEY_MAX];
     pn_current_t cur;
@@ -473,13 +476,36 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
              * their budget); or an answer owed leaves; or answers can no
              * longer leave, or can again. */
             int r = (int)((rec[0] & 0x3f) % h.nranks);
-            uint8_t act = len > 1 ? rec[1] % 6 : 0;
+            uint8_t act = len > 1 ? rec[1] % 7 : 0;
             ofi_putn_peer_t *q = &h.putn[r];
             ofi_hdr_t hdr;
             if (act == 5) {
                 util_list_t done;
                 util_list_init(&done);
                 ofi_putn_peer_fail(q, -1, &done, false);
+                free_done(&done);
+            } else if (act == 6) {
+                /* Expired ones complete but stay due: their answers may
+                 * come, and are dropped. */
+                h.now += len > 2 ? rec[2] : 1;
+                util_list_t done;
+                util_list_init(&done);
+                uint64_t due = ofi_putn_due(q);
+                size_t before = q->ninflight;
+                size_t n = ofi_putn_expire(q, h.now, &done);
+                check(n == before - q->ninflight && util_list_len(&done) == n,
+                      "expiry counted other puts than it completed");
+                check(ofi_putn_due(q) == due, "expired puts no longer due");
+                for (util_list_item_t *it = util_list_first(&done); it != NULL;
+                     it = util_list_next(&done, it)) {
+                    const ofi_putn_req_t *d = UTIL_CONTAINER_OF(it, ofi_putn_req_t, link);
+                    check(d->status == FERRY_ERR_TIMEOUT && d->deadline_ns <= h.now,
+                          "a put expired before its deadline, or without a timeout");
+                }
+                util_list_item_t *first = util_list_first(&q->inflight);
+                check(first == NULL ||
+                          UTIL_CONTAINER_OF(first, ofi_putn_req_t, link)->deadline_ns > h.now,
+                      "the oldest put left in flight is past its deadline");
                 free_done(&done);
             } else if (act == 3) {
                 ofi_putn_owed_pop(q);
@@ -493,6 +519,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 if (act == 1) {
                     ofi_putn_req_t *req = calloc(1, sizeof(*req));
                     check(req != NULL, "out of memory");
+                    req->deadline_ns = h.now + (len > 2 ? rec[2] : 0);
                     ofi_putn_sent_tracked(q, req);
                 } else if (act == 2) {
                     ofi_putn_sent_untracked(q, pn_refused_cb, NULL);
