@@ -1123,14 +1123,17 @@ static bool check_stall(tcp_module_t *mod, ferry_btl_endpoint_t *ep, uint64_t no
                  (util_list_empty(&ep->rdma_wait) && ep->tx_total != ep->tx_seen);
     ep->answers_seen = ep->answers;
     ep->tx_seen = ep->tx_total;
-    if (ep->rdma_inflight == 0 || moved)
+    /* Atomics the target executes wait on its answers as puts and gets do
+     * (their answers count in ep->answers too). */
+    size_t waiting = ep->rdma_inflight + btl_amo_inflight(&ep->amo);
+    if (waiting == 0 || moved)
         ep->req_since_ns = now;
     uint64_t req_ns = (uint64_t)mod->p.request_timeout_ms * 1000000u;
     if (req_ns > 0 && now - ep->req_since_ns > req_ns) {
         tcp_ep_fail(mod, ep, FERRY_ERR_TIMEOUT,
-                    "answered none of %zu puts and gets for %lld ms "
+                    "answered none of %zu puts, gets and atomics for %lld ms "
                     "(FERRY_TCP_REQUEST_TIMEOUT); connection closed",
-                    ep->rdma_inflight, mod->p.request_timeout_ms);
+                    waiting, mod->p.request_timeout_ms);
         return true;
     }
     return false;
