@@ -42,6 +42,35 @@ static const ferry_btl_component_t comp_tcp = {.name = "tcp"};
 static ferry_btl_module_t modules[NMODULES];
 static ferry_btl_module_t *module_list[NMODULES];
 static ferry_ctx_t ctx;
+#define NRANKS 4
+/* Endpoints: tcp's modules reach every rank, and name the peer's module
+ * they pair with by a rule of their own (as tcp's per-interface modules
+ * pair by subnet), which the parser must ask for; sm's has no such op. */
+static char fake_eps[NRANKS][NMODULES];
+static ferry_btl_endpoint_t *eps_of[NRANKS][NMODULES];
+static btl_peer_t peers[NRANKS];
+
+/* The peer's number for the module m of ours that reaches rank dst: its
+ * own for sm, a crossed one for tcp (none known for rank 3's third). */
+static int partner(int m, int dst)
+{
+    if (m == 0)
+        return 0;
+    int inst = m - 1;
+    if (dst == 3 && inst == 2)
+        return -1;
+    return (inst + dst) % 3;
+}
+
+static int fake_peer_instance(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep)
+{
+    (void)btl;
+    ptrdiff_t at = (char *)ep - &fake_eps[0][0];
+    return partner((int)(at % NMODULES), (int)(at / NMODULES));
+}
+
+static const ferry_btl_ops_t ops_sm = {0};
+static const ferry_btl_ops_t ops_tcp = {.peer_instance = fake_peer_instance};
 
 static void setup(void)
 {
@@ -60,10 +89,17 @@ static void setup(void)
         modules[m].attr.reg_handle_size = m == 0 ? 16 : 24;
         modules[m].component = comps[m];
         modules[m].ctx = &ctx;
+        modules[m].ops = m == 0 ? &ops_sm : &ops_tcp;
         module_list[m] = &modules[m];
     }
     ctx.modules = module_list;
     ctx.n_modules = NMODULES;
+    for (int r = 0; r < NRANKS; r++) {
+        for (int m = 0; m < NMODULES; m++)
+            eps_of[r][m] = (ferry_btl_endpoint_t *)(void *)&fake_eps[r][m];
+        peers[r].eps = eps_of[r];
+    }
+    ctx.peers = peers;
 }
 
 static uint64_t le64(const uint8_t *p)
@@ -88,7 +124,10 @@ static int model(const ferry_rkey_t *rkey, int m, int dst, uint64_t raddr, size_
     unsigned char claimed[2][256]; /* by transport (sm, tcp): claims of each instance */
     memset(claimed, 0, sizeof(claimed));
     uint32_t hash = api_rkey_name_hash(modules[m].attr.name);
-    unsigned inst = btl_ctx_module_instance(&ctx, m);
+    /* The key of the peer's module ours pairs with, by the peer's number
+     * for it where the transport says (else our own). */
+    int pi = dst >= 0 && dst < NRANKS ? partner(m, dst) : -1;
+    unsigned inst = pi >= 0 ? (unsigned)pi : (unsigned)btl_ctx_module_instance(&ctx, m);
     int found = -1;
     size_t off = sizeof(hdr);
     for (unsigned i = 0; i < hdr.n_entries; i++) {
