@@ -59,6 +59,7 @@
 
 #include "unit/btl_rdma.h"
 #include "unit/check.h"
+#include "sm_pair.h"
 #include "btl/sm/sm.h"
 
 #define TAG_INFO 20
@@ -947,17 +948,8 @@ int main(int argc, char **argv)
     }
     ferry_ctx_t *ctx;
     state_t st = {.failed_peer = -1};
-    CHECK(ferry_init(NULL, &ctx) == FERRY_OK);
+    ferry_btl_module_t *btl = sm_pair_init(&ctx);
     int me = ferry_rank(ctx);
-    CHECK(ferry_size(ctx) == 2);
-    ferry_btl_module_t *btl = btl_ctx_find_module(ctx, "sm");
-    if (btl == NULL || ctx->peers[1 - me].module_idx < 0 ||
-        ctx->modules[ctx->peers[1 - me].module_idx] != btl) {
-        if (me == 0)
-            printf("SKIPPED: the ranks are not joined by sm\n");
-        ferry_finalize(&ctx);
-        return 77;
-    }
     st.mod = (sm_module_t *)btl;
     CHECK(ferry_set_error_cb(ctx, on_error, &st) == FERRY_OK);
     CHECK(ferry_am_register(ctx, TAG_INFO, on_info, &st) == FERRY_OK);

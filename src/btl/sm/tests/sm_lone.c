@@ -27,6 +27,7 @@
 #include <ferry/ferry.h>
 
 #include "unit/check.h"
+#include "sm_pair.h"
 #include "btl/ctx.h"
 
 #define TAG_KEY 11
@@ -95,17 +96,8 @@ int main(int argc, char **argv)
 {
     double wait_s = argc > 1 ? atof(argv[1]) : 20.0;
     ferry_ctx_t *ctx;
-    CHECK(ferry_init(NULL, &ctx) == FERRY_OK);
+    (void)sm_pair_init(&ctx);
     int me = ferry_rank(ctx);
-    CHECK(ferry_size(ctx) == 2);
-    ferry_btl_module_t *btl = btl_ctx_find_module(ctx, "sm");
-    if (btl == NULL || ctx->peers[1 - me].module_idx < 0 ||
-        ctx->modules[ctx->peers[1 - me].module_idx] != btl) {
-        if (me == 0)
-            printf("SKIPPED: the ranks are not joined by sm\n");
-        ferry_finalize(&ctx);
-        return 77;
-    }
     CHECK(ferry_am_register(ctx, TAG_KEY, on_msg, NULL) == FERRY_OK);
     CHECK(ferry_am_register(ctx, TAG_GO, on_msg, NULL) == FERRY_OK);
     CHECK(ferry_barrier(ctx) == FERRY_OK);

@@ -34,6 +34,7 @@
 
 #include "unit/btl_rdma.h"
 #include "unit/check.h"
+#include "sm_pair.h"
 #include "btl/sm/sm.h"
 
 #define TAG_INFO 30
@@ -281,17 +282,8 @@ int main(int argc, char **argv)
           strcmp(what, "guess") == 0);
     ferry_ctx_t *ctx;
     state_t st = {.have_info = false};
-    CHECK(ferry_init(NULL, &ctx) == FERRY_OK);
+    ferry_btl_module_t *btl = sm_pair_init(&ctx);
     int me = ferry_rank(ctx);
-    CHECK(ferry_size(ctx) == 2);
-    ferry_btl_module_t *btl = btl_ctx_find_module(ctx, "sm");
-    if (btl == NULL || ctx->peers[1 - me].module_idx < 0 ||
-        ctx->modules[ctx->peers[1 - me].module_idx] != btl) {
-        if (me == 0)
-            printf("SKIPPED: the ranks are not joined by sm\n");
-        ferry_finalize(&ctx);
-        return 77;
-    }
     CHECK(ferry_am_register(ctx, TAG_INFO, on_info, &st) == FERRY_OK);
     CHECK(ferry_am_register(ctx, TAG_DONE, on_done, &st) == FERRY_OK);
     CHECK(ferry_barrier(ctx) == FERRY_OK);
