@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <ferry/ferry.h>
 
@@ -129,6 +130,12 @@ static void run_target(ferry_ctx_t *ctx, state_t *st)
     zone_msg_t z = {.addr = (uint64_t)(uintptr_t)region};
     CHECK(ferry_mem_rkey(mem, &z.rkey) == FERRY_OK);
     send_msg(ctx, 0, TAG_ZONE, &z, sizeof(z));
+    /* Nothing taken meanwhile, so that rank 0's requests and its "revoke"
+     * behind them are all here before the first answer goes: the answers
+     * are still queued when the revoke is handled, however fast this rank
+     * could otherwise write them all out first (it did, once, in a loaded
+     * sanitizer run, and the get then ended well). */
+    usleep(300000);
     while (!st->revoke)
         CHECK(ferry_progress(ctx) >= 0);
     /* Answers to rank 0's requests are queued behind the one going out. */
