@@ -3,8 +3,8 @@
  * send size (see am_large.h for the wire messages, ferry.h for the
  * contract).
  *
- * GET: the sender registers its buffer (REMOTE_READ, for the duration) and
- * announces it; the receiver gets the data into memory of its choosing and
+ * GET: the sender registers its buffer (REMOTE_READ, for the duration, with
+ * the rails to the receiver only: api_mem_register_for) and announces it; the receiver gets the data into memory of its choosing and
  * sends FIN; the sender then deregisters, so the key is dead once the send
  * is complete. PUT: the announcement carries no key; the receiver
  * registers its destination (REMOTE_WRITE, for the duration) and answers
@@ -563,7 +563,8 @@ static int large_start(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, 
     rts.proto = proto;
     rts.hdr_len = (uint16_t)hlen;
     if (proto == RNDV_GET) {
-        rc = ferry_mem_register(ctx, (void *)s->buf, len, FERRY_ACCESS_REMOTE_READ, &s->mem);
+        rc = api_mem_register_for(ctx, (void *)s->buf, len, FERRY_ACCESS_REMOTE_READ, dst,
+                                  &s->mem);
         if (rc == FERRY_OK)
             rc = ferry_mem_rkey(s->mem, &rts.rkey);
         rts.raddr = (uint64_t)(uintptr_t)s->buf;
@@ -937,7 +938,7 @@ static bool offer_put(ferry_ctx_t *ctx, struct api_am_large *lg, ferry_am_data_t
 {
     am_cts_t cts;
     memset(&cts, 0, sizeof(cts));
-    int rc = ferry_mem_register(ctx, d->dst, d->n, FERRY_ACCESS_REMOTE_WRITE, &d->mem);
+    int rc = api_mem_register_for(ctx, d->dst, d->n, FERRY_ACCESS_REMOTE_WRITE, d->src, &d->mem);
     if (rc == FERRY_ERR_NO_RESOURCE) {
         d->mem = NULL;
         if (d->state != DATA_WAIT_REG)

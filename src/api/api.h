@@ -300,6 +300,12 @@ static inline int api_putn_inline_start(ferry_ctx_t *ctx, int dst, int m, const 
                                        &ctx->api->slots[dst], NULL);
 }
 
+/* ferry_mem_register for a rendezvous to dst: registered only with the
+ * rails to dst (all modules where the BML has none), so that its key names
+ * just the modules dst's own paths back reach. Deregistered as any. */
+int api_mem_register_for(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access, int dst,
+                         ferry_mem_t **mem_out);
+
 /* Is [buf, buf + len) inside local (a registration of ctx)? */
 bool api_mem_covers(const ferry_ctx_t *ctx, const ferry_mem_t *local, const void *buf,
                     size_t len);

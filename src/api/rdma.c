@@ -39,9 +39,13 @@ static bool module_does_rdma(const ferry_btl_module_t *btl)
 static int mem_release(ferry_ctx_t *ctx, ferry_mem_t *mem);
 
 /* Registers mem's range with every RDMA module but skip (-1: none). */
-static int mem_register_all(ferry_ctx_t *ctx, ferry_mem_t *mem, int skip)
+/* Registers mem with every module that does RDMA but skip, or, when only
+ * is not NULL, with those of only[0..n_only). */
+static int mem_register_some(ferry_ctx_t *ctx, ferry_mem_t *mem, int skip, const int *only,
+                             int n_only)
 {
-    for (int m = 0; m < ctx->n_modules; m++) {
+    for (int i = 0; i < (only != NULL ? n_only : ctx->n_modules); i++) {
+        int m = only != NULL ? only[i] : i;
         ferry_btl_module_t *btl = ctx->modules[m];
         if (m == skip || !module_does_rdma(btl))
             continue;
@@ -55,6 +59,11 @@ static int mem_register_all(ferry_ctx_t *ctx, ferry_mem_t *mem, int skip)
         }
     }
     return FERRY_OK;
+}
+
+static int mem_register_all(ferry_ctx_t *ctx, ferry_mem_t *mem, int skip)
+{
+    return mem_register_some(ctx, mem, skip, NULL, 0);
 }
 
 static ferry_mem_t *mem_new(ferry_ctx_t *ctx)
@@ -168,8 +177,28 @@ static bool range_mapped(const void *addr, size_t len)
     return msync((void *)start, end - start, MS_ASYNC) == 0;
 }
 
+static int mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access, int dst,
+                        ferry_mem_t **mem_out);
+
 int ferry_mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access,
                        ferry_mem_t **mem_out)
+{
+    return mem_register(ctx, addr, len, access, -1, mem_out);
+}
+
+int api_mem_register_for(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access, int dst,
+                         ferry_mem_t **mem_out)
+{
+    if (!api_ctx_live(ctx) || dst < 0 || dst >= ctx->size)
+        return FERRY_ERR_INVALID;
+    return mem_register(ctx, addr, len, access, dst, mem_out);
+}
+
+/* ferry_mem_register; with dst >= 0 only with the rails to dst (the BML's
+ * paths of its best class), where there are any: what a rendezvous to dst
+ * needs, and no other module's registration. */
+static int mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access, int dst,
+                        ferry_mem_t **mem_out)
 {
     const unsigned known = FERRY_ACCESS_LOCAL | FERRY_ACCESS_REMOTE_READ |
                            FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_ATOMIC;
@@ -197,7 +226,9 @@ int ferry_mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access
     mem->addr = addr;
     mem->len = len;
     mem->access = access;
-    int rc = mem_register_all(ctx, mem, -1);
+    int rails[BML_MAX_PATHS];
+    int n = dst >= 0 ? bml_rails(ctx, dst, 0, rails, BML_MAX_PATHS) : 0;
+    int rc = n > 0 ? mem_register_some(ctx, mem, -1, rails, n) : mem_register_all(ctx, mem, -1);
     if (rc != FERRY_OK) {
         mem_release(ctx, mem);
         return rc;
