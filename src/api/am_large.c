@@ -4,10 +4,12 @@
  * contract).
  *
  * GET: the sender registers its buffer (REMOTE_READ, for the duration, with
- * the rails to the receiver only: api_mem_register_for) and announces it; the receiver gets the data into memory of its choosing and
- * sends FIN; the sender then deregisters, so the key is dead once the send
- * is complete. PUT: the announcement carries no key; the receiver
- * registers its destination (REMOTE_WRITE, for the duration) and answers
+ * the rails to the receiver only: api_mem_register_for) and announces it;
+ * the receiver gets the data into memory of its choosing and sends FIN;
+ * the sender then deregisters, so the key is dead once the send is
+ * complete. PUT: the announcement carries no key; the receiver registers
+ * its destination (REMOTE_WRITE, for the duration, with the rails to the
+ * sender only) and answers
  * CTS; the sender puts and, once the put is complete at both ends, says
  * PUT_DONE; the receiver deregisters. PIPE: the announcement carries no
  * key and nothing is registered; the receiver, once it knows where the data

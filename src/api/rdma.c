@@ -228,7 +228,7 @@ static int mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned acces
     mem->access = access;
     int rails[BML_MAX_PATHS];
     int n = dst >= 0 ? bml_rails(ctx, dst, 0, rails, BML_MAX_PATHS) : 0;
-    int rc = n > 0 ? mem_register_some(ctx, mem, -1, rails, n) : mem_register_all(ctx, mem, -1);
+    int rc = mem_register_some(ctx, mem, -1, n > 0 ? rails : NULL, n);
     if (rc != FERRY_OK) {
         mem_release(ctx, mem);
         return rc;

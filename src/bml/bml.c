@@ -83,11 +83,12 @@ static void count_rails(const ferry_ctx_t *ctx, bml_peer_t *bp)
 
 static bml_path_t *find_path(bml_peer_t *bp, int m);
 
-/* A copy for a message of len bytes: a spare one when len is large enough
- * to be worth it, else from malloc. */
+/* A copy for a message of len bytes: a spare one (keep_max bytes) when len
+ * is at least half that, so that a spare never holds more than twice what
+ * it keeps; else from malloc. */
 static bml_kept_t *kept_alloc(struct bml *bml, size_t len)
 {
-    if (len > bml->keep_max || len < 4096) {
+    if (len > bml->keep_max || len < bml->keep_max / 2) {
         bml_kept_t *k = malloc(sizeof(*k) + (len > 0 ? len : 1));
         if (k != NULL)
             k->full = false;

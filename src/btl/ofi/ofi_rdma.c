@@ -179,6 +179,19 @@ int ofi_rdma_release_held(ofi_module_t *mod, ferry_btl_endpoint_t *ep, uint64_t 
     return n;
 }
 
+/* n operations of what to ep went past their deadline without an answer:
+ * said, and ep becomes a suspect. Returns n. */
+static int unanswered(ofi_module_t *mod, ferry_btl_endpoint_t *ep, size_t n, const char *what)
+{
+    if (n == 0)
+        return 0;
+    rt_log(&mod->super.ctx->log, RT_LOG_WARN,
+           "ofi (%s): %zu %s to rank %d not answered in %lld ms: FERRY_ERR_TIMEOUT",
+           mod->my_addr.prov, n, what, ep->rank, mod->p.request_timeout_ms);
+    ep->suspect = true;
+    return (int)n;
+}
+
 int ofi_rdma_expire(ofi_module_t *mod, uint64_t now)
 {
     int n = 0;
@@ -189,23 +202,9 @@ int ofi_rdma_expire(ofi_module_t *mod, uint64_t now)
         ferry_btl_endpoint_t *ep = mod->eps[r];
         if (ep == NULL)
             continue;
-        size_t late[2] = {ep->putn.ninflight > 0
-                              ? ofi_putn_expire(&ep->putn, now, &mod->putn_done)
-                              : 0,
-                          btl_amo_expire(&mod->amo, &ep->amo, now)};
-        for (int k = 0; k < 2; k++) {
-            if (late[k] == 0)
-                continue;
-            rt_log(&mod->super.ctx->log, RT_LOG_WARN,
-                   "ofi (%s): %zu %s to rank %d not answered in %lld ms; %s with "
-                   "FERRY_ERR_TIMEOUT",
-                   mod->my_addr.prov, late[k],
-                   k == 0 ? (late[k] == 1 ? "put with notification" : "puts with notification")
-                          : (late[k] == 1 ? "atomic" : "atomics"),
-                   ep->rank, mod->p.request_timeout_ms, late[k] == 1 ? "it fails" : "they fail");
-            ep->suspect = true;
-            n += (int)late[k];
-        }
+        n += unanswered(mod, ep, ofi_putn_expire(&ep->putn, now, &mod->putn_done),
+                        "put(s) with notification");
+        n += unanswered(mod, ep, btl_amo_expire(&mod->amo, &ep->amo, now), "atomic(s)");
     }
     if (!mod->rma_ctxs_ready)
         return n;

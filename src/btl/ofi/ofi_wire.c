@@ -250,7 +250,7 @@ size_t ofi_putn_expire(ofi_putn_peer_t *p, uint64_t now, util_list_t *done)
 {
     size_t n = 0;
     util_list_item_t *it;
-    while ((it = util_list_first(&p->inflight)) != NULL) {
+    while (p->ninflight > 0 && (it = util_list_first(&p->inflight)) != NULL) {
         ofi_putn_req_t *req = UTIL_CONTAINER_OF(it, ofi_putn_req_t, link);
         if (req->deadline_ns > now)
             break;

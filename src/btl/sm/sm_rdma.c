@@ -519,7 +519,7 @@ static int rdma_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_desc
                         : FERRY_ERR_ACCESS);
         return FERRY_OK;
     }
-    if (cma && mod->cma_ok) {
+    if (cma) {
         if (mod->p.cma_assist > 0 && len >= mod->p.cma_assist &&
             assist_start(mod, ep, frag, put, local, remote))
             return FERRY_OK;

@@ -5,9 +5,9 @@
  * peers read to check an access before they start it (and which any
  * process of the user can overwrite), and as a private sm_reg_t, which is
  * the only thing we believe when we touch our memory for a peer. Keys carry
- * 64 random bits (getrandom, in batches) that the table does not hold, so a key cannot
- * be guessed from a slot and a generation, and an old key never matches a
- * new registration of its slot.
+ * 64 random bits (getrandom, in batches) that the table does not hold, so a
+ * key cannot be guessed from a slot and a generation, and an old key never
+ * matches a new registration of its slot.
  *
  * Memory a registration covers may be unmapped while it is registered. A
  * peer's put or get through the ring must then be refused, never copied

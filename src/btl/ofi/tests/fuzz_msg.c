@@ -419,21 +419,6 @@ static void structured(harness_t *h, int rank, const uint8_t *rec, size_t len)
     ofi_hdr_t hdr;
     if (len < 7)
         return;
-    if ((rec[6] & 2) && (rec[1] == OFI_T_PUTN || rec[1] == OFI_T_PUTN_ANSWER)) {
-        const ofi_wire_peer_t *p = rank >= 0 ? &h->peers[rank] : &h->peers[0];
-        hdr.type = rec[1];
-        hdr.tag = rec[2];
-        hdr.seq = p->rx_next + (uint32_t)(int32_t)(int8_t)rec[3];
-        hdr.src = rec[4] < 0x80 ? (uint32_t)(rank >= 0 ? rank : 0) : (uint32_t)(rec[4] & 0x7f);
-        hdr.ack = p->tx_next - rec[5];
-        hdr.magic = (rec[6] & 1) ? 0x1234 : OFI_HDR_MAGIC;
-        memcpy(msg, &hdr, sizeof(hdr));
-        size_t n = build_body(h, rank, rec[1], rec + 7, len - 7, msg + sizeof(hdr));
-        ofi_hdr_t out;
-        ofi_wire_receive(msg, sizeof(hdr) + n, rank, h->nranks, h->window, &ops, h, &out);
-        return;
-    }
-    size_t payload = len - 7 < sizeof(msg) - sizeof(hdr) ? len - 7 : sizeof(msg) - sizeof(hdr);
     const ofi_wire_peer_t *p = rank >= 0 ? &h->peers[rank] : &h->peers[0];
     hdr.type = rec[1];
     hdr.tag = rec[2];
@@ -443,9 +428,15 @@ static void structured(harness_t *h, int rank, const uint8_t *rec, size_t len)
     hdr.ack = p->tx_next - rec[5];
     hdr.magic = (rec[6] & 1) ? 0x1234 : OFI_HDR_MAGIC;
     memcpy(msg, &hdr, sizeof(hdr));
-    memcpy(msg + sizeof(hdr), rec + 7, payload);
+    size_t n;
+    if ((rec[6] & 2) && (rec[1] == OFI_T_PUTN || rec[1] == OFI_T_PUTN_ANSWER)) {
+        n = build_body(h, rank, rec[1], rec + 7, len - 7, msg + sizeof(hdr));
+    } else {
+        n = len - 7 < sizeof(msg) - sizeof(hdr) ? len - 7 : sizeof(msg) - sizeof(hdr);
+        memcpy(msg + sizeof(hdr), rec + 7, n);
+    }
     ofi_hdr_t out;
-    ofi_wire_receive(msg, sizeof(hdr) + payload, rank, h->nranks, h->window, &ops, h, &out);
+    ofi_wire_receive(msg, sizeof(hdr) + n, rank, h->nranks, h->window, &ops, h, &out);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
