@@ -584,7 +584,12 @@ typedef struct ferry_btl_ops {
      * counter in the channel. tcp: one frame; its completion the target's
      * acknowledgment, an untracked one's refusal a frame of its own. ofi:
      * one ordered message (OFI_T_PUTN), answered in order by
-     * OFI_T_PUTN_ANSWER (always when tracked, on a refusal when not).
+     * OFI_T_PUTN_ANSWER (always when tracked, on a refusal when not); a
+     * tracked one larger than a message, where the provider does not
+     * order a send after a write but carries completion data (shm), as
+     * the write numbered by its completion data and at once the message
+     * without the data, which the target holds until the write lands
+     * (ofi_wire.h): size is then not bounded by a message.
      * self: one fragment of its queue, handled by progress. */
     int (*put_notify_inline)(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep,
                              const void *local, size_t size, uint64_t raddr,

@@ -553,10 +553,14 @@ int ferry_atomic_cswap(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, size_
  * whole put at once, the notification is sent right behind it, with no extra
  * round trip; a put the target refuses there (its registration withdrawn
  * meanwhile) completes with FERRY_ERR_ACCESS, and the handler runs all the
- * same without the data. Elsewhere (self, ofi over a provider without that
- * order such as shm, or a put that had to wait for resources) the
- * notification leaves once the put has completed: one round trip more, and a
- * refused put sends no notification. To a peer on one path over sm (a put
+ * same without the data. Over ofi with a provider without that order whose
+ * writes carry completion data (shm), a put larger than one message and its
+ * notification leave at once, the write numbered, and the target runs the
+ * handler once that write has landed (a key it refuses: at once, without the
+ * data, the put completing with FERRY_ERR_ACCESS); such a handler may run
+ * after those of messages sent after it. Elsewhere (self, or a put that had
+ * to wait for resources) the notification leaves once the put has completed:
+ * one round trip more, and a refused put sends no notification. To a peer on one path over sm (a put
  * below its cross-memory attach threshold, ordinary memory) or tcp (up to
  * its largest send), the put and its notification are one message (a ring
  * message, a frame), with a callback or request or without: the target

@@ -295,9 +295,14 @@ static inline int api_putn_inline_start(ferry_ctx_t *ctx, int dst, int m, const 
         return FERRY_ERR_NOT_SUPPORTED;
     if (req != NULL)
         return api_putn_tracked_start(ctx, dst, m, key, buf, len, raddr, tag, payload, plen, req);
-    return btl->ops->put_notify_inline(btl, ctx->peers[dst].ep, buf, len, raddr, key, tag, payload,
-                                       plen, FERRY_BTL_PUTN_UNTRACKED, api_putn_refused,
-                                       &ctx->api->slots[dst], NULL);
+    int rc = btl->ops->put_notify_inline(btl, ctx->peers[dst].ep, buf, len, raddr, key, tag,
+                                         payload, plen, FERRY_BTL_PUTN_UNTRACKED, api_putn_refused,
+                                         &ctx->api->slots[dst], NULL);
+    /* Larger than a message: where the transport still takes it as one
+     * operation (ofi's split puts), tracked, its record counted for flush. */
+    if (rc == FERRY_ERR_NOT_SUPPORTED && len > ctx->peers[dst].max_send)
+        rc = api_putn_tracked_start(ctx, dst, m, key, buf, len, raddr, tag, payload, plen, NULL);
+    return rc;
 }
 
 /* ferry_mem_register for a rendezvous to dst: registered only with the

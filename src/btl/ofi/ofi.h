@@ -199,6 +199,12 @@ struct ferry_btl_endpoint {
     bool held_heard;
     btl_amo_ep_t amo;        /* atomics, executed by the target (ofi_atomic.c) */
     ofi_putn_peer_t putn;    /* puts with notification, both ways (ofi_rdma.c) */
+    /* A split put's notification (ofi_wire.h) whose write was posted but
+     * which found no room: it leaves first (ofi_drain_queue). */
+    bool notice_due;
+    uint8_t notice_tag;
+    uint32_t notice_len;
+    unsigned char notice[sizeof(ofi_putn_body_t) + OFI_PUTN_SPLIT_PAYLOAD];
 };
 
 /* May a message to ep be posted now, ahead of nothing? Nothing waits in
@@ -206,7 +212,7 @@ struct ferry_btl_endpoint {
  * (those leave first, ahead of the queue: ofi_drain_queue). */
 static inline bool ofi_ep_clear(const ferry_btl_endpoint_t *ep)
 {
-    return util_list_empty(&ep->queue) && ep->putn.nowed == 0;
+    return util_list_empty(&ep->queue) && ep->putn.nowed == 0 && !ep->notice_due;
 }
 
 typedef struct ofi_params {
@@ -224,6 +230,7 @@ typedef struct ofi_params {
     long long request_timeout_ms;
     size_t window;
     bool watch_local;
+    bool putn_split;
     const char *mr_mode;
     long long exclusivity;
     size_t free_list_num, free_list_max, free_list_inc;
@@ -268,6 +275,8 @@ struct ofi_module {
     size_t mr_key_size;        /* bytes of a requested key the provider takes */
     size_t inject_size;
     uint64_t put_flags;        /* fi_writemsg's: FI_COMPLETION, FI_DELIVERY_COMPLETE (ofi_rdma.c) */
+    bool putn_split;           /* large puts with notification split (ofi_wire.h) */
+    uint64_t putn_split_sent, putn_split_landed; /* counts, for tests and ferry_info */
     bool source_err;           /* FI_SOURCE_ERR: strangers' messages arrive as errors */
     ofi_addr_t my_addr;
     /* Peers. */
@@ -441,6 +450,8 @@ int ofi_putn_send_owed(ofi_module_t *mod, ferry_btl_endpoint_t *ep);
  * progress) and, unless ep is only deleted (still READY, the module not
  * closing), drops the answers owed to it. */
 void ofi_putn_fail(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status);
+/* A split put's write from src landed here (its completion data). */
+void ofi_putn_landed_from(ofi_module_t *mod, fi_addr_t src, uint64_t data);
 /* Runs the callbacks of those failed so far; returns how many. */
 int ofi_putn_progress(ofi_module_t *mod);
 /* Completes with FERRY_ERR_TIMEOUT the puts and gets, queued or posted,

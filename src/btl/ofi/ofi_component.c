@@ -149,6 +149,14 @@ static int ofi_read_params(ferry_ctx_t *ctx, ofi_params_t *p)
                                     "Milliseconds a put or get may take before it completes "
                                     "with FERRY_ERR_TIMEOUT and its peer is checked",
                                     &p->request_timeout_ms)) != FERRY_OK ||
+        (rc = rt_param_register_bool(r, "ofi_putn_split", true,
+                                     "Where the provider does not order a send after a write "
+                                     "but carries completion data with one (shm), send a put "
+                                     "with notification larger than one message as the write "
+                                     "(fi_writedata) and its notification at once, the target "
+                                     "holding the notification until the write lands; off, "
+                                     "the notification leaves once the put has completed",
+                                     &p->putn_split)) != FERRY_OK ||
         (rc = rt_param_register_bool(r, "ofi_watch_local", true,
                                      "Watch peers on this host through their processes "
                                      "(pidfd); off, they are judged as peers on other hosts "

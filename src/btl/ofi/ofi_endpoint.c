@@ -181,6 +181,7 @@ void ofi_ep_free(ferry_btl_endpoint_t *ep)
         return;
     ofi_wire_peer_clear(&ep->wire);
     free(ep->putn.owed);
+    free(ep->putn.held);
     if (ep->pidfd >= 0)
         close(ep->pidfd);
     free(ep);
@@ -273,6 +274,13 @@ int ofi_drain_queue(ofi_module_t *mod, ferry_btl_endpoint_t *ep)
         n += (int)(before - ep->putn.nowed);
         if (rc != FERRY_OK)
             return n;
+    }
+    if (ep->notice_due) {
+        const struct iovec part = {ep->notice, ep->notice_len};
+        if (ofi_post_sendv(mod, ep, &part, 1, ep->notice_tag, OFI_T_PUTN) != FERRY_OK)
+            return n; /* no room yet, or the peer failed */
+        ep->notice_due = false;
+        n++;
     }
     while ((it = util_list_first(&ep->queue)) != NULL) {
         btl_frag_t *frag = UTIL_CONTAINER_OF(it, btl_frag_t, link);

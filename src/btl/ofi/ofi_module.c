@@ -524,6 +524,11 @@ static int ofi_init(ferry_btl_module_t *btl, void *argp)
     /* Puts ask for FI_DELIVERY_COMPLETE (ofi_rdma.c), but over shm, whose
      * writes are placed before they complete. */
     mod->put_flags = FI_COMPLETION | (strcmp(prov, "shm") == 0 ? 0 : FI_DELIVERY_COMPLETE);
+    /* A send not ordered after a write, and 32 bits of completion data to
+     * number the write: large puts with notification split (ofi_wire.h). */
+    bool put_ordered = (mod->info->tx_attr->msg_order & FI_ORDER_SAW) &&
+                       (mod->info->rx_attr->msg_order & FI_ORDER_SAW);
+    mod->putn_split = p->putn_split && !put_ordered && mod->info->domain_attr->cq_data_size >= 4;
     /* ofi_rxm (1.17) hands a multi-receive buffer back before a large
      * (rendezvous) message placed in it has completed, so a reposted
      * buffer could be overwritten under it: one buffer per message there. */

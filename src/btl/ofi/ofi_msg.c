@@ -596,6 +596,12 @@ int ofi_poll_cq(ofi_module_t *mod)
             return ofi_log_error(mod, "fi_cq_read", (int)got);
         for (ssize_t i = 0; i < got; i++) {
             ofi_opctx_t *oc = ent[i].op_context;
+            if ((ent[i].flags & (FI_REMOTE_CQ_DATA | FI_RECV)) == FI_REMOTE_CQ_DATA) {
+                /* A split put's write landed (ofi_wire.h). */
+                ofi_putn_landed_from(mod, src[i], ent[i].data);
+                n++;
+                continue;
+            }
             if (oc == NULL)
                 continue;
             switch (oc->kind) {

@@ -192,6 +192,8 @@ static int unanswered(ofi_module_t *mod, ferry_btl_endpoint_t *ep, size_t n, con
     return (int)n;
 }
 
+static const ofi_putn_ops_t putn_ops;
+
 int ofi_rdma_expire(ofi_module_t *mod, uint64_t now)
 {
     int n = 0;
@@ -204,6 +206,19 @@ int ofi_rdma_expire(ofi_module_t *mod, uint64_t now)
             continue;
         n += unanswered(mod, ep, ofi_putn_expire(&ep->putn, now, &mod->putn_done),
                         "put(s) with notification");
+        if (ep->putn.nheld > 0 && ep->state == OFI_EP_READY) {
+            /* Notifications whose write never landed: answered refused,
+             * handlers run without the data. */
+            uint64_t timeout = (uint64_t)mod->p.request_timeout_ms * 1000000ull;
+            size_t gave_up = now > timeout ? ofi_putn_held_expire(&ep->putn, r, now - timeout,
+                                                                  &putn_ops, mod)
+                                           : 0;
+            if (gave_up > 0)
+                rt_log(&mod->super.ctx->log, RT_LOG_WARN,
+                       "ofi (%s): %zu put(s) with notification from rank %d held %lld ms "
+                       "without their data: refused",
+                       mod->my_addr.prov, gave_up, r, mod->p.request_timeout_ms);
+        }
         n += unanswered(mod, ep, btl_amo_expire(&mod->amo, &ep->amo, now), "atomic(s)");
     }
     if (!mod->rma_ctxs_ready)
@@ -301,6 +316,115 @@ int ofi_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t 
 
 /* ---- puts with notification ---- */
 
+/* A tracked put with notification split (ofi_wire.h): the data by
+ * fi_writemsg with its split number as completion data, then the
+ * notification as an ordered message (or, with no room for it, first
+ * thing from progress). Nothing started unless FERRY_OK. */
+static int putn_split(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const void *local,
+                      size_t size, uint64_t raddr, const uint8_t *rkey, uint8_t tag,
+                      const void *payload, size_t plen, ferry_btl_rdma_cb_t cb, void *cbctx,
+                      void *cbdata)
+{
+    ofi_putn_peer_t *pn = &ep->putn;
+    ofi_key_t key;
+    ferry_btl_segment_t remote = {.addr = raddr, .len = size};
+    memcpy(remote.key, rkey, sizeof(remote.key));
+    if (ofi_putn_due(pn) >= mod->window || pn->split_sent - pn->split_run >= OFI_PUTN_SPLIT_MAX ||
+        size > UINT32_MAX || check_remote(&remote, size, FERRY_ACCESS_REMOTE_WRITE, &key) !=
+                                 FERRY_OK ||
+        (ep->settle_until_ns != 0 && !ofi_ep_settled(ep)))
+        return FERRY_ERR_NOT_SUPPORTED;
+    ofi_putn_req_t *req = util_pool_get(&mod->putn_reqs);
+    if (req == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    ofi_opctx_t *oc = util_pool_get(&mod->rma_ctxs);
+    if (oc == NULL) {
+        util_pool_put(&mod->putn_reqs, req);
+        return FERRY_ERR_NOT_SUPPORTED;
+    }
+    /* The write's own completion only gives the context back: the put
+     * completes on the target's answer, which follows the data. */
+    memset(oc, 0, sizeof(*oc));
+    oc->kind = OFI_CTX_RMA;
+    oc->ep = ep;
+    const ferry_btl_segment_t lseg = {.addr = (uint64_t)(uintptr_t)local, .len = size};
+    bool need_reg;
+    void *desc = ofi_mr_local_desc(mod, &lseg, &need_reg);
+    int rc = FERRY_OK;
+    if (need_reg) {
+        rc = ofi_mr_acquire(mod, (void *)local, size, FERRY_ACCESS_LOCAL, &oc->tmp_reg,
+                            &oc->tmp_creg);
+        if (rc == FERRY_OK)
+            desc = fi_mr_desc(oc->tmp_reg->mr);
+    }
+    if (rc == FERRY_OK) {
+        struct iovec iov = {.iov_base = (void *)local, .iov_len = size};
+        struct fi_rma_iov rma = {
+            .addr = (mod->mr_mode & FI_MR_VIRT_ADDR) ? raddr : raddr - key.base,
+            .len = size,
+            .key = key.mr_key};
+        const struct fi_msg_rma msg = {
+            .msg_iov = &iov,
+            .desc = &desc,
+            .iov_count = 1,
+            .addr = ep->fi_addr,
+            .rma_iov = &rma,
+            .rma_iov_count = 1,
+            .context = &oc->fctx,
+            .data = pn->split_sent,
+        };
+        ofi_call_enter(mod);
+        ssize_t wrc = fi_writemsg(mod->ep, &msg, mod->put_flags | FI_REMOTE_CQ_DATA);
+        ofi_call_leave(mod);
+        if (wrc != 0) {
+            rt_log(&mod->super.ctx->log, RT_LOG_DEBUG,
+                   "ofi: posting a split put of %zu bytes to rank %d: %s", size, ep->rank,
+                   fi_strerror((int)-wrc));
+            rc = FERRY_ERR_NOT_SUPPORTED; /* the layer above puts and notifies */
+        }
+    }
+    if (rc != FERRY_OK) {
+        ofi_mr_release(mod, oc->tmp_reg, oc->tmp_creg);
+        util_pool_put(&mod->rma_ctxs, oc);
+        util_pool_put(&mod->putn_reqs, req);
+        return rc == FERRY_ERR_NO_MEMORY ? rc : FERRY_ERR_NOT_SUPPORTED;
+    }
+    util_list_append(&mod->rma_posted, &oc->link);
+    *req = (ofi_putn_req_t){
+        .ep = ep,
+        .cb = cb,
+        .cbctx = cbctx,
+        .cbdata = cbdata,
+        .local = (void *)local,
+        .deadline_ns = rt_now_coarse_ns() + (uint64_t)mod->p.request_timeout_ms * 1000000ull};
+    ofi_putn_body_t b = {
+        .raddr = raddr,
+        .cookie = ofi_putn_next_cookie(pn),
+        .size = (uint32_t)size,
+        .plen = (uint32_t)plen,
+        .flags = OFI_PUTN_TRACKED | OFI_PUTN_SPLIT,
+        .split = pn->split_sent,
+    };
+    memcpy(b.key, rkey, sizeof(ofi_key_t));
+    pn->split_sent++;
+    mod->putn_split_sent++;
+    ofi_putn_sent_tracked(pn, req);
+    const struct iovec parts[2] = {{&b, sizeof(b)}, {(void *)payload, plen}};
+    rc = ofi_post_sendv(mod, ep, parts, 2, tag, OFI_T_PUTN);
+    if (rc == FERRY_ERR_NO_RESOURCE) {
+        /* The write is on its way: its notification must follow. */
+        memcpy(ep->notice, &b, sizeof(b));
+        if (plen > 0)
+            memcpy(ep->notice + sizeof(b), payload, plen);
+        ep->notice_len = (uint32_t)(sizeof(b) + plen);
+        ep->notice_tag = tag;
+        ep->notice_due = true;
+        ofi_mark_sending(mod, ep);
+    }
+    /* Posting failed the peer otherwise, which completed req. */
+    return FERRY_OK;
+}
+
 /*
  * A put with notification small enough for one message (ofi_wire.h says
  * the format): the initiator sends OFI_T_PUTN on the ordered channel, the
@@ -330,9 +454,19 @@ int ofi_put_notify_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, con
      * key is not checked here: a put the target refuses still carries its
      * notification, which the target's handler gets all the same. */
     size_t max = btl->attr.max_send_size - sizeof(ofi_putn_body_t);
-    if (size > max || plen > max - size || !ofi_ep_clear(ep))
-        return FERRY_ERR_NOT_SUPPORTED;
     bool tracked = !(flags & FERRY_BTL_PUTN_UNTRACKED);
+    if (!ofi_ep_clear(ep))
+        return FERRY_ERR_NOT_SUPPORTED;
+    /* Behind a split one in flight, a tracked one is split too: its answer
+     * must not overtake the held one's. */
+    if (tracked && (size > max || ep->putn.split_sent != ep->putn.split_run)) {
+        if (!mod->putn_split || size == 0 || plen > OFI_PUTN_SPLIT_PAYLOAD)
+            return FERRY_ERR_NOT_SUPPORTED;
+        return putn_split(mod, ep, local, size, raddr, rkey, tag, payload, plen, cb, cbctx,
+                          cbdata);
+    }
+    if (size > max || plen > max - size)
+        return FERRY_ERR_NOT_SUPPORTED;
     ofi_putn_req_t *req = NULL;
     if (tracked) {
         /* The budget the target holds us to (ofi_putn_owe). */
@@ -386,8 +520,15 @@ static int putn_write(void *arg, int rank, const uint8_t *key, uint64_t raddr, c
                n, rank);
         return FERRY_ERR_ACCESS;
     }
-    memcpy(dst, data, n);
+    if (data != NULL)
+        memcpy(dst, data, n);
     return FERRY_OK;
+}
+
+static uint64_t putn_now(void *arg)
+{
+    (void)arg;
+    return rt_now_coarse_ns();
 }
 
 /* The answer leaves now when nothing waits ahead of it and the provider
@@ -440,9 +581,38 @@ static void putn_notify(void *arg, int rank, uint8_t tag, const unsigned char *p
 
 static const ofi_putn_ops_t putn_ops = {
     .write = putn_write,
+    .now_ns = putn_now,
     .answer = putn_answer,
     .notify = putn_notify,
 };
+
+void ofi_putn_landed_from(ofi_module_t *mod, fi_addr_t src, uint64_t data)
+{
+    int rank = ofi_rank_of(mod, src);
+    ferry_btl_endpoint_t *ep = rank >= 0 ? mod->eps[rank] : NULL;
+    if (ep == NULL || ep->state != OFI_EP_READY) {
+        /* A write from no peer of ours, or one failed: nothing waits. */
+        rt_log_limited(&mod->super.ctx->log, &mod->rl_peer, RT_LOG_DEBUG,
+                       "ofi (%s): a write with completion data %#llx from %s dropped",
+                       mod->my_addr.prov, (unsigned long long)data,
+                       rank >= 0 ? "a failed peer" : "an unknown address");
+        return;
+    }
+    ep->heard = true;
+    mod->putn_split_landed++;
+    const char *why = data > UINT32_MAX ? "completion data wider than a split number"
+                                        : ofi_putn_landed(&ep->putn, rank, (uint32_t)data,
+                                                          &putn_ops, mod);
+    if (why == NULL)
+        return;
+    mod->refused++;
+    rt_log_limited(&mod->super.ctx->log, &mod->rl_peer, RT_LOG_WARN,
+                   "ofi (%s): rank %d wrote with completion data %#llx: %s", mod->my_addr.prov,
+                   rank, (unsigned long long)data, why);
+    char text[160];
+    snprintf(text, sizeof(text), "its write with completion data: %s", why);
+    ofi_ep_fail(mod, ep, FERRY_ERR_PROTO, true, text);
+}
 
 /* A peer that sent a malformed put with notification or answer: said
  * once in the log (rate-limited), then failed and told. */

@@ -244,6 +244,10 @@ void ofi_putn_peer_fail(ofi_putn_peer_t *p, int status, util_list_t *done, bool 
     p->owed = NULL;
     p->owed_head = p->nowed = p->owed_cap = 0;
     p->refusal_owed = false;
+    free(p->held);
+    p->held = NULL;
+    p->nheld = p->held_head = 0;
+    p->landed = p->refused = 0;
 }
 
 size_t ofi_putn_expire(ofi_putn_peer_t *p, uint64_t now, util_list_t *done)
@@ -275,12 +279,24 @@ const char *ofi_putn_parse(const unsigned char *body, size_t len, ofi_putn_body_
     if (len < sizeof(b))
         return "shorter than its body";
     memcpy(&b, body, sizeof(b));
-    if ((b.flags & ~(uint32_t)OFI_PUTN_TRACKED) != 0)
+    if ((b.flags & ~(uint32_t)(OFI_PUTN_TRACKED | OFI_PUTN_SPLIT)) != 0)
         return "unknown flags";
-    if (b.zero != 0)
+    bool split = (b.flags & OFI_PUTN_SPLIT) != 0;
+    if (!split && b.split != 0)
         return "a reserved field set";
     if (((b.flags & OFI_PUTN_TRACKED) != 0) != (b.cookie != 0))
         return "a cookie that disagrees with its flags";
+    if (split) {
+        /* The data comes by the write: the message is the notification. */
+        if (!(b.flags & OFI_PUTN_TRACKED) || b.size == 0)
+            return "a split put untracked or of no bytes";
+        if (b.plen > OFI_PUTN_SPLIT_PAYLOAD || b.plen != len - sizeof(b))
+            return "a split put's notification of the wrong length";
+        *b_out = b;
+        *payload_out = body + sizeof(b);
+        *data_out = NULL;
+        return NULL;
+    }
     /* In 64 bits, so that no sum of two 32-bit lengths wraps. */
     if ((uint64_t)b.plen + b.size != (uint64_t)(len - sizeof(b)))
         return "lengths that do not add up to the message";
@@ -296,8 +312,6 @@ const char *ofi_putn_answer_parse(const unsigned char *body, size_t len, ofi_put
     if (len != sizeof(a))
         return "an answer of the wrong length";
     memcpy(&a, body, sizeof(a));
-    if (a.zero != 0)
-        return "an answer with a reserved field set";
     if (a.status != FERRY_OK && a.status != FERRY_ERR_ACCESS)
         return "an answer with an unknown status";
     if (a.cookie == 0 && a.status != FERRY_ERR_ACCESS)
@@ -306,7 +320,73 @@ const char *ofi_putn_answer_parse(const unsigned char *body, size_t len, ofi_put
     return NULL;
 }
 
-const char *ofi_putn_target(const ofi_putn_peer_t *p, int rank, uint8_t tag,
+/* A tracked one's answer, then its handler, unless answering failed rank:
+ * whatever the handler sends follows the answer. */
+static bool putn_finish(const ofi_putn_peer_t *p, int rank, uint64_t cookie, int status,
+                        uint8_t tag, const unsigned char *payload, size_t plen,
+                        const ofi_putn_ops_t *ops, void *arg)
+{
+    const ofi_putn_answer_t a = {.cookie = cookie, .status = status, .splits = p->split_base};
+    if (!ops->answer(arg, rank, &a))
+        return false;
+    ops->notify(arg, rank, tag, payload, plen);
+    return true;
+}
+
+/* Runs the held split puts from the oldest while each has its write (or
+ * gave up: expire set for the oldest). */
+static void held_release(ofi_putn_peer_t *p, int rank, bool expire, const ofi_putn_ops_t *ops,
+                         void *arg)
+{
+    while (p->nheld > 0 && (((p->landed | p->refused) & 1u) || expire)) {
+        ofi_putn_held_t h = p->held[p->held_head];
+        int st = (p->refused & 1u) || !(p->landed & 1u) ? FERRY_ERR_ACCESS : FERRY_OK;
+        p->held_head = (p->held_head + 1) % OFI_PUTN_SPLIT_MAX;
+        p->nheld--;
+        p->landed >>= 1;
+        p->refused >>= 1;
+        p->split_base++;
+        expire = false;
+        if (!putn_finish(p, rank, h.cookie, st, h.tag, h.payload, h.plen, ops, arg))
+            return; /* rank was failed: what it held went with it */
+    }
+}
+
+static const char *split_target(ofi_putn_peer_t *p, int rank, uint8_t tag,
+                                const ofi_putn_body_t *b, const unsigned char *payload,
+                                const ofi_putn_ops_t *ops, void *arg)
+{
+    /* Sent in order, taken in order: the next one is the next number. */
+    if (b->split != p->split_base + p->nheld)
+        return "a split put out of its order";
+    if (p->nheld >= OFI_PUTN_SPLIT_MAX)
+        return "more split puts held than its window";
+    int st = ops->write(arg, rank, b->key, b->raddr, NULL, b->size) == FERRY_OK ? FERRY_OK
+                                                                               : FERRY_ERR_ACCESS;
+    if (p->nheld == 0 && ((p->landed & 1u) || st != FERRY_OK)) {
+        /* Its write is here, or it is refused (a write that comes later is
+         * dropped): answered and run now. */
+        p->landed >>= 1;
+        p->refused >>= 1;
+        p->split_base++;
+        putn_finish(p, rank, b->cookie, st, tag, payload, b->plen, ops, arg);
+        return NULL;
+    }
+    if (p->held == NULL && (p->held = calloc(OFI_PUTN_SPLIT_MAX, sizeof(*p->held))) == NULL)
+        return "a split put that cannot be held (out of memory)";
+    ofi_putn_held_t *h = &p->held[(p->held_head + p->nheld) % OFI_PUTN_SPLIT_MAX];
+    *h = (ofi_putn_held_t){.cookie = b->cookie, .since_ns = ops->now_ns(arg), .tag = tag,
+                           .plen = b->plen};
+    memcpy(h->payload, payload, b->plen);
+    p->nheld++;
+    /* A refused one behind others waits only for its turn; its write may
+     * still land (a provider that cannot revoke keys), and counts then. */
+    if (st != FERRY_OK)
+        p->refused |= 1ull << (p->nheld - 1);
+    return NULL;
+}
+
+const char *ofi_putn_target(ofi_putn_peer_t *p, int rank, uint8_t tag,
                             const unsigned char *body, size_t len, const ofi_putn_ops_t *ops,
                             void *arg)
 {
@@ -317,22 +397,54 @@ const char *ofi_putn_target(const ofi_putn_peer_t *p, int rank, uint8_t tag,
         return why;
     if (tag >= FERRY_BTL_TAG_BTL_MIN)
         return "a tag reserved for the transport";
+    if (b.flags & OFI_PUTN_SPLIT)
+        return split_target(p, rank, tag, &b, payload, ops, arg);
+    /* A tracked one's answer would overtake those held. */
+    if ((b.flags & OFI_PUTN_TRACKED) && p->nheld > 0)
+        return "a tracked put with notification behind a held split one";
     int st = b.size > 0 ? ops->write(arg, rank, b.key, b.raddr, data, b.size) : FERRY_OK;
     if (st != FERRY_OK)
         st = FERRY_ERR_ACCESS;
-    /* The answer before the handler: whatever the handler sends then
-     * follows it. */
-    bool alive = true;
     if (b.flags & OFI_PUTN_TRACKED) {
-        const ofi_putn_answer_t a = {.cookie = b.cookie, .status = st};
-        alive = ops->answer(arg, rank, &a);
-    } else if (st != FERRY_OK && !p->refusal_owed) {
-        const ofi_putn_answer_t a = {.cookie = 0, .status = FERRY_ERR_ACCESS};
+        putn_finish(p, rank, b.cookie, st, tag, payload, b.plen, ops, arg);
+        return NULL;
+    }
+    bool alive = true;
+    if (st != FERRY_OK && !p->refusal_owed) {
+        const ofi_putn_answer_t a = {.cookie = 0, .status = FERRY_ERR_ACCESS,
+                                     .splits = p->split_base};
         alive = ops->answer(arg, rank, &a);
     }
     if (alive)
         ops->notify(arg, rank, tag, payload, b.plen);
     return NULL;
+}
+
+const char *ofi_putn_landed(ofi_putn_peer_t *p, int rank, uint32_t split,
+                            const ofi_putn_ops_t *ops, void *arg)
+{
+    uint32_t d = split - p->split_base;
+    if (d >= 0x80000000u)
+        return NULL; /* one given up on: dropped */
+    if (d >= OFI_PUTN_SPLIT_MAX)
+        return "a write numbered beyond its window of split puts";
+    if (p->landed & (1ull << d))
+        return "a write numbered twice";
+    p->landed |= 1ull << d;
+    held_release(p, rank, false, ops, arg);
+    return NULL;
+}
+
+size_t ofi_putn_held_expire(ofi_putn_peer_t *p, int rank, uint64_t since_ns,
+                            const ofi_putn_ops_t *ops, void *arg)
+{
+    size_t n = 0;
+    while (p->nheld > 0 && !((p->landed | p->refused) & 1u) &&
+           p->held[p->held_head].since_ns < since_ns) {
+        n++;
+        held_release(p, rank, true, ops, arg);
+    }
+    return n;
 }
 
 int ofi_putn_owe(ofi_putn_peer_t *p, const ofi_putn_answer_t *a, uint32_t window)
@@ -395,10 +507,15 @@ const char *ofi_putn_answer(ofi_putn_peer_t *p, const unsigned char *body, size_
     const char *why = ofi_putn_answer_parse(body, len, &a);
     if (why != NULL)
         return why;
+    /* The target's count of split puts run only moves on, and not past
+     * those sent. */
+    if (a.splits - p->split_run > p->split_sent - p->split_run)
+        return "an answer counting split puts that were not sent";
     if (a.cookie == 0) {
         if (p->refusals_heard >= p->untracked_sent || p->refused_cb == NULL)
             return "a refusal of more puts than were sent untracked";
         p->refusals_heard++;
+        p->split_run = a.splits;
         *refused_out = true;
         return NULL;
     }
@@ -407,6 +524,7 @@ const char *ofi_putn_answer(ofi_putn_peer_t *p, const unsigned char *body, size_
         if (a.cookie != p->forgot_next)
             return "an answer to another put than the oldest in flight";
         p->forgot_next = a.cookie == p->forgot_last ? 0 : a.cookie + 1 != 0 ? a.cookie + 1 : 1;
+        p->split_run = a.splits;
         return NULL;
     }
     util_list_item_t *it = util_list_first(&p->inflight);
@@ -417,6 +535,7 @@ const char *ofi_putn_answer(ofi_putn_peer_t *p, const unsigned char *body, size_
         return "an answer to another put than the oldest in flight";
     util_list_remove(&p->inflight, it);
     p->ninflight--;
+    p->split_run = a.splits;
     req->status = a.status;
     *req_out = req;
     return NULL;

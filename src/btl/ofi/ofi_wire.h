@@ -239,16 +239,37 @@ ofi_wire_verdict_t ofi_wire_receive(const unsigned char *buf, size_t len, int fa
  * for a peer that broke that budget.
  */
 
+/*
+ * Split puts (OFI_PUTN_SPLIT), where the provider does not order a send
+ * after a write but carries completion data with one (shm): the data goes
+ * by fi_writedata, its completion data at the target the put's split
+ * number (32 bits, consecutive per initiator, from 0, wrapping), and the
+ * PUTN message carries the body and payload only (size bytes of data
+ * announced, none attached; tracked; plen at most OFI_PUTN_SPLIT_PAYLOAD).
+ * The target runs them in the order sent, each once its write has landed
+ * (ofi_putn_landed) or at once when its own check of the key refuses it:
+ * until then it holds the notification, at most OFI_PUTN_SPLIT_MAX of them,
+ * and answers nothing after it (answers stay in the order sent). Every
+ * answer says how many split puts the target has run (splits), which
+ * bounds what the initiator may have in flight to OFI_PUTN_SPLIT_MAX. A
+ * write numbered before the oldest held is one the target gave up on
+ * (refused, or held past FERRY_OFI_REQUEST_TIMEOUT, then answered
+ * FERRY_ERR_ACCESS): dropped. One beyond the window, or numbered twice,
+ * fails the peer.
+ */
+#define OFI_PUTN_SPLIT_MAX 64u
+#define OFI_PUTN_SPLIT_PAYLOAD 64u
+
 /* ofi_putn_body_t.flags. */
-enum { OFI_PUTN_TRACKED = 1u };
+enum { OFI_PUTN_TRACKED = 1u, OFI_PUTN_SPLIT = 2u };
 
 typedef struct ofi_putn_body {
     uint64_t raddr;  /* where the data goes, an address of the target */
     uint64_t cookie; /* OFI_PUTN_TRACKED: names the put at the initiator (not 0); else 0 */
-    uint32_t size;   /* bytes of data, after the payload */
+    uint32_t size;   /* bytes of data, after the payload (split: by the write) */
     uint32_t plen;   /* bytes of notification, right after this body */
-    uint32_t flags;  /* OFI_PUTN_TRACKED or 0 */
-    uint32_t zero;
+    uint32_t flags;  /* OFI_PUTN_TRACKED, OFI_PUTN_SPLIT, or 0 */
+    uint32_t split;  /* OFI_PUTN_SPLIT: its split number; else 0 */
     uint8_t key[FERRY_BTL_KEY_MAX]; /* the target's key (ofi_key_t) */
 } ofi_putn_body_t;
 
@@ -257,7 +278,7 @@ _Static_assert(sizeof(ofi_putn_body_t) == 64, "ofi_putn_body_t is 64 bytes on th
 typedef struct ofi_putn_answer {
     uint64_t cookie; /* the tracked put answered; 0: untracked ones were refused */
     int32_t status;  /* FERRY_OK or FERRY_ERR_ACCESS; a refusal's FERRY_ERR_ACCESS */
-    uint32_t zero;
+    uint32_t splits; /* split puts from the initiator the target has run (mod 2^32) */
 } ofi_putn_answer_t;
 
 _Static_assert(sizeof(ofi_putn_answer_t) == 16, "ofi_putn_answer_t is 16 bytes on the wire");
@@ -293,7 +314,25 @@ typedef struct ofi_putn_peer {
     ofi_putn_answer_t *owed;
     uint32_t owed_head, nowed, owed_cap;
     bool refusal_owed; /* one of them is a refusal */
+    /* Split puts as initiator: sent, and run by the target (its answers). */
+    uint32_t split_sent, split_run;
+    /* As target: split_base is the number of the oldest not run; held
+     * those of its notifications here (from split_base on, in a ring of
+     * OFI_PUTN_SPLIT_MAX allocated with the first), landed the writes come
+     * (bit i: split_base + i). */
+    uint32_t split_base, nheld, held_head;
+    uint64_t landed, refused; /* refused: held ones the key check refused */
+    struct ofi_putn_held *held;
 } ofi_putn_peer_t;
+
+/* A split put's notification the target holds until its write lands. */
+typedef struct ofi_putn_held {
+    uint64_t cookie;
+    uint64_t since_ns;
+    uint8_t tag;
+    uint32_t plen;
+    unsigned char payload[OFI_PUTN_SPLIT_PAYLOAD];
+} ofi_putn_held_t;
 
 void ofi_putn_peer_init(ofi_putn_peer_t *p);
 /* Moves the requests in flight to done (a list of ofi_putn_req_t) with
@@ -324,9 +363,12 @@ const char *ofi_putn_answer_parse(const unsigned char *body, size_t len, ofi_put
 typedef struct ofi_putn_ops {
     /* Writes n bytes of data at raddr under key (n > 0) if the key, range
      * and FERRY_ACCESS_REMOTE_WRITE allow: FERRY_OK, or FERRY_ERR_ACCESS
-     * with nothing written. */
+     * with nothing written. With data NULL (a split put's, whose data the
+     * write brings) only checks. */
     int (*write)(void *arg, int rank, const uint8_t *key, uint64_t raddr, const void *data,
                  size_t n);
+    /* The time, for how long a split put's notification is held. */
+    uint64_t (*now_ns)(void *arg);
     /* Sends the answer to rank now, or owes it (ofi_putn_owe) ahead of
      * anything sent to rank later. false when rank was failed instead
      * (its handler then does not run). */
@@ -341,9 +383,21 @@ typedef struct ofi_putn_ops {
  * put's), the answer given, then the handler run, refused or not, unless
  * giving the answer failed rank. NULL when well formed. p is rank's state,
  * read for a refusal owed already. */
-const char *ofi_putn_target(const ofi_putn_peer_t *p, int rank, uint8_t tag,
+const char *ofi_putn_target(ofi_putn_peer_t *p, int rank, uint8_t tag,
                             const unsigned char *body, size_t len, const ofi_putn_ops_t *ops,
                             void *arg);
+
+/* A split put's write from rank landed at the target, numbered split (its
+ * completion data): the notifications it lets through run, in order. NULL,
+ * or what is wrong with the number (the peer is to be failed). */
+const char *ofi_putn_landed(ofi_putn_peer_t *p, int rank, uint32_t split,
+                            const ofi_putn_ops_t *ops, void *arg);
+
+/* Gives up on the split puts held since before since_ns: each is answered
+ * FERRY_ERR_ACCESS and its handler runs without the data, then those
+ * behind it that can run. Returns how many it gave up on. */
+size_t ofi_putn_held_expire(ofi_putn_peer_t *p, int rank, uint64_t since_ns,
+                            const ofi_putn_ops_t *ops, void *arg);
 
 /* Keeps an answer that could not leave: FERRY_OK; FERRY_ERR_PROTO when the
  * ring is full (the peer has more tracked ones in flight than window: it

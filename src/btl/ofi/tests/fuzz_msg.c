@@ -25,7 +25,11 @@
  *                 del_procs, which completes the tracked ones in flight
  *                 without their answers; 6: the clock moves on by byte 2
  *                 and the tracked ones past their deadline expire, which
- *                 a tracked one sets to the clock plus its byte 2);
+ *                 a tracked one sets to the clock plus its byte 2; 7: a
+ *                 split put's write from the rank lands here, numbered
+ *                 (byte 2 % 72) - 4 from the oldest not run: late, in the
+ *                 window or past it; 8: the clock moves on by byte 2 and
+ *                 held split puts older than 100 give up);
  *            0x80 set: the rest of the record is a message, as raw bytes,
  *                 from fabric rank (byte 0 & 0x3f) % (ranks + 1) - 1 (-1:
  *                 an address that is no rank);
@@ -41,13 +45,15 @@
  *                 peer does.
  *            Built bodies: a PUTN's from byte 7 (1: tracked, 2: a wrong
  *                 key, 4: a reserved field set, 8: an unknown flag, 16: a
- *                 cookie that disagrees), 8 where (PN_BASE - 16 + b), 9
+ *                 cookie that disagrees; 32: split instead, its size 9 + 1,
+ *                 numbered as the target expects, or one past with 64,
+ *                 untracked with 128), 8 where (PN_BASE - 16 + b), 9
  *                 the notification's bytes, 10 the cookie, then the
  *                 notification and the data; an answer's from byte 7 (0: a
  *                 refusal, else the cookie of the oldest put due an answer
  *                 + b - 1),
  *                 8 the status (0 FERRY_OK, 1 FERRY_ERR_ACCESS, else
- *                 (int8_t)b), 9 the reserved word.
+ *                 (int8_t)b), 9 the count of split puts run.
  * Checks, after every record: deliveries of each rank come in sequence
  * from 0 and only from a rank that claims to be itself; nothing is
  * delivered from a failed rank; a rank holds fewer messages than the
@@ -57,7 +63,9 @@
  * carries, is answered (tracked: always, with its cookie and the write's
  * status; untracked: only refused, and only while no refusal is owed)
  * before its handler runs, and the handler runs once, after the write,
- * with the payload inside the message; answers owed stay within a window
+ * with the payload inside the message (a split one's runs then, or is
+ * held, and held ones answer with their cookie and the count run so far,
+ * and are never more than OFI_PUTN_SPLIT_MAX); answers owed stay within a window
  * and one refusal; an answer completes only the oldest tracked put in
  * flight, and refusals never outnumber the untracked ones sent.
  */
@@ -94,6 +102,7 @@ typedef struct harness {
     ofi_putn_peer_t putn[MAX_RANKS];
     uint64_t refused_told[MAX_RANKS]; /* refusals the callback was told of */
     bool owe;                         /* answers cannot leave */
+    bool releasing; /* held split puts run from a landed write or expiry */
     uint64_t now;                     /* the clock deadlines are set and expire by */
     unsigned char region[PN_REGION];
     uint8_t key[FERRY_BTL_KEY_MAX];
@@ -147,8 +156,20 @@ static int pn_write(void *arg, int rank, const uint8_t *key, uint64_t raddr, con
     harness_t *h = arg;
     pn_current_t *c = &h->cur;
     check(!h->failed[rank], "a failed rank's put written");
+    check(!h->releasing, "a write asked for as held ones ran");
     check(c->writes == 0 && c->answers == 0 && c->notes == 0, "a put written late or twice");
     check(n == c->b.size && n > 0, "a write of another length than the put's");
+    if (data == NULL) {
+        /* A split put's check: its data comes by its own write. */
+        check((c->b.flags & OFI_PUTN_SPLIT) != 0, "a check without data for a whole put");
+        c->writes++;
+        c->write_status = FERRY_ERR_ACCESS;
+        if (memcmp(key, h->key, sizeof(h->key)) != 0 || raddr < PN_BASE ||
+            raddr - PN_BASE > PN_REGION || n > PN_REGION - (raddr - PN_BASE))
+            return FERRY_ERR_ACCESS;
+        c->write_status = FERRY_OK;
+        return FERRY_OK;
+    }
     check((const unsigned char *)data >= c->body &&
               (const unsigned char *)data + n == c->body + c->len,
           "a put's data not at the message's end");
@@ -167,9 +188,19 @@ static bool pn_answer(void *arg, int rank, const ofi_putn_answer_t *a)
     harness_t *h = arg;
     pn_current_t *c = &h->cur;
     ofi_putn_peer_t *p = &h->putn[rank];
-    check(c->answers == 0 && c->notes == 0, "answered twice, or after the handler");
-    c->answers++;
-    if (c->b.flags & OFI_PUTN_TRACKED)
+    check(!h->failed[rank], "a failed rank answered");
+    if (h->releasing) {
+        /* A held split put's: tracked, ordered by the ring as any. */
+        check(a->cookie != 0 && (a->status == FERRY_OK || a->status == FERRY_ERR_ACCESS) &&
+                  a->splits == p->split_base,
+              "a held split put answered without its cookie or count");
+    } else {
+        check(c->answers == 0 && c->notes == 0, "answered twice, or after the handler");
+        c->answers++;
+    }
+    if (h->releasing)
+        ;
+    else if (c->b.flags & OFI_PUTN_TRACKED)
         check(a->cookie == c->b.cookie && a->status == c->write_status,
               "a tracked put answered with another cookie or status");
     else
@@ -195,6 +226,15 @@ static void pn_notify(void *arg, int rank, uint8_t tag, const unsigned char *pay
     harness_t *h = arg;
     pn_current_t *c = &h->cur;
     check(!h->failed[rank], "a failed rank's notification delivered");
+    if (h->releasing) {
+        check(tag < FERRY_BTL_TAG_BTL_MIN && plen <= OFI_PUTN_SPLIT_PAYLOAD,
+              "a held notification on a reserved tag or too long");
+        unsigned sum = 0;
+        for (size_t i = 0; i < plen; i++)
+            sum += payload[i];
+        (void)sum;
+        return;
+    }
     check(c->notes == 0, "a notification delivered twice");
     check(tag < FERRY_BTL_TAG_BTL_MIN, "a notification on a reserved tag");
     check(c->writes == (c->b.size > 0), "a notification before its data was written");
@@ -211,8 +251,14 @@ static void pn_notify(void *arg, int rank, uint8_t tag, const unsigned char *pay
     (void)sum;
 }
 
+static uint64_t pn_now(void *arg)
+{
+    return ((harness_t *)arg)->now;
+}
+
 static const ofi_putn_ops_t pn_ops = {
     .write = pn_write,
+    .now_ns = pn_now,
     .answer = pn_answer,
     .notify = pn_notify,
 };
@@ -234,14 +280,22 @@ static void putn_deliver(harness_t *h, int rank, const ofi_hdr_t *hdr, const uns
         h->cur.refusal_owed = p->refusal_owed;
         const unsigned char *pl, *data;
         bool well_formed = ofi_putn_parse(body, len, &h->cur.b, &pl, &data) == NULL;
+        uint32_t held = p->nheld, expect = p->split_base + p->nheld;
         const char *why = ofi_putn_target(p, rank, hdr->tag, body, len, &pn_ops, h);
-        check((why == NULL) == well_formed, "the target and the parser disagree");
+        /* Well formed, the target still refuses a split one out of its
+         * order or past the window, and a tracked one behind held ones. */
+        bool order = (h->cur.b.flags & OFI_PUTN_SPLIT)
+                         ? h->cur.b.split == expect && held < OFI_PUTN_SPLIT_MAX
+                         : !((h->cur.b.flags & OFI_PUTN_TRACKED) && held > 0);
+        check((why == NULL) == (well_formed && order), "the target and the parser disagree");
         if (why != NULL) {
             check(h->cur.writes == 0 && h->cur.answers == 0 && h->cur.notes == 0,
                   "a malformed put did something");
             fail_rank(h, rank);
         } else if (!h->failed[rank]) {
-            check(h->cur.notes == 1, "a put's notification not delivered");
+            check(h->cur.notes == 1 || ((h->cur.b.flags & OFI_PUTN_SPLIT) && h->cur.notes == 0 &&
+                                        p->nheld > 0),
+                  "a put's notification neither delivered nor held");
         }
         return;
     }
@@ -365,6 +419,8 @@ static void check_peer(const harness_t *h, int r)
     check(q->refusals_heard <= q->untracked_sent && h->refused_told[r] == q->refusals_heard,
           "refusals heard of past what was sent");
     check(q->nowed <= q->owed_cap && q->nowed <= h->window + 1u, "answers owed past the ring");
+    check(q->nheld <= OFI_PUTN_SPLIT_MAX && (q->nheld == 0 || q->held != NULL),
+          "split puts held past their window");
     unsigned refusals = 0;
     for (uint32_t i = 0; i < q->nowed; i++)
         refusals += q->owed[(q->owed_head + i) % q->owed_cap].cookie == 0;
@@ -384,7 +440,7 @@ static size_t build_body(harness_t *h, int rank, uint8_t type, const uint8_t *f,
             .status = n < 2 || f[1] == 0 ? FERRY_OK
                       : f[1] == 1        ? FERRY_ERR_ACCESS
                                          : (int8_t)f[1],
-            .zero = n > 2 ? f[2] : 0,
+            .splits = n > 2 ? f[2] : 0,
         };
         memcpy(out, &a, sizeof(a));
         return sizeof(a);
@@ -392,13 +448,37 @@ static size_t build_body(harness_t *h, int rank, uint8_t type, const uint8_t *f,
     uint8_t kind = n > 0 ? f[0] : 0;
     size_t rest = n > 4 ? n - 4 : 0;
     size_t plen = n > 2 && f[2] < rest ? f[2] : rest;
+    if (kind & 32) {
+        /* A split one: its notification only, numbered as the target
+         * expects it (or one past, with 64). */
+        const ofi_putn_peer_t *q = &h->putn[rank >= 0 ? rank : 0];
+        if (plen > OFI_PUTN_SPLIT_PAYLOAD)
+            plen = OFI_PUTN_SPLIT_PAYLOAD;
+        ofi_putn_body_t b = {
+            .raddr = PN_BASE - 16 + (n > 1 ? f[1] : 16),
+            .cookie = 1 + (n > 3 ? f[3] : 0),
+            .size = 1 + (n > 2 ? f[2] : 0),
+            .plen = (uint32_t)plen,
+            .flags = OFI_PUTN_TRACKED | OFI_PUTN_SPLIT,
+            .split = q->split_base + q->nheld + ((kind & 64) ? 1 : 0),
+        };
+        memcpy(b.key, h->key, sizeof(b.key));
+        if (kind & 2)
+            b.key[kind % sizeof(b.key)] ^= 1;
+        if (kind & 128)
+            b.cookie = 0;
+        memcpy(out, &b, sizeof(b));
+        if (plen > 0)
+            memcpy(out + sizeof(b), f + 4, plen);
+        return sizeof(b) + plen;
+    }
     ofi_putn_body_t b = {
         .raddr = PN_BASE - 16 + (n > 1 ? f[1] : 16),
         .cookie = (kind & 1) ? 1 + (n > 3 ? f[3] : 0) : 0,
         .size = (uint32_t)(rest - plen),
         .plen = (uint32_t)plen,
         .flags = (kind & 1) ? OFI_PUTN_TRACKED : 0,
-        .zero = (kind & 4) ? 1 : 0,
+        .split = (kind & 4) ? 1 : 0,
     };
     memcpy(b.key, h->key, sizeof(b.key));
     if (kind & 2)
@@ -467,7 +547,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
              * their budget); or an answer owed leaves; or answers can no
              * longer leave, or can again. */
             int r = (int)((rec[0] & 0x3f) % h.nranks);
-            uint8_t act = len > 1 ? rec[1] % 7 : 0;
+            uint8_t act = len > 1 ? rec[1] % 9 : 0;
             ofi_putn_peer_t *q = &h.putn[r];
             ofi_hdr_t hdr;
             if (act == 5) {
@@ -498,6 +578,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                           UTIL_CONTAINER_OF(first, ofi_putn_req_t, link)->deadline_ns > h.now,
                       "the oldest put left in flight is past its deadline");
                 free_done(&done);
+            } else if (act == 7 && !h.failed[r]) {
+                /* A split put's write from r landed here, numbered near
+                 * what r's notifications are at (late, in the window, or
+                 * past it). */
+                uint32_t split = q->split_base + (uint32_t)(len > 2 ? rec[2] % 72 : 0) - 4u;
+                h.releasing = true;
+                const char *why = ofi_putn_landed(q, r, split, &pn_ops, &h);
+                h.releasing = false;
+                if (why != NULL)
+                    fail_rank(&h, r);
+            } else if (act == 8 && !h.failed[r]) {
+                /* The clock moves on; held ones past their time give up. */
+                h.now += len > 2 ? rec[2] : 1;
+                uint32_t before = q->nheld;
+                h.releasing = true;
+                size_t n = ofi_putn_held_expire(q, r, h.now > 100 ? h.now - 100 : 0, &pn_ops, &h);
+                h.releasing = false;
+                check(h.failed[r] || n <= before - q->nheld, "expiry counted more than ran");
             } else if (act == 3) {
                 ofi_putn_owed_pop(q);
             } else if (act == 4) {

@@ -122,7 +122,7 @@ static uint8_t forge_body(const char *kind, unsigned char *body, size_t *len)
     else if (strcmp(kind, "flags") == 0)
         b.flags = 0x40;
     else if (strcmp(kind, "reserved") == 0)
-        b.zero = 1;
+        b.split = 1;
     else if (strcmp(kind, "cookie") == 0)
         b.flags = OFI_PUTN_TRACKED;
     else if (strcmp(kind, "good") != 0)

@@ -226,11 +226,13 @@ typedef struct pn_target {
     unsigned char region[64];
     uint8_t key[FERRY_BTL_KEY_MAX];
     int writes, notes;
-    ofi_putn_answer_t answers[8];
+    ofi_putn_answer_t answers[80];
     int nanswers;
     bool written_before_note; /* the data was in when the handler ran */
     bool owe;                 /* the answer cannot leave: owed */
     ofi_putn_peer_t *peer;
+    uint64_t now;
+    uint8_t order[64]; /* split ones' payload bytes, as their handlers ran */
 } pn_target_t;
 
 static int pn_write(void *arg, int rank, const uint8_t *key, uint64_t raddr, const void *data,
@@ -241,6 +243,8 @@ static int pn_write(void *arg, int rank, const uint8_t *key, uint64_t raddr, con
     if (memcmp(key, t->key, sizeof(t->key)) != 0 || raddr < PN_BASE ||
         raddr - PN_BASE > sizeof(t->region) || n > sizeof(t->region) - (raddr - PN_BASE))
         return FERRY_ERR_ACCESS;
+    if (data == NULL)
+        return FERRY_OK; /* a split put's check */
     memcpy(t->region + (raddr - PN_BASE), data, n);
     t->writes++;
     return FERRY_OK;
@@ -252,7 +256,7 @@ static bool pn_answer(void *arg, int rank, const ofi_putn_answer_t *a)
     (void)rank;
     if (t->owe)
         return ofi_putn_owe(t->peer, a, WINDOW) == FERRY_OK;
-    CHECK(t->nanswers < 8);
+    CHECK(t->nanswers < 80);
     t->answers[t->nanswers++] = *a;
     return true;
 }
@@ -261,14 +265,21 @@ static void pn_notify(void *arg, int rank, uint8_t tag, const unsigned char *pay
 {
     pn_target_t *t = arg;
     (void)rank;
-    (void)payload;
-    (void)plen;
     CHECK(tag < FERRY_BTL_TAG_BTL_MIN);
     t->written_before_note = t->writes > t->notes;
+    /* Split ones carry one byte: their number, in the order they run. */
+    if (plen == 1 && t->notes < 64)
+        t->order[t->notes] = payload[0];
     t->notes++;
 }
 
-static const ofi_putn_ops_t pn_ops = {.write = pn_write, .answer = pn_answer, .notify = pn_notify};
+static uint64_t pn_now(void *arg)
+{
+    return ((pn_target_t *)arg)->now;
+}
+
+static const ofi_putn_ops_t pn_ops = {
+    .write = pn_write, .now_ns = pn_now, .answer = pn_answer, .notify = pn_notify};
 
 /* A PUTN's body, payload and data in buf; returns the length after the
  * header. */
@@ -328,14 +339,14 @@ static void test_putn_target(void)
     CHECK(ofi_putn_parse(buf, sizeof(bad) + 4, &b, &pl, &data) != NULL);
     n = pn_build(buf, t.key, PN_BASE, 7, "note", "data!");
     memcpy(&bad, buf, sizeof(bad));
-    bad.flags |= 2;
+    bad.flags |= 4;
     memcpy(buf, &bad, sizeof(bad));
     CHECK(strcmp(ofi_putn_parse(buf, n, &b, &pl, &data), "unknown flags") == 0);
     bad.flags = OFI_PUTN_TRACKED;
-    bad.zero = 1;
+    bad.split = 1;
     memcpy(buf, &bad, sizeof(bad));
     CHECK(strcmp(ofi_putn_parse(buf, n, &b, &pl, &data), "a reserved field set") == 0);
-    bad.zero = 0;
+    bad.split = 0;
     bad.cookie = 0;
     memcpy(buf, &bad, sizeof(bad));
     CHECK(ofi_putn_parse(buf, n, &b, &pl, &data) != NULL);
@@ -401,6 +412,198 @@ static void test_putn_target(void)
     CHECK(peer.nowed == 0 && peer.owed == NULL && util_list_empty(&done));
 }
 
+/* A split put's notification: tracked, numbered split, one payload byte
+ * (its number), size bytes announced and none attached. */
+static size_t pn_split(unsigned char *buf, const uint8_t *key, uint64_t raddr, uint64_t cookie,
+                       uint32_t split, uint32_t size)
+{
+    ofi_putn_body_t b = {.raddr = raddr,
+                         .cookie = cookie,
+                         .size = size,
+                         .plen = 1,
+                         .flags = OFI_PUTN_TRACKED | OFI_PUTN_SPLIT,
+                         .split = split};
+    memcpy(b.key, key, sizeof(b.key));
+    memcpy(buf, &b, sizeof(b));
+    buf[sizeof(b)] = (uint8_t)split;
+    return sizeof(b) + 1;
+}
+
+/* The target's side of split puts: a notification waits for its write
+ * and runs once it lands, in the order sent, answers in that order; a
+ * write before its notification lets it run at once; a refused key runs
+ * at once, or in its turn, and its late write is dropped; what a peer
+ * may not do (out of order, beyond the window, numbered twice, a tracked
+ * put overtaking a held one, malformed bodies) is refused; held ones give
+ * up after their time, answered refused. */
+static void test_putn_split(void)
+{
+    pn_target_t t;
+    ofi_putn_peer_t peer;
+    unsigned char buf[256];
+    ofi_putn_body_t b;
+    const unsigned char *pl, *data;
+    memset(&t, 0, sizeof(t));
+    memset(t.key, 0xa5, sizeof(t.key));
+    ofi_putn_peer_init(&peer);
+    t.peer = &peer;
+    uint8_t other[FERRY_BTL_KEY_MAX];
+    memset(other, 0x5a, sizeof(other));
+
+    /* The body's rules. */
+    size_t n = pn_split(buf, t.key, PN_BASE, 1, 0, 32);
+    CHECK(ofi_putn_parse(buf, n, &b, &pl, &data) == NULL && data == NULL && b.size == 32 &&
+          b.plen == 1 && pl == buf + sizeof(b));
+    CHECK(ofi_putn_parse(buf, n + 4, &b, &pl, &data) != NULL); /* data attached */
+    ofi_putn_body_t bad;
+    memcpy(&bad, buf, sizeof(bad));
+    bad.flags = OFI_PUTN_SPLIT; /* untracked */
+    bad.cookie = 0;
+    memcpy(buf, &bad, sizeof(bad));
+    CHECK(ofi_putn_parse(buf, n, &b, &pl, &data) != NULL);
+    n = pn_split(buf, t.key, PN_BASE, 1, 0, 0); /* no bytes */
+    CHECK(ofi_putn_parse(buf, n, &b, &pl, &data) != NULL);
+    memcpy(&bad, buf, sizeof(bad));
+    bad.size = 32;
+    bad.plen = OFI_PUTN_SPLIT_PAYLOAD + 1;
+    memcpy(buf, &bad, sizeof(bad));
+    CHECK(ofi_putn_parse(buf, sizeof(bad) + OFI_PUTN_SPLIT_PAYLOAD + 1, &b, &pl, &data) != NULL);
+
+    /* Notification first: held, nothing answered, until its write lands. */
+    n = pn_split(buf, t.key, PN_BASE, 1, 0, 32);
+    CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) == NULL);
+    CHECK(t.notes == 0 && t.nanswers == 0 && peer.nheld == 1);
+    /* Another behind it, and a tracked one in one message may not pass. */
+    n = pn_split(buf, t.key, PN_BASE, 2, 1, 32);
+    CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) == NULL);
+    n = pn_build(buf, t.key, PN_BASE, 3, "x", "y");
+    CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) != NULL);
+    /* An untracked one may: nothing of its answers is ordered. */
+    n = pn_build(buf, t.key, PN_BASE, 0, "u", "v");
+    CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) == NULL);
+    CHECK(t.notes == 1 && t.nanswers == 0);
+    /* The second one's write lands first: still nothing (order). */
+    CHECK(ofi_putn_landed(&peer, 1, 1, &pn_ops, &t) == NULL);
+    CHECK(t.notes == 1 && t.nanswers == 0 && peer.nheld == 2);
+    CHECK(ofi_putn_landed(&peer, 1, 1, &pn_ops, &t) != NULL); /* twice */
+    /* The first's: both run, in order, answered in order, the count of
+     * those run in each answer. */
+    CHECK(ofi_putn_landed(&peer, 1, 0, &pn_ops, &t) == NULL);
+    CHECK(t.notes == 3 && t.order[1] == 0 && t.order[2] == 1 && t.nanswers == 2);
+    CHECK(t.answers[0].cookie == 1 && t.answers[0].status == FERRY_OK &&
+          t.answers[0].splits == 1);
+    CHECK(t.answers[1].cookie == 2 && t.answers[1].status == FERRY_OK &&
+          t.answers[1].splits == 2);
+    CHECK(peer.nheld == 0 && peer.split_base == 2 && peer.landed == 0);
+
+    /* Write first: the notification runs on arrival. */
+    CHECK(ofi_putn_landed(&peer, 1, 2, &pn_ops, &t) == NULL && t.notes == 3);
+    n = pn_split(buf, t.key, PN_BASE, 4, 2, 32);
+    CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) == NULL);
+    CHECK(t.notes == 4 && t.nanswers == 3 && t.answers[2].status == FERRY_OK &&
+          peer.split_base == 3);
+    /* Out of order: refused. */
+    n = pn_split(buf, t.key, PN_BASE, 5, 4, 32);
+    CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) != NULL);
+    CHECK(t.notes == 4 && peer.nheld == 0);
+
+    /* A refused key, nothing held: answered refused and run at once; its
+     * write, should the provider still take it, is dropped. */
+    n = pn_split(buf, other, PN_BASE, 5, 3, 32);
+    CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) == NULL);
+    CHECK(t.notes == 5 && t.nanswers == 4 && t.answers[3].status == FERRY_ERR_ACCESS &&
+          peer.split_base == 4);
+    CHECK(ofi_putn_landed(&peer, 1, 3, &pn_ops, &t) == NULL && peer.landed == 0);
+    /* A refused key behind a held one: runs in its turn, refused, and
+     * its write may land meanwhile without harm. */
+    n = pn_split(buf, t.key, PN_BASE, 6, 4, 32);
+    CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) == NULL);
+    n = pn_split(buf, other, PN_BASE, 7, 5, 32);
+    CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) == NULL);
+    CHECK(t.notes == 5 && peer.nheld == 2);
+    CHECK(ofi_putn_landed(&peer, 1, 5, &pn_ops, &t) == NULL && t.notes == 5);
+    CHECK(ofi_putn_landed(&peer, 1, 4, &pn_ops, &t) == NULL);
+    CHECK(t.notes == 7 && t.nanswers == 6 && t.answers[4].cookie == 6 &&
+          t.answers[4].status == FERRY_OK && t.answers[5].cookie == 7 &&
+          t.answers[5].status == FERRY_ERR_ACCESS && peer.split_base == 6);
+
+    /* The window: writes numbered past it are refused; held ones at most
+     * a window, the next refused. */
+    CHECK(ofi_putn_landed(&peer, 1, 6 + OFI_PUTN_SPLIT_MAX, &pn_ops, &t) != NULL);
+    CHECK(ofi_putn_landed(&peer, 1, 6 + OFI_PUTN_SPLIT_MAX - 1, &pn_ops, &t) == NULL);
+    int notes = t.notes;
+    for (uint32_t i = 0; i < OFI_PUTN_SPLIT_MAX; i++) {
+        n = pn_split(buf, t.key, PN_BASE, 8 + i, 6 + i, 32);
+        t.now = 1000 + i;
+        CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) == NULL);
+    }
+    CHECK(peer.nheld == OFI_PUTN_SPLIT_MAX && t.notes == notes);
+    n = pn_split(buf, t.key, PN_BASE, 8 + OFI_PUTN_SPLIT_MAX, 6 + OFI_PUTN_SPLIT_MAX, 32);
+    CHECK(ofi_putn_target(&peer, 1, 3, buf, n, &pn_ops, &t) != NULL);
+    /* Held past their time: the oldest two give up (answered refused,
+     * run without data), the third stays; the one whose write came, last
+     * of the window, waits its turn. */
+    int answers = t.nanswers;
+    CHECK(ofi_putn_held_expire(&peer, 1, 1002, &pn_ops, &t) == 2);
+    CHECK(t.notes == notes + 2 && t.nanswers == answers + 2 &&
+          t.answers[answers].status == FERRY_ERR_ACCESS &&
+          t.answers[answers].splits == 7 && peer.nheld == OFI_PUTN_SPLIT_MAX - 2);
+    /* Their writes, late, are dropped. */
+    CHECK(ofi_putn_landed(&peer, 1, 6, &pn_ops, &t) == NULL && t.notes == notes + 2);
+    /* The rest give up in turn; the last, its write in, runs OK. */
+    CHECK(ofi_putn_held_expire(&peer, 1, UINT64_MAX, &pn_ops, &t) ==
+          OFI_PUTN_SPLIT_MAX - 3);
+    CHECK(peer.nheld == 0 && t.answers[t.nanswers - 1].status == FERRY_OK &&
+          t.answers[t.nanswers - 2].status == FERRY_ERR_ACCESS);
+
+    /* Numbers wrap: a peer's next split number after 2^32 - 1 is 0. */
+    ofi_putn_peer_t w;
+    ofi_putn_peer_init(&w);
+    w.split_base = UINT32_MAX;
+    t.peer = &w;
+    t.nanswers = 0;
+    n = pn_split(buf, t.key, PN_BASE, 1, UINT32_MAX, 32);
+    CHECK(ofi_putn_target(&w, 1, 3, buf, n, &pn_ops, &t) == NULL);
+    n = pn_split(buf, t.key, PN_BASE, 2, 0, 32);
+    CHECK(ofi_putn_target(&w, 1, 3, buf, n, &pn_ops, &t) == NULL);
+    CHECK(ofi_putn_landed(&w, 1, 0, &pn_ops, &t) == NULL && t.nanswers == 0);
+    CHECK(ofi_putn_landed(&w, 1, UINT32_MAX, &pn_ops, &t) == NULL);
+    CHECK(t.nanswers == 2 && w.split_base == 1 && t.answers[1].splits == 1);
+
+    /* A failed peer's held ones go with it. */
+    n = pn_split(buf, t.key, PN_BASE, 3, 1, 32);
+    CHECK(ofi_putn_target(&w, 1, 3, buf, n, &pn_ops, &t) == NULL && w.nheld == 1);
+    util_list_t done;
+    util_list_init(&done);
+    ofi_putn_peer_fail(&w, FERRY_ERR_UNREACH, &done, true);
+    CHECK(w.nheld == 0 && w.held == NULL);
+    ofi_putn_peer_fail(&peer, FERRY_ERR_UNREACH, &done, true);
+}
+
+/* The initiator's count of split puts run: answers may only move it on,
+ * never past what was sent. */
+static void test_putn_split_answers(void)
+{
+    ofi_putn_peer_t p;
+    ofi_putn_req_t r1 = {0}, r2 = {0}, *req;
+    bool refused;
+    ofi_putn_peer_init(&p);
+    ofi_putn_sent_tracked(&p, &r1);
+    ofi_putn_sent_tracked(&p, &r2);
+    p.split_sent = 2;
+    ofi_putn_answer_t a = {.cookie = 1, .status = FERRY_OK, .splits = 3};
+    CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a), &req, &refused) != NULL);
+    a.splits = 1;
+    CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a), &req, &refused) == NULL &&
+          req == &r1 && p.split_run == 1);
+    a.cookie = 2;
+    a.splits = 0; /* backwards */
+    CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a), &req, &refused) != NULL);
+    a.splits = 2;
+    CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a), &req, &refused) == NULL &&
+          req == &r2 && p.split_run == 2);
+}
+
 static void cb_none(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, void *local,
                     ferry_btl_reg_t *lreg, void *cbctx, void *cbdata, int status)
 {
@@ -423,9 +626,9 @@ static void test_putn_answers(void)
     CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a), &req, &refused) != NULL);
     a.cookie = 1;
     CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a) - 1, &req, &refused) != NULL);
-    a.zero = 1;
+    a.splits = 1; /* no split put was sent */
     CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a), &req, &refused) != NULL);
-    a.zero = 0;
+    a.splits = 0;
     a.status = FERRY_ERR_UNREACH;
     CHECK(ofi_putn_answer(&p, (const void *)&a, sizeof(a), &req, &refused) != NULL);
     CHECK(p.ninflight == 2);
@@ -473,6 +676,8 @@ int main(void)
     test_fail_in_delivery();
     test_putn_target();
     test_putn_answers();
+    test_putn_split();
+    test_putn_split_answers();
     for (int v = 0; v < OFI_WIRE_VERDICTS; v++)
         CHECK(strcmp(ofi_wire_verdict_str((ofi_wire_verdict_t)v), "?") != 0);
     CHECK(strcmp(ofi_wire_verdict_str(OFI_WIRE_VERDICTS), "?") == 0);
