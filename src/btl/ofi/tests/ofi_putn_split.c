@@ -145,8 +145,8 @@ static uint32_t g_seq;
 static void putn(ferry_ctx_t *ctx, ferry_rkey_h *rh, unsigned char *src, size_t len, uint64_t off,
                  const ferry_op_params_t *p)
 {
-    note_t n = {.seq = g_seq++, .len = (uint32_t)len, .off = off,
-                .seed = 0x5eed0000ull + g_seq};
+    uint32_t seq = g_seq++;
+    note_t n = {.seq = seq, .len = (uint32_t)len, .off = off, .seed = 0x5eed0001ull + seq};
     fill(src, len, n.seed);
     int rc;
     while ((rc = ferry_put_notify(ctx, rh, g_key[0].base + off, src, len, TAG_NOTE, &n,
