@@ -560,8 +560,9 @@ int ferry_atomic_cswap(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, size_
  * data, the put completing with FERRY_ERR_ACCESS); such a handler may run
  * after those of messages sent after it. Elsewhere (self, or a put that had
  * to wait for resources) the notification leaves once the put has completed:
- * one round trip more, and a refused put sends no notification. To a peer on one path over sm (a put
- * below its cross-memory attach threshold, ordinary memory) or tcp (up to
+ * one round trip more, and a refused put sends no notification. To a peer
+ * on one path over sm (a put below its cross-memory attach threshold,
+ * ordinary memory) or tcp (up to
  * its largest send), the put and its notification are one message (a ring
  * message, a frame), with a callback or request or without: the target
  * checks the key, copies the data, then runs the handler; with a callback
