@@ -256,6 +256,25 @@ int btl_amo_progress(ferry_btl_module_t *btl, btl_amo_module_t *am)
     return n;
 }
 
+/* o completes with status now, in a record of its own; o stays for the
+ * answer, which must find it (and may not write into local). false when no
+ * record is left. */
+static bool expire_one(btl_amo_module_t *am, btl_amo_ep_t *aep, btl_amo_op_t *o, int status)
+{
+    btl_amo_op_t *c = util_pool_get(&am->ops);
+    if (c == NULL)
+        return false;
+    *c = *o;
+    c->status = status;
+    util_list_append(&am->completed, &c->link);
+    o->expired = true;
+    o->local = NULL;
+    o->cb = NULL;
+    aep->ninflight--;
+    aep->nexpired++;
+    return true;
+}
+
 size_t btl_amo_expire(btl_amo_module_t *am, btl_amo_ep_t *aep, uint64_t now)
 {
     if (!aep->listed || aep->ninflight == 0)
@@ -268,40 +287,47 @@ size_t btl_amo_expire(btl_amo_module_t *am, btl_amo_ep_t *aep, uint64_t now)
             continue;
         if (o->deadline_ns > now)
             break; /* sent in order, with one timeout: the rest are later */
-        /* The completion travels in a record of its own; o stays for the
-         * answer, which must find it (and may not write into local). */
-        btl_amo_op_t *c = util_pool_get(&am->ops);
-        if (c == NULL)
+        if (!expire_one(am, aep, o, FERRY_ERR_TIMEOUT))
             break; /* tried again at the next call */
-        *c = *o;
-        c->status = FERRY_ERR_TIMEOUT;
-        util_list_append(&am->completed, &c->link);
-        o->expired = true;
-        o->local = NULL;
-        o->cb = NULL;
-        aep->ninflight--;
-        aep->nexpired++;
         n++;
     }
     return n;
+}
+
+void btl_amo_ep_forget(btl_amo_module_t *am, btl_amo_ep_t *aep, int status)
+{
+    if (!aep->listed)
+        return;
+    util_list_item_t *it = util_list_first(&aep->inflight);
+    while (it != NULL) {
+        btl_amo_op_t *o = UTIL_CONTAINER_OF(it, btl_amo_op_t, link);
+        it = util_list_next(&aep->inflight, it);
+        if (o->expired || expire_one(am, aep, o, status))
+            continue;
+        /* No record for its completion: it goes itself, and its answer,
+         * should it come, is taken for a protocol error. */
+        util_list_remove(&aep->inflight, &o->link);
+        o->status = status;
+        util_list_append(&am->completed, &o->link);
+        aep->ninflight--;
+    }
 }
 
 void btl_amo_ep_fail(btl_amo_module_t *am, btl_amo_ep_t *aep, int status)
 {
     if (!aep->listed)
         return;
-    util_list_item_t *it;
-    while ((it = util_list_pop_front(&aep->inflight)) != NULL) {
+    util_list_item_t *it = util_list_first(&aep->inflight);
+    while (it != NULL) {
         btl_amo_op_t *o = UTIL_CONTAINER_OF(it, btl_amo_op_t, link);
-        if (o->expired) {
-            util_pool_put(&am->ops, o); /* completed already */
-            continue;
-        }
+        it = util_list_next(&aep->inflight, it);
+        if (o->expired)
+            continue; /* completed already; kept for its answer */
+        util_list_remove(&aep->inflight, &o->link);
         o->status = status;
         util_list_append(&am->completed, &o->link);
     }
     aep->ninflight = 0;
-    aep->nexpired = 0;
     aep->nowed = 0;
     aep->owed_head = 0;
 }
@@ -309,6 +335,10 @@ void btl_amo_ep_fail(btl_amo_module_t *am, btl_amo_ep_t *aep, int status)
 void btl_amo_ep_fini(btl_amo_module_t *am, btl_amo_ep_t *aep)
 {
     btl_amo_ep_fail(am, aep, FERRY_ERR_CANCELED);
+    util_list_item_t *it;
+    while (aep->listed && (it = util_list_pop_front(&aep->inflight)) != NULL)
+        util_pool_put(&am->ops, UTIL_CONTAINER_OF(it, btl_amo_op_t, link));
+    aep->nexpired = 0;
     free(aep->owed);
     aep->owed = NULL;
 }

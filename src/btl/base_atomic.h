@@ -174,8 +174,16 @@ int btl_amo_progress(ferry_btl_module_t *btl, btl_amo_module_t *am);
 size_t btl_amo_expire(btl_amo_module_t *am, btl_amo_ep_t *aep, uint64_t now);
 
 /* Completes every atomic in flight to ep with status (callbacks from the
- * next btl_amo_progress) and drops the answers owed to it. */
+ * next btl_amo_progress) and drops the answers owed to it. Those expired
+ * stay until freed with the module: an answer is never taken for one of
+ * them again. */
 void btl_amo_ep_fail(btl_amo_module_t *am, btl_amo_ep_t *aep, int status);
+
+/* del_procs of a peer that may still answer: every atomic in flight to it
+ * completes with status (callbacks from the next btl_amo_progress) but,
+ * as an expired one, keeps its slot until its answer comes, which is then
+ * dropped (nothing written): a late answer is no protocol error. */
+void btl_amo_ep_forget(btl_amo_module_t *am, btl_amo_ep_t *aep, int status);
 
 /* ep_fail with FERRY_ERR_CANCELED, then frees what aep holds. */
 void btl_amo_ep_fini(btl_amo_module_t *am, btl_amo_ep_t *aep);

@@ -293,6 +293,28 @@ int main(void)
     am.timeout_ns = 0;
     printf("ok  an atomic past its deadline times out once, its late answer writes nothing\n");
 
+    /* del_procs of a peer that may still answer: its atomics complete at
+     * once, and their answers, when they come, are dropped (no protocol
+     * error, nothing written), each once. */
+    btl_amo_ep_fini(&am, &peer_state); /* the failed peer's expired ones freed */
+    done_t df[2] = {{0}};
+    uint64_t rf[2] = {9, 9};
+    first = nsent;
+    for (int i = 0; i < 2; i++)
+        CHECK(btl_amo_start(&btl, &am, PEER, &rf[i], NULL, base, goodkey, FERRY_BTL_ATOMIC_ADD,
+                            1, 0, 0, false, true, cb, NULL, &df[i]) == FERRY_OK);
+    btl_amo_ep_forget(&am, &peer_state, FERRY_ERR_UNREACH);
+    CHECK(btl_amo_inflight(&peer_state) == 0 && btl_amo_progress(&btl, &am) == 2);
+    for (int i = 0; i < 2; i++) {
+        CHECK(df[i].calls == 1 && df[i].status == FERRY_ERR_UNREACH && rf[i] == 9);
+        late = sent[first + (size_t)i];
+        CHECK(target(&btl, &am, &late, &ans) == 1 && ans.status == FERRY_OK);
+        CHECK(btl_amo_answer(&btl, &am, PEER, &ans, sizeof(ans)) == 1);
+        CHECK(btl_amo_answer(&btl, &am, PEER, &ans, sizeof(ans)) == FERRY_ERR_PROTO);
+    }
+    CHECK(btl_amo_progress(&btl, &am) == 0 && rf[0] == 9 && rf[1] == 9 && df[0].calls == 1);
+    printf("ok  atomics to a deleted peer complete at once; its late answers are dropped\n");
+
     btl_amo_ep_fini(&am, &peer_state);
     btl_amo_module_fini(&btl, &am);
     CHECK(ferry_finalize(&ctx) == FERRY_OK);

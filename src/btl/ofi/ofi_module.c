@@ -50,6 +50,8 @@ static int ofi_del_procs(ferry_btl_module_t *btl, size_t n, ferry_btl_endpoint_t
         ferry_btl_endpoint_t *ep = eps[i];
         if (ep == NULL || ep->mod != mod)
             continue;
+        /* The peer may still answer its atomics: dropped when they come. */
+        btl_amo_ep_forget(&mod->amo, &ep->amo, FERRY_ERR_UNREACH);
         ofi_ep_fail_pending(mod, ep, FERRY_ERR_UNREACH);
         ep->deleted = true;
     }
