@@ -365,6 +365,9 @@ struct ferry_btl_endpoint {
     bool polled; /* in the module's poll list */
     bool sending; /* in the module's sending list */
     bool deleted; /* del_procs ran: refuse new work until added again */
+    /* del_procs forgot the gets in flight, cookies up to this one: their
+     * late answers are dropped (0: none forgotten). */
+    uint64_t forgot_cookie;
     util_list_item_t sending_link;
     /* The put or get whose copy the peer is helping with (sm_rdma.c), its
      * job's number and the chunks the peer took; frag NULL: none. */

@@ -88,7 +88,9 @@ static int sm_del_procs(ferry_btl_module_t *btl, size_t n, ferry_btl_endpoint_t 
         util_list_item_t *it;
         while ((it = util_list_pop_front(&ep->queue)) != NULL)
             sm_complete(mod, UTIL_CONTAINER_OF(it, btl_frag_t, link), FERRY_ERR_UNREACH);
-        /* The peer may still answer its atomics: dropped when they come. */
+        /* The peer may still answer its gets and atomics: dropped when
+         * they come. */
+        ep->forgot_cookie = mod->next_cookie;
         btl_amo_ep_forget(&mod->amo, &ep->amo, FERRY_ERR_UNREACH);
         sm_rdma_fail(mod, ep, FERRY_ERR_UNREACH);
         ep->deleted = true;

@@ -988,7 +988,9 @@ static void iget_resp(sm_module_t *mod, ferry_btl_endpoint_t *ep, const sm_get_r
         }
     }
     if (g == NULL) {
-        sm_ep_fail(mod, ep, "it answered a get nobody asked for");
+        /* One forgotten at del_procs may still be answered: dropped. */
+        if (resp->cookie == 0 || resp->cookie > ep->forgot_cookie)
+            sm_ep_fail(mod, ep, "it answered a get nobody asked for");
         return;
     }
     if (resp->status == FERRY_OK && (resp->offset != g->done || n > g->size - g->done)) {
