@@ -294,18 +294,17 @@ size_t btl_amo_expire(btl_amo_module_t *am, btl_amo_ep_t *aep, uint64_t now)
     return n;
 }
 
-void btl_amo_ep_forget(btl_amo_module_t *am, btl_amo_ep_t *aep, int status)
+/* Completes every atomic in flight to aep with status. keep: each stays,
+ * expired, for its answer (when a record for its completion is left). */
+static void end_inflight(btl_amo_module_t *am, btl_amo_ep_t *aep, int status, bool keep)
 {
-    if (!aep->listed)
-        return;
     util_list_item_t *it = util_list_first(&aep->inflight);
     while (it != NULL) {
         btl_amo_op_t *o = UTIL_CONTAINER_OF(it, btl_amo_op_t, link);
         it = util_list_next(&aep->inflight, it);
-        if (o->expired || expire_one(am, aep, o, status))
+        /* Expired ones completed already and are kept for their answers. */
+        if (o->expired || (keep && expire_one(am, aep, o, status)))
             continue;
-        /* No record for its completion: it goes itself, and its answer,
-         * should it come, is taken for a protocol error. */
         util_list_remove(&aep->inflight, &o->link);
         o->status = status;
         util_list_append(&am->completed, &o->link);
@@ -313,21 +312,19 @@ void btl_amo_ep_forget(btl_amo_module_t *am, btl_amo_ep_t *aep, int status)
     }
 }
 
+void btl_amo_ep_forget(btl_amo_module_t *am, btl_amo_ep_t *aep, int status)
+{
+    /* Without a record for its completion, one goes itself, and its
+     * answer, should it come, is taken for a protocol error. */
+    if (aep->listed)
+        end_inflight(am, aep, status, true);
+}
+
 void btl_amo_ep_fail(btl_amo_module_t *am, btl_amo_ep_t *aep, int status)
 {
     if (!aep->listed)
         return;
-    util_list_item_t *it = util_list_first(&aep->inflight);
-    while (it != NULL) {
-        btl_amo_op_t *o = UTIL_CONTAINER_OF(it, btl_amo_op_t, link);
-        it = util_list_next(&aep->inflight, it);
-        if (o->expired)
-            continue; /* completed already; kept for its answer */
-        util_list_remove(&aep->inflight, &o->link);
-        o->status = status;
-        util_list_append(&am->completed, &o->link);
-    }
-    aep->ninflight = 0;
+    end_inflight(am, aep, status, false);
     aep->nowed = 0;
     aep->owed_head = 0;
 }

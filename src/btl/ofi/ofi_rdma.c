@@ -45,6 +45,49 @@ static int check_remote(const ferry_btl_segment_t *remote, size_t len, uint32_t 
     return rc;
 }
 
+/* The descriptor of len bytes at buf for an operation: FI_MR_LOCAL and
+ * memory we do not know, registered for it only (oc->tmp_reg). */
+static int rma_local_desc(ofi_module_t *mod, ofi_opctx_t *oc, void *buf, size_t len,
+                          void **desc_out)
+{
+    const ferry_btl_segment_t seg = {.addr = (uint64_t)(uintptr_t)buf, .len = len};
+    bool need_reg;
+    *desc_out = ofi_mr_local_desc(mod, &seg, &need_reg);
+    if (!need_reg)
+        return FERRY_OK;
+    int rc = ofi_mr_acquire(mod, buf, len, FERRY_ACCESS_LOCAL, &oc->tmp_reg, &oc->tmp_creg);
+    if (rc == FERRY_OK)
+        *desc_out = fi_mr_desc(oc->tmp_reg->mr);
+    return rc;
+}
+
+/* Hands one write (put) or read of len bytes between buf and raddr under
+ * key to the provider, oc its context, data its completion data where
+ * flags ask for it: the provider's return. */
+static ssize_t rma_issue(ofi_module_t *mod, ferry_btl_endpoint_t *ep, ofi_opctx_t *oc, bool put,
+                         void *buf, size_t len, void *desc, uint64_t raddr, const ofi_key_t *key,
+                         uint64_t flags, uint64_t data)
+{
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    struct fi_rma_iov rma = {.addr = (mod->mr_mode & FI_MR_VIRT_ADDR) ? raddr : raddr - key->base,
+                             .len = len,
+                             .key = key->mr_key};
+    const struct fi_msg_rma msg = {
+        .msg_iov = &iov,
+        .desc = &desc,
+        .iov_count = 1,
+        .addr = ep->fi_addr,
+        .rma_iov = &rma,
+        .rma_iov_count = 1,
+        .context = &oc->fctx,
+        .data = data,
+    };
+    ofi_call_enter(mod);
+    ssize_t rc = put ? fi_writemsg(mod->ep, &msg, flags) : fi_readmsg(mod->ep, &msg, flags);
+    ofi_call_leave(mod);
+    return rc;
+}
+
 int ofi_rdma_post(ofi_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag)
 {
     ferry_btl_desc_t *des = &frag->base;
@@ -64,38 +107,14 @@ int ofi_rdma_post(ofi_module_t *mod, ferry_btl_endpoint_t *ep, btl_frag_t *frag)
     oc->ep = ep;
     oc->frag = frag;
 
-    bool need_reg;
-    void *desc = ofi_mr_local_desc(mod, local, &need_reg);
-    if (need_reg) {
-        /* FI_MR_LOCAL and memory we do not know: registered for this
-         * operation only. */
-        int rc = ofi_mr_acquire(mod, ferry_btl_seg_ptr(local), local->len, FERRY_ACCESS_LOCAL,
-                                &oc->tmp_reg, &oc->tmp_creg);
-        if (rc != FERRY_OK) {
-            util_pool_put(&mod->rma_ctxs, oc);
-            return rc;
-        }
-        desc = fi_mr_desc(oc->tmp_reg->mr);
+    void *desc;
+    int drc = rma_local_desc(mod, oc, ferry_btl_seg_ptr(local), local->len, &desc);
+    if (drc != FERRY_OK) {
+        util_pool_put(&mod->rma_ctxs, oc);
+        return drc;
     }
-    uint64_t raddr = (mod->mr_mode & FI_MR_VIRT_ADDR) ? remote->addr : remote->addr - key.base;
-    struct iovec iov = {.iov_base = ferry_btl_seg_ptr(local), .iov_len = local->len};
-    struct fi_rma_iov rma = {.addr = raddr, .len = local->len, .key = key.mr_key};
-    const struct fi_msg_rma msg = {
-        .msg_iov = &iov,
-        .desc = &desc,
-        .iov_count = 1,
-        .addr = ep->fi_addr,
-        .rma_iov = &rma,
-        .rma_iov_count = 1,
-        .context = &oc->fctx,
-    };
-    ssize_t rc;
-    ofi_call_enter(mod);
-    if (put)
-        rc = fi_writemsg(mod->ep, &msg, mod->put_flags);
-    else
-        rc = fi_readmsg(mod->ep, &msg, FI_COMPLETION);
-    ofi_call_leave(mod);
+    ssize_t rc = rma_issue(mod, ep, oc, put, ferry_btl_seg_ptr(local), local->len, desc,
+                           remote->addr, &key, put ? mod->put_flags : FI_COMPLETION, 0);
     if (rc == 0) {
         util_list_append(&mod->rma_posted, &oc->link);
         return FERRY_OK;
@@ -347,35 +366,11 @@ static int putn_split(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const void *l
     memset(oc, 0, sizeof(*oc));
     oc->kind = OFI_CTX_RMA;
     oc->ep = ep;
-    const ferry_btl_segment_t lseg = {.addr = (uint64_t)(uintptr_t)local, .len = size};
-    bool need_reg;
-    void *desc = ofi_mr_local_desc(mod, &lseg, &need_reg);
-    int rc = FERRY_OK;
-    if (need_reg) {
-        rc = ofi_mr_acquire(mod, (void *)local, size, FERRY_ACCESS_LOCAL, &oc->tmp_reg,
-                            &oc->tmp_creg);
-        if (rc == FERRY_OK)
-            desc = fi_mr_desc(oc->tmp_reg->mr);
-    }
+    void *desc;
+    int rc = rma_local_desc(mod, oc, (void *)local, size, &desc);
     if (rc == FERRY_OK) {
-        struct iovec iov = {.iov_base = (void *)local, .iov_len = size};
-        struct fi_rma_iov rma = {
-            .addr = (mod->mr_mode & FI_MR_VIRT_ADDR) ? raddr : raddr - key.base,
-            .len = size,
-            .key = key.mr_key};
-        const struct fi_msg_rma msg = {
-            .msg_iov = &iov,
-            .desc = &desc,
-            .iov_count = 1,
-            .addr = ep->fi_addr,
-            .rma_iov = &rma,
-            .rma_iov_count = 1,
-            .context = &oc->fctx,
-            .data = pn->split_sent,
-        };
-        ofi_call_enter(mod);
-        ssize_t wrc = fi_writemsg(mod->ep, &msg, mod->put_flags | FI_REMOTE_CQ_DATA);
-        ofi_call_leave(mod);
+        ssize_t wrc = rma_issue(mod, ep, oc, true, (void *)local, size, desc, raddr, &key,
+                                mod->put_flags | FI_REMOTE_CQ_DATA, pn->split_sent);
         if (wrc != 0) {
             rt_log(&mod->super.ctx->log, RT_LOG_DEBUG,
                    "ofi: posting a split put of %zu bytes to rank %d: %s", size, ep->rank,
