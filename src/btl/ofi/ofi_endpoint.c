@@ -232,6 +232,7 @@ void ofi_ep_fail_pending(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status
     ofi_rdma_abandon(mod, ep, status);
     btl_amo_ep_fail(&mod->amo, &ep->amo, status);
     ofi_putn_fail(mod, ep, status);
+    ep->notice_due = false; /* its put was failed with the rest */
 }
 
 void ofi_ep_fail(ofi_module_t *mod, ferry_btl_endpoint_t *ep, int status, bool tell,

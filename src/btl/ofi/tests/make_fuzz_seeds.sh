@@ -40,13 +40,14 @@ seed() { # seed NAME SETUP RECORDS
 
 # putn RANK ACT: this process acts towards RANK (1: a tracked put with
 # notification, 2: an untracked one, 3: the oldest answer owed leaves, 4:
-# answers are owed from now on, or no longer, 5: del_procs).
+# answers are owed from now on, or no longer, 5: del_procs; 6, 7 and 8 take
+# a byte more, as rec 64+RANK ACT BYTE).
 putn() {
     rec $((64 + $1)) "$2"
 }
 # putn_msg RANK KIND WHERE PLEN COOKIE BYTES...: a PUTN from RANK with its
 # body built (fuzz_msg.c: KIND 1 tracked, 2 wrong key, 4 reserved set, 8
-# unknown flag, 16 cookie that disagrees; WHERE from PN_BASE - 16).
+# unknown flag, 16 cookie that disagrees, 32 split; WHERE from PN_BASE - 16).
 putn_msg() {
     r=$1
     shift
@@ -86,6 +87,11 @@ seed raw 5 "$(raw 0 1 2 3)$(raw 0 0 0 0 0 0 0 0 0 3 1 102 111 0 0 0 0)$(raw 1 9 
 # an untracked one, answered in order, and the refusal.
 seed putn_target 5 "$(putn_msg 1 1 24 2 7 110 111 100 97)$(putn_msg 1 1 0 1 8 110 100 100)$(putn_msg 1 0 16 0 0 1 2 3 4)$(putn_msg 1 2 16 1 0 110 9)$(putn_msg 1 1 0 1 9 110)"
 seed putn_answers 5 "$(putn 1 1)$(putn 1 1)$(putn 1 2)$(answer 1 1 0)$(answer 1 1 1)$(answer 1 0 1)$(msg 1 $DATA 4 0 0 0 0 33)"
+# Split puts, as a target: a notification held until its write lands (act
+# 7, numbered from the oldest not run + byte - 4), a write before its
+# notification, one held past its time (act 8: the clock moves on), then a
+# write numbered past the window (failed).
+seed putn_split 5 "$(putn_msg 1 33 16 1 0 110)$(rec 65 7 4)$(rec 65 7 4)$(putn_msg 1 33 16 1 1 110)$(putn_msg 1 33 16 1 2 110)$(rec 65 8 200)$(rec 65 7 71)"
 # del_procs completes two tracked ones; their answers still come, then the
 # answer of one sent after.
 seed putn_forgotten 5 "$(putn 1 1)$(putn 1 1)$(putn 1 5)$(putn 1 1)$(answer 1 1 0)$(answer 1 1 0)$(answer 1 1 1)"
