@@ -365,9 +365,6 @@ struct ferry_btl_endpoint {
     bool polled; /* in the module's poll list */
     bool sending; /* in the module's sending list */
     bool deleted; /* del_procs ran: refuse new work until added again */
-    /* del_procs forgot the gets in flight, cookies up to this one: their
-     * late answers are dropped (0: none forgotten). */
-    uint64_t forgot_cookie;
     util_list_item_t sending_link;
     /* The put or get whose copy the peer is helping with (sm_rdma.c), its
      * job's number and the chunks the peer took; frag NULL: none. */
@@ -410,6 +407,10 @@ struct ferry_btl_endpoint {
         bool valid;
         unsigned char *there; /* our address of base; NULL: not a heap */
     } hcache;
+    /* del_procs forgot the gets in flight, cookies up to this one: their
+     * late answers are dropped (0: none forgotten). Cold: at the end, out
+     * of the lines the message paths use. */
+    uint64_t forgot_cookie;
 };
 
 /* A registration of ours. What peers may do with it is decided from this
