@@ -332,6 +332,14 @@ struct ofi_module {
     ofi_wedge_t wedge;
 };
 
+/* FERRY_OFI_REQUEST_TIMEOUT in nanoseconds: what a put, get, tracked put
+ * with notification or atomic may take, and a split put's notification be
+ * held. */
+static inline uint64_t ofi_timeout_ns(const ofi_module_t *mod)
+{
+    return (uint64_t)mod->p.request_timeout_ms * 1000000ull;
+}
+
 static inline ofi_module_t *ofi_of(ferry_btl_module_t *btl)
 {
     return (ofi_module_t *)btl;

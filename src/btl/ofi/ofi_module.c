@@ -495,7 +495,7 @@ static int ofi_init(ferry_btl_module_t *btl, void *argp)
     util_list_init(&mod->completed);
     util_list_init(&mod->putn_done);
     btl_amo_module_init(&mod->amo, &ofi_amo_hooks, mod->p.atomic_slots);
-    mod->amo.timeout_ns = (uint64_t)mod->p.request_timeout_ms * 1000000ull;
+    mod->amo.timeout_ns = ofi_timeout_ns(mod);
     util_list_init(&mod->rma_posted);
     rt_ratelimit_init(&mod->rl_stranger, RT_RATELIMIT_BURST, RT_RATELIMIT_INTERVAL_MS);
     rt_ratelimit_init(&mod->rl_peer, RT_RATELIMIT_BURST, RT_RATELIMIT_INTERVAL_MS);
@@ -528,9 +528,8 @@ static int ofi_init(ferry_btl_module_t *btl, void *argp)
     mod->put_flags = FI_COMPLETION | (strcmp(prov, "shm") == 0 ? 0 : FI_DELIVERY_COMPLETE);
     /* A send not ordered after a write, and 32 bits of completion data to
      * number the write: large puts with notification split (ofi_wire.h). */
-    bool put_ordered = (mod->info->tx_attr->msg_order & FI_ORDER_SAW) &&
-                       (mod->info->rx_attr->msg_order & FI_ORDER_SAW);
-    mod->putn_split = p->putn_split && !put_ordered && mod->info->domain_attr->cq_data_size >= 4;
+    mod->putn_split = p->putn_split && !(btl->attr.flags & FERRY_BTL_FLAG_PUT_ORDERED) &&
+                      mod->info->domain_attr->cq_data_size >= 4;
     /* ofi_rxm (1.17) hands a multi-receive buffer back before a large
      * (rendezvous) message placed in it has completed, so a reposted
      * buffer could be overwritten under it: one buffer per message there. */

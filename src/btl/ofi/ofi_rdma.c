@@ -228,7 +228,7 @@ int ofi_rdma_expire(ofi_module_t *mod, uint64_t now)
         if (ep->putn.nheld > 0 && ep->state == OFI_EP_READY) {
             /* Notifications whose write never landed: answered refused,
              * handlers run without the data. */
-            uint64_t timeout = (uint64_t)mod->p.request_timeout_ms * 1000000ull;
+            uint64_t timeout = ofi_timeout_ns(mod);
             size_t gave_up = now > timeout ? ofi_putn_held_expire(&ep->putn, r, now - timeout,
                                                                   &putn_ops, mod)
                                            : 0;
@@ -301,7 +301,7 @@ static int rdma_start(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_b
     btl_frag_t *frag = btl_frag_of(des);
     frag->op = put ? OFI_OP_PUT : OFI_OP_GET;
     frag->ep = ep;
-    frag->cookie = rt_now_coarse_ns() + (uint64_t)mod->p.request_timeout_ms * 1000000ull;
+    frag->cookie = rt_now_coarse_ns() + ofi_timeout_ns(mod);
     des->flags |= FERRY_BTL_DES_INFLIGHT;
     ep->rdma_inflight++;
     if (local->len == 0) {
@@ -335,6 +335,28 @@ int ofi_get(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, ferry_btl_desc_t 
 
 /* ---- puts with notification ---- */
 
+/* A record for a tracked put with notification, within the budget the
+ * target holds us to (ofi_putn_owe): NULL with *rc_out
+ * FERRY_ERR_NOT_SUPPORTED (budget spent) or FERRY_ERR_NO_MEMORY. */
+static ofi_putn_req_t *putn_req_take(ofi_module_t *mod, ferry_btl_endpoint_t *ep,
+                                     const void *local, ferry_btl_rdma_cb_t cb, void *cbctx,
+                                     void *cbdata, int *rc_out)
+{
+    ofi_putn_req_t *req = NULL;
+    if (ofi_putn_due(&ep->putn) >= mod->window)
+        *rc_out = FERRY_ERR_NOT_SUPPORTED;
+    else if ((req = util_pool_get(&mod->putn_reqs)) == NULL)
+        *rc_out = FERRY_ERR_NO_MEMORY;
+    else
+        *req = (ofi_putn_req_t){.ep = ep,
+                                .cb = cb,
+                                .cbctx = cbctx,
+                                .cbdata = cbdata,
+                                .local = (void *)local,
+                                .deadline_ns = rt_now_coarse_ns() + ofi_timeout_ns(mod)};
+    return req;
+}
+
 /* A tracked put with notification split (ofi_wire.h): the data by
  * fi_writemsg with its split number as completion data, then the
  * notification as an ordered message (or, with no room for it, first
@@ -345,17 +367,20 @@ static int putn_split(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const void *l
                       void *cbdata)
 {
     ofi_putn_peer_t *pn = &ep->putn;
+    /* Within the split window, after any pause for a refused key, and
+     * inside what the key says: else the layer above puts and notifies. */
+    if (pn->split_sent - pn->split_run >= OFI_PUTN_SPLIT_MAX || size > UINT32_MAX ||
+        (ep->settle_until_ns != 0 && !ofi_ep_settled(ep)))
+        return FERRY_ERR_NOT_SUPPORTED;
     ofi_key_t key;
     ferry_btl_segment_t remote = {.addr = raddr, .len = size};
     memcpy(remote.key, rkey, sizeof(remote.key));
-    if (ofi_putn_due(pn) >= mod->window || pn->split_sent - pn->split_run >= OFI_PUTN_SPLIT_MAX ||
-        size > UINT32_MAX || check_remote(&remote, size, FERRY_ACCESS_REMOTE_WRITE, &key) !=
-                                 FERRY_OK ||
-        (ep->settle_until_ns != 0 && !ofi_ep_settled(ep)))
+    if (check_remote(&remote, size, FERRY_ACCESS_REMOTE_WRITE, &key) != FERRY_OK)
         return FERRY_ERR_NOT_SUPPORTED;
-    ofi_putn_req_t *req = util_pool_get(&mod->putn_reqs);
+    int rc;
+    ofi_putn_req_t *req = putn_req_take(mod, ep, local, cb, cbctx, cbdata, &rc);
     if (req == NULL)
-        return FERRY_ERR_NO_MEMORY;
+        return rc;
     ofi_opctx_t *oc = util_pool_get(&mod->rma_ctxs);
     if (oc == NULL) {
         util_pool_put(&mod->putn_reqs, req);
@@ -367,7 +392,7 @@ static int putn_split(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const void *l
     oc->kind = OFI_CTX_RMA;
     oc->ep = ep;
     void *desc;
-    int rc = rma_local_desc(mod, oc, (void *)local, size, &desc);
+    rc = rma_local_desc(mod, oc, (void *)local, size, &desc);
     if (rc == FERRY_OK) {
         ssize_t wrc = rma_issue(mod, ep, oc, true, (void *)local, size, desc, raddr, &key,
                                 mod->put_flags | FI_REMOTE_CQ_DATA, pn->split_sent);
@@ -385,13 +410,6 @@ static int putn_split(ofi_module_t *mod, ferry_btl_endpoint_t *ep, const void *l
         return rc == FERRY_ERR_NO_MEMORY ? rc : FERRY_ERR_NOT_SUPPORTED;
     }
     util_list_append(&mod->rma_posted, &oc->link);
-    *req = (ofi_putn_req_t){
-        .ep = ep,
-        .cb = cb,
-        .cbctx = cbctx,
-        .cbdata = cbdata,
-        .local = (void *)local,
-        .deadline_ns = rt_now_coarse_ns() + (uint64_t)mod->p.request_timeout_ms * 1000000ull};
     ofi_putn_body_t b = {
         .raddr = raddr,
         .cookie = ofi_putn_next_cookie(pn),
@@ -463,21 +481,8 @@ int ofi_put_notify_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, con
     if (size > max || plen > max - size)
         return FERRY_ERR_NOT_SUPPORTED;
     ofi_putn_req_t *req = NULL;
-    if (tracked) {
-        /* The budget the target holds us to (ofi_putn_owe). */
-        if (ofi_putn_due(&ep->putn) >= mod->window)
-            return FERRY_ERR_NOT_SUPPORTED;
-        if ((req = util_pool_get(&mod->putn_reqs)) == NULL)
-            return FERRY_ERR_NO_MEMORY;
-        *req = (ofi_putn_req_t){
-            .ep = ep,
-            .cb = cb,
-            .cbctx = cbctx,
-            .cbdata = cbdata,
-            .local = (void *)local,
-            .deadline_ns =
-                rt_now_coarse_ns() + (uint64_t)mod->p.request_timeout_ms * 1000000ull};
-    }
+    if (tracked && (req = putn_req_take(mod, ep, local, cb, cbctx, cbdata, &rc)) == NULL)
+        return rc;
     ofi_putn_body_t b = {
         .raddr = raddr,
         .cookie = tracked ? ofi_putn_next_cookie(&ep->putn) : 0,

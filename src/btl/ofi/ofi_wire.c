@@ -333,20 +333,27 @@ static bool putn_finish(const ofi_putn_peer_t *p, int rank, uint64_t cookie, int
     return true;
 }
 
-/* Runs the held split puts from the oldest while each has its write (or
- * gave up: expire set for the oldest). */
-static void held_release(ofi_putn_peer_t *p, int rank, bool expire, const ofi_putn_ops_t *ops,
-                         void *arg)
+/* The oldest split put not run is done with: the marks move on to the
+ * next. Returns its status: FERRY_OK when its write landed and the key was
+ * good. */
+static int split_next(ofi_putn_peer_t *p)
 {
-    while (p->nheld > 0 && (((p->landed | p->refused) & 1u) || expire)) {
+    int st = (p->landed & 1u) && !(p->refused & 1u) ? FERRY_OK : FERRY_ERR_ACCESS;
+    p->landed >>= 1;
+    p->refused >>= 1;
+    p->split_base++;
+    return st;
+}
+
+/* Runs the held split puts from the oldest while each has its write, or
+ * was refused (by its key, or given up on). */
+static void held_release(ofi_putn_peer_t *p, int rank, const ofi_putn_ops_t *ops, void *arg)
+{
+    while (p->nheld > 0 && ((p->landed | p->refused) & 1u)) {
         ofi_putn_held_t h = p->held[p->held_head];
-        int st = (p->refused & 1u) || !(p->landed & 1u) ? FERRY_ERR_ACCESS : FERRY_OK;
         p->held_head = (p->held_head + 1) % OFI_PUTN_SPLIT_MAX;
         p->nheld--;
-        p->landed >>= 1;
-        p->refused >>= 1;
-        p->split_base++;
-        expire = false;
+        int st = split_next(p);
         if (!putn_finish(p, rank, h.cookie, st, h.tag, h.payload, h.plen, ops, arg))
             return; /* rank was failed: what it held went with it */
     }
@@ -366,9 +373,9 @@ static const char *split_target(ofi_putn_peer_t *p, int rank, uint8_t tag,
     if (p->nheld == 0 && ((p->landed & 1u) || st != FERRY_OK)) {
         /* Its write is here, or it is refused (a write that comes later is
          * dropped): answered and run now. */
-        p->landed >>= 1;
-        p->refused >>= 1;
-        p->split_base++;
+        if (st != FERRY_OK)
+            p->refused |= 1u;
+        st = split_next(p);
         putn_finish(p, rank, b->cookie, st, tag, payload, b->plen, ops, arg);
         return NULL;
     }
@@ -431,7 +438,7 @@ const char *ofi_putn_landed(ofi_putn_peer_t *p, int rank, uint32_t split,
     if (p->landed & (1ull << d))
         return "a write numbered twice";
     p->landed |= 1ull << d;
-    held_release(p, rank, false, ops, arg);
+    held_release(p, rank, ops, arg);
     return NULL;
 }
 
@@ -441,8 +448,10 @@ size_t ofi_putn_held_expire(ofi_putn_peer_t *p, int rank, uint64_t since_ns,
     size_t n = 0;
     while (p->nheld > 0 && !((p->landed | p->refused) & 1u) &&
            p->held[p->held_head].since_ns < since_ns) {
+        /* Given up on: refused, and run with those behind it that can. */
+        p->refused |= 1u;
         n++;
-        held_release(p, rank, true, ops, arg);
+        held_release(p, rank, ops, arg);
     }
     return n;
 }

@@ -159,26 +159,19 @@ static int pn_write(void *arg, int rank, const uint8_t *key, uint64_t raddr, con
     check(!h->releasing, "a write asked for as held ones ran");
     check(c->writes == 0 && c->answers == 0 && c->notes == 0, "a put written late or twice");
     check(n == c->b.size && n > 0, "a write of another length than the put's");
-    if (data == NULL) {
-        /* A split put's check: its data comes by its own write. */
-        check((c->b.flags & OFI_PUTN_SPLIT) != 0, "a check without data for a whole put");
-        c->writes++;
-        c->write_status = FERRY_ERR_ACCESS;
-        if (memcmp(key, h->key, sizeof(h->key)) != 0 || raddr < PN_BASE ||
-            raddr - PN_BASE > PN_REGION || n > PN_REGION - (raddr - PN_BASE))
-            return FERRY_ERR_ACCESS;
-        c->write_status = FERRY_OK;
-        return FERRY_OK;
-    }
-    check((const unsigned char *)data >= c->body &&
-              (const unsigned char *)data + n == c->body + c->len,
+    /* A split put's is a check only: its data comes by its own write. */
+    check((data == NULL) == ((c->b.flags & OFI_PUTN_SPLIT) != 0),
+          "a check without data for a whole put, or data for a split one");
+    check(data == NULL || ((const unsigned char *)data >= c->body &&
+                           (const unsigned char *)data + n == c->body + c->len),
           "a put's data not at the message's end");
     c->writes++;
     c->write_status = FERRY_ERR_ACCESS;
     if (memcmp(key, h->key, sizeof(h->key)) != 0 || raddr < PN_BASE ||
         raddr - PN_BASE > PN_REGION || n > PN_REGION - (raddr - PN_BASE))
         return FERRY_ERR_ACCESS;
-    memcpy(h->region + (raddr - PN_BASE), data, n);
+    if (data != NULL)
+        memcpy(h->region + (raddr - PN_BASE), data, n);
     c->write_status = FERRY_OK;
     return FERRY_OK;
 }
@@ -197,16 +190,14 @@ static bool pn_answer(void *arg, int rank, const ofi_putn_answer_t *a)
     } else {
         check(c->answers == 0 && c->notes == 0, "answered twice, or after the handler");
         c->answers++;
+        if (c->b.flags & OFI_PUTN_TRACKED)
+            check(a->cookie == c->b.cookie && a->status == c->write_status,
+                  "a tracked put answered with another cookie or status");
+        else
+            check(a->cookie == 0 && a->status == FERRY_ERR_ACCESS &&
+                      c->write_status == FERRY_ERR_ACCESS && !p->refusal_owed,
+                  "an untracked put answered though not refused, or twice owed");
     }
-    if (h->releasing)
-        ;
-    else if (c->b.flags & OFI_PUTN_TRACKED)
-        check(a->cookie == c->b.cookie && a->status == c->write_status,
-              "a tracked put answered with another cookie or status");
-    else
-        check(a->cookie == 0 && a->status == FERRY_ERR_ACCESS &&
-                  c->write_status == FERRY_ERR_ACCESS && !p->refusal_owed,
-              "an untracked put answered though not refused, or twice owed");
     if (!h->owe)
         return true;
     int rc = ofi_putn_owe(p, a, h->window);
