@@ -158,13 +158,20 @@ static void take_dead(mem_rcache_t *c, util_list_t *out)
     }
 }
 
-/* Moves unused registrations, least recent first, to out until the cache
- * holds at most `keep` bytes (every one when keep is 0 and all is true).
- * Lock held. */
-static void take_idle(mem_rcache_t *c, size_t keep, bool all, util_list_t *out)
+/* Whether the cache holds more than its limits allow: bytes over the size
+ * limit, or unused registrations over idle_max. Lock held. */
+static bool over_limits(const mem_rcache_t *c)
+{
+    return (c->p.mem.size_limit > 0 && c->stats.bytes > c->p.mem.size_limit) ||
+           (c->p.idle_max > 0 && util_list_len(&c->idle) > c->p.idle_max);
+}
+
+/* Moves unused registrations, least recent first, to out while the cache is
+ * over its limits (every one when all is true). Lock held. */
+static void take_idle(mem_rcache_t *c, bool all, util_list_t *out)
 {
     util_list_item_t *it;
-    while ((all || c->stats.bytes > keep) && (it = util_list_first(&c->idle)) != NULL) {
+    while ((all || over_limits(c)) && (it = util_list_first(&c->idle)) != NULL) {
         mem_reg_t *r = UTIL_CONTAINER_OF(it, mem_reg_t, link);
         util_list_remove(&c->idle, it);
         r->on_list = false;
@@ -196,7 +203,7 @@ void mem_rcache_flush(mem_rcache_t *c)
     util_list_init(&out);
     mem_monitor_lock();
     take_dead(c, &out);
-    take_idle(c, 0, true, &out);
+    take_idle(c, true, &out);
     mem_monitor_unlock();
     release_list(c, &out);
 }
@@ -253,7 +260,7 @@ int mem_rcache_get(mem_rcache_t *c, void *addr, size_t len, uint32_t access, mem
         /* Out of registrations: give back every unused one, then once more. */
         mem_monitor_lock();
         take_dead(c, &out);
-        take_idle(c, 0, true, &out);
+        take_idle(c, true, &out);
         c->stats.retries++;
         size_t held = c->stats.entries, bytes = c->stats.bytes;
         mem_monitor_unlock();
@@ -286,8 +293,7 @@ int mem_rcache_get(mem_rcache_t *c, void *addr, size_t len, uint32_t access, mem
     r->in_tree = true;
     c->stats.entries++;
     c->stats.bytes += len;
-    if (c->p.mem.size_limit > 0)
-        take_idle(c, c->p.mem.size_limit, false, &out);
+    take_idle(c, false, &out);
     mem_monitor_unlock();
     release_list(c, &out);
     *reg_out = r;
@@ -304,8 +310,7 @@ void mem_rcache_put(mem_rcache_t *c, mem_reg_t *r)
             util_list_append(&c->idle, &r->link);
             r->on_list = true;
             c->stats.idle_bytes += r->len;
-            if (c->p.mem.size_limit > 0)
-                take_idle(c, c->p.mem.size_limit, false, &out);
+            take_idle(c, false, &out);
         } else {
             unlink_reg(c, r);
             c->stats.entries--;

@@ -6,7 +6,8 @@
  *   at least the requested access, and counts a reference on it.
  * - Leave-pinned: a registration whose last user is done stays registered
  *   for the next user, in least-recently-used order, and is released when
- *   the cache holds more than its size limit (0: no limit), when the
+ *   the cache holds more than its size limit (0: no limit) or more unused
+ *   ones than its idle_max (0: no limit), when the
  *   transport runs out of registrations, or when its memory goes away.
  *   Without leave-pinned it is released at once.
  * - Invalidation: with the memory monitor (mem/monitor.h), a registration
@@ -60,6 +61,10 @@ typedef struct mem_rcache_params {
     mem_deregister_fn_t dereg;
     void *arg;
     const rt_log_t *log; /* may be NULL */
+    /* At most this many registrations kept unused beside those in use (0:
+     * no bound but the size limit): for a cache whose registrations take
+     * a resource the transport has few of. */
+    size_t idle_max;
 } mem_rcache_params_t;
 
 typedef struct mem_rcache_stats {

@@ -205,6 +205,41 @@ static void test_lru(void)
     printf("lru: evictions in least-recently-used order under the size limit\n");
 }
 
+/* idle_max bounds the unused registrations kept, whatever their bytes; the
+ * ones in use never count against it and are never released for it. */
+static void test_idle_max(void)
+{
+    fake_t f = {0};
+    mem_rcache_params_t p = {
+        .name = "fake",
+        .mem = {.leave_pinned = 1, .watch_keep = MEM_MONITOR_KEEP_DEFAULT},
+        .reg = fake_register,
+        .dereg = fake_deregister,
+        .arg = &f,
+        .idle_max = 2,
+    };
+    mem_rcache_t *c;
+    CHECK(mem_rcache_create(&p, &c) == FERRY_OK);
+    unsigned char *buf = map_pages(8, 'i');
+    mem_reg_t *r[5];
+    for (int i = 0; i < 5; i++)
+        CHECK(mem_rcache_get(c, buf + i * page, 16, FERRY_ACCESS_REMOTE_READ, &r[i]) == FERRY_OK);
+    CHECK(f.live == 5 && stats(c).evictions == 0);
+    for (int i = 0; i < 5; i++)
+        mem_rcache_put(c, r[i]);
+    /* The two used last stay; the three before them went, oldest first. */
+    CHECK(f.live == 2 && stats(c).entries == 2 && stats(c).evictions == 3);
+    CHECK(f.last_dereg == buf + 2 * page);
+    CHECK(mem_rcache_get(c, buf + 4 * page, 16, FERRY_ACCESS_REMOTE_READ, &r[0]) == FERRY_OK);
+    CHECK(mem_rcache_get(c, buf + 3 * page, 16, FERRY_ACCESS_REMOTE_READ, &r[1]) == FERRY_OK);
+    CHECK(stats(c).hits == 2 && f.regs == 5);
+    mem_rcache_put(c, r[0]);
+    mem_rcache_put(c, r[1]);
+    CHECK(mem_rcache_destroy(c) == FERRY_OK && f.live == 0);
+    munmap(buf, 8 * (size_t)page);
+    printf("idle_max: at most 2 unused registrations kept, least recent released first\n");
+}
+
 static void test_no_resource(void)
 {
     fake_t f = {.max_live = 2};
@@ -378,6 +413,7 @@ int main(void)
     mallopt(M_MMAP_THRESHOLD, 256 * 1024);
     test_hits();
     test_lru();
+    test_idle_max();
     test_no_resource();
     test_stale_without_monitor();
 
