@@ -64,6 +64,14 @@ struct ferry_bitmap;
  * sends its notification at once on such a transport, with no wait for the
  * put's completion.
  *
+ * PEERS_READ: every peer this module reaches can read this process's memory
+ * whatever ferry registers (sm, where the system lets it use cross-memory
+ * attach: processes of one user, no ptrace restriction). A registration kept
+ * open for such peers after the operation that needed it exposes nothing, so
+ * ferry may keep a rendezvous's registration for the next message from the
+ * same buffer (FERRY_AM_RNDV_KEEP). The module clears the flag once the
+ * system refuses it cross-memory attach.
+ *
  * NO_KEY_REVOKE is a limit, not a capability: a put/get through the key of a
  * registration the target has released is NOT refused with FERRY_ERR_ACCESS
  * (the fabric underneath does not check it, or checks it only by failing the
@@ -83,7 +91,10 @@ struct ferry_bitmap;
     X(ATOMIC_FOPS, 8, "atomic_fops", "atomic_fop, fetching the old value")                \
     X(PUT_ORDERED, 9, "put_ordered",                                                      \
       "a put accepted on an endpoint is in place at the target before a message sent "   \
-      "after it there is handled")
+      "after it there is handled")                                                         \
+    X(PEERS_READ, 10, "peers_read",                                                       \
+      "peers on this path read this process's memory without a key (cross-memory "       \
+      "attach): a registration left open gives them nothing new")
 
 /* A register_mem access bit beside FERRY_ACCESS_*: atomics on the
  * registration are executed by its owner's CPU as it progresses, never
@@ -339,6 +350,12 @@ typedef struct ferry_btl_attr {
      * (both ends copying at once) than by put or get: FERRY_AM_RNDV=auto
      * takes the PIPE protocol there. 0: never. */
     size_t rndv_pipe_max;
+    /* Tagged messages (ferry/msg.h) of up to this many bytes, header
+     * included, go in one send; larger ones by rendezvous. A receive copies
+     * an eager message out of the transport, so where a get is one copy
+     * (sm's cross-memory attach) a rendezvous is faster well below the max
+     * send size. 0: the max send size. */
+    size_t msg_eager_max;
 } ferry_btl_attr_t;
 
 /* A piece of memory. Local segments hold a pointer (ferry_btl_seg_ptr);

@@ -656,7 +656,11 @@ int ferry_get_conv(ferry_ctx_t *ctx, int dst, ferry_convertor_t *conv, uint64_t 
  * it registers the destination and the sender puts into it after a
  * clear-to-send (FERRY_AM_RNDV chooses: auto, get, put or pipe). When the
  * transfer is over the receiver says so, the sender releases the
- * registration, and its key is dead: a get through it is refused. With
+ * registration, and its key is dead: a get through it is refused. (Except
+ * on a path whose peers read the sender's memory without keys anyway, sm
+ * with cross-memory attach: there the registration is kept for the next
+ * message from the same buffer, FERRY_AM_RNDV_KEEP of them unused at most,
+ * and dropped when the memory is unmapped; ferry_am_sizes says which.) With
  * pipe nothing is registered: after the clear-to-send the sender streams
  * the data as ordinary messages (packed fragment by fragment from any
  * layout) and the receiver copies each into place; auto takes pipe up to
@@ -767,6 +771,19 @@ typedef struct ferry_am_sizes {
      * message goes by PIPE unless asked for; with a protocol asked for,
      * every message uses it and this is 0). */
     size_t pipe_max;
+    /* Tagged messages (ferry/msg.h) of up to this many bytes with their
+     * 16-byte header go in one fragment, larger ones by rendezvous; but up
+     * to eager_max while a rendezvous of the sender's to dst is open (a
+     * stream, where both ends copying through the path beat one get after
+     * another). Below eager_max where a get is one copy (sm with
+     * cross-memory attach: FERRY_SM_MSG_EAGER_MAX). */
+    size_t msg_eager_max;
+    /* 1: a get rendezvous's registration of the sender's buffer outlives
+     * the message, kept for the next one from the same buffer
+     * (FERRY_AM_RNDV_KEEP), so its key still reads: the path's peers read
+     * the sender's memory without keys anyway (sm with cross-memory
+     * attach). 0: released with the message, its key dead. */
+    int keeps_keys;
 } ferry_am_sizes_t;
 
 /* Fills *out for dst; FERRY_ERR_INVALID or FERRY_ERR_UNREACH as

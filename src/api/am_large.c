@@ -7,7 +7,12 @@
  * the rails to the receiver only: api_mem_register_for) and announces it;
  * the receiver gets the data into memory of its choosing and sends FIN;
  * the sender then deregisters, so the key is dead once the send is
- * complete. PUT: the announcement carries no key; the receiver registers
+ * complete. Except on a path whose peers read this process's memory without
+ * keys anyway (FERRY_BTL_FLAG_PEERS_READ: sm with cross-memory attach),
+ * where the registration costs more than a small message's whole trip:
+ * there it comes from a registration cache of that path's (keep_get), kept
+ * after the send for the next one from the same buffer, at most
+ * FERRY_AM_RNDV_KEEP unused, dropped when its memory is unmapped. PUT: the announcement carries no key; the receiver registers
  * its destination (REMOTE_WRITE, for the duration, with the rails to the
  * sender only) and answers
  * CTS; the sender puts and, once the put is complete at both ends, says
@@ -35,6 +40,7 @@
 #include "api/am_large.h"
 #include "api/api.h"
 #include "bml/bml.h"
+#include "mem/rcache.h"
 
 /* FERRY_AM_RNDV values. */
 enum {
@@ -54,6 +60,8 @@ typedef struct am_send {
     size_t len;
     char *bounce;     /* packed copy of a non-contiguous layout, or NULL */
     ferry_mem_t *mem; /* GET: the buffer's registration, for the duration */
+    mem_reg_t *kept;  /* GET: or the kept one it came from (keep_get), of path keep_m */
+    int keep_m;
     bool putting;     /* PUT: the put has been started */
     /* PIPE: the layout packed fragment by fragment (packing), with a copy
      * of its blocks; the bytes the receiver asked for (after its CTS:
@@ -162,7 +170,24 @@ struct api_am_large {
     api_am_frag_cb_t int_frag;
     api_am_hdr_data_cb_t int_data;
     void *int_arg;
+    /* GET's sender registrations kept, per module: made on first use. */
+    size_t keep;     /* FERRY_AM_RNDV_KEEP */
+    struct am_keep *keeps; /* [ctx->n_modules] */
 };
+
+/* A module's cache of GET sender registrations (keep_get). */
+typedef struct am_keep {
+    ferry_ctx_t *ctx;
+    int m;
+    mem_rcache_t *cache; /* NULL until first used, or when it cannot be had */
+    bool tried;
+} am_keep_t;
+
+/* What the cache holds for a registration: it, and its key packed once. */
+typedef struct am_kept {
+    ferry_mem_t *mem;
+    ferry_rkey_t rkey;
+} am_kept_t;
 
 static const char *const rndv_names = "auto, get, put or pipe";
 
@@ -185,6 +210,19 @@ static int parse_rndv(ferry_ctx_t *ctx, long long *mode_out)
         return FERRY_ERR_INVALID;
     }
     return FERRY_OK;
+}
+
+static int register_keep(ferry_ctx_t *ctx, size_t *out)
+{
+    size_t keep;
+    return rt_param_register_size(&ctx->params, "am_rndv_keep", API_AM_RNDV_KEEP_DEFAULT, 0,
+                                  1u << 20,
+                                  "Registrations of large messages' buffers (rendezvous by "
+                                  "get) kept unused per path for the next message from the "
+                                  "same buffer, on paths whose peers read this process's "
+                                  "memory without keys anyway (sm with cross-memory attach); "
+                                  "0: every message registers and releases its own",
+                                  out != NULL ? out : &keep);
 }
 
 int api_am_large_register_params(ferry_ctx_t *ctx)
@@ -244,7 +282,10 @@ int api_am_large_register_params(ferry_ctx_t *ctx)
         return rc;
     /* A bad value fails ferry_init, naming the variable. */
     long long parsed;
-    return parse_rndv(ctx, &parsed);
+    rc = parse_rndv(ctx, &parsed);
+    if (rc == FERRY_OK)
+        rc = register_keep(ctx, NULL);
+    return rc;
 }
 
 /* The context's large-message state, made on first use. */
@@ -272,7 +313,15 @@ static struct api_am_large *large_get(ferry_ctx_t *ctx, int *status_out)
     if (rc == FERRY_OK)
         rc = rt_param_register_int(&ctx->params, "am_finalize_timeout", 10000, 0, 86400000, "",
                                    &lg->finalize_ms);
+    if (rc == FERRY_OK)
+        rc = register_keep(ctx, &lg->keep);
+    if (rc == FERRY_OK && lg->keep > 0) {
+        lg->keeps = calloc((size_t)ctx->n_modules, sizeof(*lg->keeps));
+        if (lg->keeps == NULL)
+            rc = FERRY_ERR_NO_MEMORY;
+    }
     if (rc != FERRY_OK) {
+        free(lg->keeps);
         free(lg->peer);
         free(lg);
         *status_out = rc;
@@ -389,6 +438,115 @@ static void send_fin(ferry_ctx_t *ctx, struct api_am_large *lg, int dst, uint64_
 
 /* Ends s: its registration and bounce buffer go, its status is set. A
  * blocking send's record stays for its waiter to free. */
+/* ---- GET's sender registrations kept (FERRY_AM_RNDV_KEEP) ---- */
+
+static int kept_register(void *arg, void *base, size_t len, uint32_t access, void **handle_out)
+{
+    am_keep_t *k = arg;
+    am_kept_t *kept = malloc(sizeof(*kept));
+    if (kept == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    int rc = api_mem_register_on(k->ctx, base, len, access, k->m, &kept->mem);
+    if (rc == FERRY_OK && (rc = ferry_mem_rkey(kept->mem, &kept->rkey)) != FERRY_OK)
+        ferry_mem_deregister(k->ctx, kept->mem);
+    if (rc != FERRY_OK) {
+        free(kept);
+        return rc;
+    }
+    *handle_out = kept;
+    return FERRY_OK;
+}
+
+static int kept_deregister(void *arg, void *handle)
+{
+    am_keep_t *k = arg;
+    am_kept_t *kept = handle;
+    int rc = ferry_mem_deregister(k->ctx, kept->mem);
+    free(kept);
+    return rc;
+}
+
+/* The cache of module m, made on first use; NULL where there is none. */
+static mem_rcache_t *keep_cache(ferry_ctx_t *ctx, struct api_am_large *lg, int m)
+{
+    am_keep_t *k = &lg->keeps[m];
+    if (k->cache != NULL || k->tried)
+        return k->cache;
+    k->tried = true;
+    k->ctx = ctx;
+    k->m = m;
+    mem_rcache_params_t rp = {
+        .name = "rendezvous",
+        .limit_hint = NULL,
+        .reg = kept_register,
+        .dereg = kept_deregister,
+        .arg = k,
+        .log = &ctx->log,
+        .idle_max = lg->keep,
+    };
+    if (mem_params_register(&ctx->params, &rp.mem) != FERRY_OK ||
+        mem_rcache_create(&rp, &k->cache) != FERRY_OK)
+        k->cache = NULL;
+    return k->cache;
+}
+
+/* The module whose cache a GET send to dst may take its registration from:
+ * dst's one rail, when its peers read our memory without keys anyway; -1
+ * otherwise (several rails, or a path where a key guards our memory). */
+static int keep_path(ferry_ctx_t *ctx, const struct api_am_large *lg, int dst)
+{
+    if (lg->keeps == NULL)
+        return -1;
+    int rails[BML_MAX_PATHS];
+    if (bml_rails(ctx, dst, 0, rails, BML_MAX_PATHS) != 1 ||
+        !(ctx->modules[rails[0]]->attr.flags & FERRY_BTL_FLAG_PEERS_READ))
+        return -1;
+    return rails[0];
+}
+
+/* GET: registers s's buffer for dst (from the path's cache where keep_path
+ * says so) and gives its key. */
+static int send_register(ferry_ctx_t *ctx, struct api_am_large *lg, am_send_t *s,
+                         ferry_rkey_t *rkey_out)
+{
+    int m = keep_path(ctx, lg, s->dst);
+    mem_rcache_t *c = m >= 0 ? keep_cache(ctx, lg, m) : NULL;
+    if (c != NULL) {
+        mem_reg_t *r;
+        int rc = mem_rcache_get(c, (void *)s->buf, s->len, FERRY_ACCESS_REMOTE_READ, &r);
+        if (rc != FERRY_OK)
+            return rc;
+        am_kept_t *kept = r->handle;
+        s->kept = r;
+        s->keep_m = m;
+        *rkey_out = kept->rkey;
+        return FERRY_OK;
+    }
+    int rc = api_mem_register_for(ctx, (void *)s->buf, s->len, FERRY_ACCESS_REMOTE_READ, s->dst,
+                                  &s->mem);
+    if (rc == FERRY_OK)
+        rc = ferry_mem_rkey(s->mem, rkey_out);
+    return rc;
+}
+
+/* Ends s's registration: released, or back into its cache, which lets all
+ * its unused ones go once the path's peers no longer read our memory
+ * anyway (sm found cross-memory attach refused). */
+static void send_unregister(ferry_ctx_t *ctx, struct api_am_large *lg, am_send_t *s)
+{
+    if (s->mem != NULL) {
+        ferry_mem_deregister(ctx, s->mem);
+        s->mem = NULL;
+    }
+    if (s->kept != NULL) {
+        mem_rcache_t *c = lg->keeps[s->keep_m].cache;
+        mem_rcache_put(c, s->kept);
+        s->kept = NULL;
+        if (!(ctx->modules[s->keep_m]->attr.flags & FERRY_BTL_FLAG_PEERS_READ))
+            mem_rcache_flush(c);
+    }
+}
+
 static void send_finish(ferry_ctx_t *ctx, struct api_am_large *lg, am_send_t *s, int status)
 {
     util_list_remove(&lg->sends, &s->link);
@@ -396,10 +554,7 @@ static void send_finish(ferry_ctx_t *ctx, struct api_am_large *lg, am_send_t *s,
     if (s->streaming && s->off < s->todo)
         lg->n_pushing--;
     s->streaming = false;
-    if (s->mem != NULL) {
-        ferry_mem_deregister(ctx, s->mem);
-        s->mem = NULL;
-    }
+    send_unregister(ctx, lg, s);
     free(s->bounce);
     s->bounce = NULL;
     free(s->iov);
@@ -565,17 +720,13 @@ static int large_start(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, 
     rts.proto = proto;
     rts.hdr_len = (uint16_t)hlen;
     if (proto == RNDV_GET) {
-        rc = api_mem_register_for(ctx, (void *)s->buf, len, FERRY_ACCESS_REMOTE_READ, dst,
-                                  &s->mem);
-        if (rc == FERRY_OK)
-            rc = ferry_mem_rkey(s->mem, &rts.rkey);
+        rc = send_register(ctx, lg, s, &rts.rkey);
         rts.raddr = (uint64_t)(uintptr_t)s->buf;
     }
     if (rc == FERRY_OK)
         rc = rts_send(ctx, dst, &rts, hdr, hlen);
     if (rc != FERRY_OK) {
-        if (s->mem != NULL)
-            ferry_mem_deregister(ctx, s->mem);
+        send_unregister(ctx, lg, s);
         free(s->bounce);
         free(s->iov);
         free(s);
@@ -710,12 +861,29 @@ int ferry_am_send_nb(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_
 
 /* ---- internal senders (src/msg) ---- */
 
+/* The most bytes (header and data) a tagged message to dst carries in one
+ * fragment: the path's msg_eager_max, within the max send size; but the
+ * max send size while a rendezvous of ours to dst is open. A lone message
+ * is faster by one get than by a copy into the transport and one out of it;
+ * in a stream the two ends copy at once, where gets would follow one
+ * another (tag-bw at 8 KiB: 12 GB/s eager, 4-5 by get). */
+static size_t msg_eager(const ferry_ctx_t *ctx, const btl_peer_t *peer, int dst)
+{
+    size_t cut = ctx->modules[peer->module_idx]->attr.msg_eager_max;
+    const struct api_am_large *lg = ctx->api->large;
+    if (cut == 0 || cut >= peer->max_send || (lg != NULL && lg->peer[dst].n_sends > 0))
+        return peer->max_send;
+    return cut;
+}
+
 long api_am_internal_eager_max(ferry_ctx_t *ctx, int dst, size_t hlen)
 {
-    long max = ferry_am_max_size(ctx, dst);
-    if (max < 0)
-        return max;
-    return (size_t)max > hlen ? max - (long)hlen : 0;
+    int rc;
+    btl_peer_t *peer = api_peer(ctx, dst, &rc);
+    if (peer == NULL)
+        return rc;
+    size_t max = msg_eager(ctx, peer, dst);
+    return max > hlen ? (long)(max - hlen) : 0;
 }
 
 int api_am_send_flat_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen,
@@ -727,7 +895,8 @@ int api_am_send_flat_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t
     btl_peer_t *peer = api_peer(ctx, dst, &rc);
     if (peer == NULL)
         return rc;
-    if (len > peer->max_send || hlen > peer->max_send - len)
+    size_t eager = msg_eager(ctx, peer, dst);
+    if (len > eager || hlen > eager - len)
         return 1;
     rc = api_cbq_waiting(ctx, dst) ? FERRY_ERR_NO_RESOURCE
                                    : send_once(ctx, dst, API_TAG_MSG, hdr, hlen, data, len);
@@ -749,7 +918,8 @@ int api_am_send_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen
         return rc;
     ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
     size_t len = ferry_convertor_remaining(conv);
-    if (len <= peer->max_send && hlen <= peer->max_send - len) {
+    size_t eager = msg_eager(ctx, peer, dst);
+    if (len <= eager && hlen <= eager - len) {
         bool contig = !ferry_convertor_need_buffers(conv);
         if (api_cbq_waiting(ctx, dst)) {
             rc = FERRY_ERR_NO_RESOURCE; /* behind what a callback queued */
@@ -839,6 +1009,11 @@ int ferry_am_sizes(ferry_ctx_t *ctx, int dst, ferry_am_sizes_t *out)
     out->large_max = lg->large_max;
     out->rndv = (ferry_am_rndv_t)proto_for(lg, btl, out->rndv_min);
     out->pipe_max = lg->rndv_mode == RNDV_AUTO ? btl->attr.rndv_pipe_max : 0;
+    size_t cut = btl->attr.msg_eager_max;
+    out->msg_eager_max = cut > 0 && cut < peer->max_send ? cut : peer->max_send;
+    int m = out->rndv == FERRY_AM_RNDV_GET ? keep_path(ctx, lg, dst) : -1;
+    mem_rcache_t *c = m >= 0 ? keep_cache(ctx, lg, m) : NULL;
+    out->keeps_keys = c != NULL && c->leave_pinned;
     return FERRY_OK;
 }
 
@@ -1754,6 +1929,9 @@ void api_am_large_fini(ferry_ctx_t *ctx)
     for (int r = 0; r < ctx->size; r++)
         while ((it = util_list_pop_front(&lg->peer[r].q)) != NULL)
             free(UTIL_CONTAINER_OF(it, am_queued_t, link));
+    for (int m = 0; lg->keeps != NULL && m < ctx->n_modules; m++)
+        mem_rcache_destroy(lg->keeps[m].cache);
+    free(lg->keeps);
     free(lg->peer);
     free(lg);
     ctx->api->large = NULL;

@@ -89,6 +89,9 @@ typedef struct am_frag {
  * flight to one peer (a peer with twice as many open at a receiver, with
  * the answers owed to it, is taken as failed there). */
 #define API_AM_LARGE_INFLIGHT_DEFAULT ((size_t)1024)
+/* FERRY_AM_RNDV_KEEP's default: unused GET registrations a path's cache
+ * keeps (each takes one of sm's FERRY_SM_REG_SLOTS). */
+#define API_AM_RNDV_KEEP_DEFAULT ((size_t)16)
 /* The tagged layer's bounds on what one source may leave unmatched
  * (src/msg; declared with the API's parameters so that ferry_info lists
  * them and ferry_init checks them). */
@@ -150,16 +153,17 @@ int api_am_register_internal(ferry_ctx_t *ctx, api_am_frag_cb_t frag_cb,
 
 /*
  * Sends hlen header bytes and conv's data from its cursor to dst for the
- * internal handler: as one MSG fragment when they fit the path's max send
- * size (*done_out set true, nothing more happens: cb is not called), else
+ * internal handler: as one MSG fragment when they fit the path's eager size
+ * for tagged messages (msg_eager_max, within the max send size; *done_out set true, nothing more happens: cb is not called), else
  * by rendezvous (*done_out false; cb runs from progress when the data may
  * be reused). FERRY_ERR_NO_RESOURCE: nothing sent, retry after progress.
  */
 /*
  * The eager case of api_am_send_internal for contiguous data, without a
  * convertor: hlen header bytes then len bytes at data, as one MSG fragment.
- * FERRY_OK: sent (the buffers may be reused); 1: larger than the path's max
- * send size, nothing sent (use api_am_send_internal); otherwise as
+ * FERRY_OK: sent (the buffers may be reused); 1: larger than the path's
+ * eager size for tagged messages (its msg_eager_max, within its max send
+ * size), nothing sent (use api_am_send_internal); otherwise as
  * api_am_send_internal (FERRY_ERR_NO_RESOURCE: retry after progress).
  */
 int api_am_send_flat_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen,

@@ -311,6 +311,10 @@ static inline int api_putn_inline_start(ferry_ctx_t *ctx, int dst, int m, const 
 int api_mem_register_for(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access, int dst,
                          ferry_mem_t **mem_out);
 
+/* ferry_mem_register with module m alone (a rendezvous kept in m's cache). */
+int api_mem_register_on(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access, int m,
+                        ferry_mem_t **mem_out);
+
 /* Is [buf, buf + len) inside local (a registration of ctx)? */
 bool api_mem_covers(const ferry_ctx_t *ctx, const ferry_mem_t *local, const void *buf,
                     size_t len);

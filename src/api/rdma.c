@@ -177,13 +177,13 @@ static bool range_mapped(const void *addr, size_t len)
     return msync((void *)start, end - start, MS_ASYNC) == 0;
 }
 
-static int mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access, int dst,
-                        ferry_mem_t **mem_out);
+static int mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access,
+                        const int *only, int n_only, ferry_mem_t **mem_out);
 
 int ferry_mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access,
                        ferry_mem_t **mem_out)
 {
-    return mem_register(ctx, addr, len, access, -1, mem_out);
+    return mem_register(ctx, addr, len, access, NULL, 0, mem_out);
 }
 
 int api_mem_register_for(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access, int dst,
@@ -191,14 +191,23 @@ int api_mem_register_for(ferry_ctx_t *ctx, void *addr, size_t len, unsigned acce
 {
     if (!api_ctx_live(ctx) || dst < 0 || dst >= ctx->size)
         return FERRY_ERR_INVALID;
-    return mem_register(ctx, addr, len, access, dst, mem_out);
+    int rails[BML_MAX_PATHS];
+    int n = bml_rails(ctx, dst, 0, rails, BML_MAX_PATHS);
+    return mem_register(ctx, addr, len, access, n > 0 ? rails : NULL, n, mem_out);
 }
 
-/* ferry_mem_register; with dst >= 0 only with the rails to dst (the BML's
- * paths of its best class), where there are any: what a rendezvous to dst
- * needs, and no other module's registration. */
-static int mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access, int dst,
+int api_mem_register_on(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access, int m,
                         ferry_mem_t **mem_out)
+{
+    if (!api_ctx_live(ctx) || m < 0 || m >= ctx->n_modules)
+        return FERRY_ERR_INVALID;
+    return mem_register(ctx, addr, len, access, &m, 1, mem_out);
+}
+
+/* ferry_mem_register; with only != NULL only with those n_only modules (a
+ * rendezvous's rails: no other module's registration). */
+static int mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned access,
+                        const int *only, int n_only, ferry_mem_t **mem_out)
 {
     const unsigned known = FERRY_ACCESS_LOCAL | FERRY_ACCESS_REMOTE_READ |
                            FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_ATOMIC;
@@ -226,9 +235,7 @@ static int mem_register(ferry_ctx_t *ctx, void *addr, size_t len, unsigned acces
     mem->addr = addr;
     mem->len = len;
     mem->access = access;
-    int rails[BML_MAX_PATHS];
-    int n = dst >= 0 ? bml_rails(ctx, dst, 0, rails, BML_MAX_PATHS) : 0;
-    int rc = mem_register_some(ctx, mem, -1, n > 0 ? rails : NULL, n);
+    int rc = mem_register_some(ctx, mem, -1, only, n_only);
     if (rc != FERRY_OK) {
         mem_release(ctx, mem);
         return rc;

@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <ferry/ferry.h>
@@ -533,6 +534,79 @@ static int get_status(ferry_ctx_t *ctx, int src, void *buf, size_t len, uint64_t
     return done.status;
 }
 
+/* One message of len bytes from src to next, taken into dst from prev; its
+ * key in *key. */
+static void key_round(state_t *st, const uint8_t *src, uint8_t *dst, size_t len,
+                      ferry_rkey_t *key, uint64_t *raddr)
+{
+    ferry_ctx_t *ctx = st->ctx;
+    /* Nobody sends the next round's message before everyone counts it. */
+    st->knum = 0;
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    nb_t done = {0, 1};
+    CHECK(ferry_am_send_nb(ctx, st->next, TAG_KEY, src, len, nb_done, &done) == FERRY_OK);
+    while (st->knum < 1)
+        CHECK(ferry_progress(ctx) >= 0);
+    *key = st->kkey[0];
+    *raddr = st->kaddr[0];
+    memset(dst, 0, len);
+    st->ddone = 0;
+    CHECK(ferry_am_recv_data(ctx, st->kdata, dst, len, data_cb_done, st) == FERRY_OK);
+    wait_until(ctx, &st->ddone, 1);
+    CHECK(st->dstatus == FERRY_OK);
+    while (done.done == 0)
+        CHECK(ferry_progress(ctx) >= 0);
+    CHECK(done.status == FERRY_OK);
+}
+
+/* A kept registration whose memory is unmapped must go with it: the next
+ * message from new memory at the same address gets a new registration (a
+ * new key), and its receiver reads the new bytes. Were the old one found
+ * again, sm would have revoked it meanwhile (its monitor): the get refused. */
+static void phase_key_unmapped(state_t *st, size_t len)
+{
+    ferry_ctx_t *ctx = st->ctx;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), maplen = (len + page - 1) / page * page;
+    uint8_t *dst = malloc(len);
+    CHECK(dst != NULL);
+    uint8_t *src = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(src != MAP_FAILED);
+    fill(src, len, 7);
+    ferry_rkey_t k1, k2, k3;
+    uint64_t a1, a2, a3;
+    key_round(st, src, dst, len, &k1, &a1);
+    uint8_t *want = malloc(len);
+    CHECK(want != NULL);
+    fill(want, len, 7);
+    CHECK(memcmp(dst, want, len) == 0);
+    key_round(st, src, dst, len, &k2, &a2);
+    CHECK(memcmp(&k1, &k2, sizeof(k1)) == 0 && a2 == a1 && memcmp(dst, want, len) == 0);
+    CHECK(munmap(src, maplen) == 0);
+    /* New memory at the same address where it is free, else anywhere. */
+    uint8_t *again = mmap(src, maplen, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (again != src) {
+        if (again != MAP_FAILED)
+            munmap(again, maplen);
+        again = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        CHECK(again != MAP_FAILED);
+    }
+    fill(again, len, 9);
+    fill(want, len, 9);
+    key_round(st, again, dst, len, &k3, &a3);
+    CHECK(memcmp(dst, want, len) == 0);
+    /* The sender's memory came back at the same address: a new key. */
+    if (a3 == a1)
+        CHECK(memcmp(&k3, &k1, sizeof(k1)) != 0);
+    CHECK(ferry_barrier(ctx) == FERRY_OK);
+    printf("key unmapped (rank %d): kept while mapped (same key), %s\n", st->me,
+           a3 == a1 ? "dropped with its memory (same address, new key, new bytes)"
+                    : "the sender's address was taken meanwhile: new bytes seen, key not compared");
+    munmap(again, maplen);
+    free(dst);
+    free(want);
+}
+
 static void phase_key(state_t *st, size_t max)
 {
     ferry_ctx_t *ctx = st->ctx;
@@ -542,6 +616,10 @@ static void phase_key(state_t *st, size_t max)
     ferry_am_sizes_t sz;
     CHECK(ferry_am_sizes(ctx, st->prev, &sz) == FERRY_OK);
     bool get_mode = sz.rndv == FERRY_AM_RNDV_GET;
+    /* sm with cross-memory attach keeps the registration for the next
+     * message from the buffer (its peers read our memory anyway): then the
+     * key must still read, and come back for the second message. */
+    bool kept = sz.keeps_keys != 0;
     CHECK(ferry_barrier(ctx) == FERRY_OK);
     if (!get_mode) {
         if (st->me == 0)
@@ -567,7 +645,14 @@ static void phase_key(state_t *st, size_t max)
     CHECK(done.status == FERRY_OK);
     CHECK(send_small(ctx, st->next, TAG_NOTE, "k", 1) == FERRY_OK);
     wait_until(ctx, &st->notes, 1);
-    if (revokes) {
+    if (kept) {
+        memset(dst, 0, len);
+        int rc = get_status(ctx, st->prev, dst, len, st->kaddr[0], &st->kkey[0]);
+        if (rc != FERRY_OK)
+            fprintf(stderr, "rank %d: a kept rendezvous key does not read: %s\n", st->me,
+                    ferry_strerror(rc));
+        CHECK(rc == FERRY_OK && memcmp(dst, src, len) == 0);
+    } else if (revokes) {
         int rc = get_status(ctx, st->prev, dst, len, st->kaddr[0], &st->kkey[0]);
         if (rc != FERRY_ERR_ACCESS)
             fprintf(stderr, "rank %d: a finished rendezvous's key still reads: %s\n", st->me,
@@ -580,7 +665,13 @@ static void phase_key(state_t *st, size_t max)
     CHECK(ferry_am_send_nb(ctx, st->next, TAG_KEY, src, len, nb_done, &done) == FERRY_OK);
     while (st->knum < 2)
         CHECK(ferry_progress(ctx) >= 0);
-    if (revokes) {
+    if (kept) {
+        CHECK(memcmp(&st->kkey[1], &st->kkey[0], sizeof(st->kkey[0])) == 0);
+        if (st->me == 0)
+            printf("key reuse: %s keeps the registration (keeps_keys): the key read after "
+                   "the message and came back for the next\n",
+                   btl->attr.name);
+    } else if (revokes) {
         int rc = get_status(ctx, st->prev, dst, len, st->kaddr[0], &st->kkey[0]);
         if (rc != FERRY_ERR_ACCESS)
             fprintf(stderr, "rank %d: an old rendezvous key reads a newer registration: %s\n",
@@ -601,6 +692,8 @@ static void phase_key(state_t *st, size_t max)
     CHECK(ferry_barrier(ctx) == FERRY_OK);
     free(src);
     free(dst);
+    if (kept)
+        phase_key_unmapped(st, len);
 }
 
 /* ---- --random ---- */
@@ -948,6 +1041,17 @@ int main(int argc, char **argv)
     const char *want_rndv = getenv("TEST_EXPECT_RNDV");
     if (want_rndv != NULL)
         CHECK(strcmp(want_rndv, rndv_name) == 0);
+    /* The tagged layer's cut: within the max send size, and where the test
+     * names it (sm: FERRY_SM_MSG_EAGER_MAX with cross-memory attach, the
+     * max send size without), that. */
+    CHECK(sz.msg_eager_max > 0 && sz.msg_eager_max <= sz.eager_max);
+    const char *want_cut = getenv("TEST_EXPECT_MSG_EAGER");
+    if (want_cut != NULL)
+        CHECK(sz.msg_eager_max == (size_t)strtoull(want_cut, NULL, 10));
+    if (st.me == 0)
+        printf("tagged messages: eager up to %zu bytes with their header; rendezvous "
+               "registrations %s\n",
+               sz.msg_eager_max, sz.keeps_keys ? "kept (keeps_keys)" : "released with each message");
 
     if (limit) {
         phase_limit(&st);

@@ -440,6 +440,10 @@ struct sm_reg {
 /* FERRY_SM_RNDV_PIPE_MAX's default: the pipe rendezvous measured slower
  * than get at every size (docs/msg.md). */
 #define SM_RNDV_PIPE_MAX_DEFAULT 0
+/* FERRY_SM_MSG_EAGER_MAX's default: tagged messages larger than this go by
+ * rendezvous (a get by cross-memory attach), measured faster from there on
+ * than a copy through the ring and one out of it (docs/msg.md). */
+#define SM_MSG_EAGER_MAX_DEFAULT (8u * 1024u)
 /* FERRY_SM_CMA_ASSIST's default (docs/msg.md). */
 #define SM_CMA_ASSIST_DEFAULT (128u * 1024u)
 
@@ -451,6 +455,7 @@ typedef struct sm_params {
     size_t cma_lone;
     size_t cma_assist;
     size_t rndv_pipe_max;
+    size_t msg_eager_max;
     bool cma;
     long long fail_timeout_ms;
     size_t reg_slots;

@@ -440,6 +440,12 @@ static int sm_read_params(ferry_ctx_t *ctx, sm_params_t *p)
                                      "rendezvous (streamed through the ring, a copy at each "
                                      "end) rather than by get (cross-memory attach); 0: never",
                                      &p->rndv_pipe_max)) != FERRY_OK ||
+        (rc = rt_param_register_size(r, "sm_msg_eager_max", SM_MSG_EAGER_MAX_DEFAULT, 0, 0,
+                                     "Tagged messages of up to this many bytes (with their "
+                                     "header) go through the ring, larger ones by rendezvous "
+                                     "(a get by cross-memory attach); 0, or without "
+                                     "cross-memory attach: the max send size",
+                                     &p->msg_eager_max)) != FERRY_OK ||
         (rc = rt_param_register_int(r, "sm_fail_timeout", 500, 10, 600000,
                                     "Milliseconds within which a dead local peer is noticed",
                                     &p->fail_timeout_ms)) != FERRY_OK ||
@@ -653,11 +659,14 @@ static int sm_open(ferry_ctx_t *ctx, ferry_btl_module_t ***modules_out, int *cou
                   * attach, our own memory) or goes on ep->queue and the
                   * ring ahead of any later send, and the target copies
                   * its chunks out before it handles what follows. */
-                 FERRY_BTL_FLAG_PUT_ORDERED,
+                 FERRY_BTL_FLAG_PUT_ORDERED |
+                 /* Until the system refuses it (sm_cma_refused). */
+                 (p.cma ? FERRY_BTL_FLAG_PEERS_READ : 0),
         .reg_handle_size = sizeof(sm_key_t),
         .atomic_flags = BTL_ATOMIC_SUPPORTS_CPU,
         .mem_per_peer = 2 * p.ring_size, /* a ring each way */
         .rndv_pipe_max = p.rndv_pipe_max,
+        .msg_eager_max = p.cma ? p.msg_eager_max : 0,
     };
     const btl_frag_params_t fp = {
         .eager_size = p.eager_limit,

@@ -539,8 +539,12 @@ static int rdma_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_desc
         rt_log(&mod->super.ctx->log, RT_LOG_INFO,
                "sm: cross-memory attach refused (%s); copying through shared memory instead",
                strerror(err));
+        /* Refused (on the first call, as a rule): the ring copies it all,
+         * and peers cannot read us either (the system's rule is the same
+         * both ways), so keys guard our memory again. */
         mod->cma_ok = false;
-        /* Refused (on the first call, as a rule): the ring copies it all. */
+        mod->super.attr.flags &= ~(uint32_t)FERRY_BTL_FLAG_PEERS_READ;
+        mod->super.attr.msg_eager_max = 0;
     }
     util_list_append(&ep->queue, &frag->link);
     sm_drain_queue(mod, ep);
