@@ -443,7 +443,7 @@ struct sm_reg {
 /* FERRY_SM_MSG_EAGER_MAX's default: tagged messages larger than this go by
  * rendezvous (a get by cross-memory attach), measured faster from there on
  * than a copy through the ring and one out of it (docs/msg.md). */
-#define SM_MSG_EAGER_MAX_DEFAULT (8u * 1024u)
+#define SM_MSG_EAGER_MAX_DEFAULT (12u * 1024u)
 /* FERRY_SM_CMA_ASSIST's default (docs/msg.md). */
 #define SM_CMA_ASSIST_DEFAULT (128u * 1024u)
 
