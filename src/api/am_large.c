@@ -41,6 +41,7 @@
 #include "api/api.h"
 #include "bml/bml.h"
 #include "mem/rcache.h"
+#include "util/zalloc.h"
 
 /* FERRY_AM_RNDV values. */
 enum {
@@ -674,7 +675,7 @@ static int large_start(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, 
                btl->attr.name);
         return FERRY_ERR_NOT_SUPPORTED;
     }
-    am_send_t *s = calloc(1, sizeof(*s));
+    am_send_t *s = util_zalloc(sizeof(*s));
     if (s == NULL)
         return FERRY_ERR_NO_MEMORY;
     size_t start = conv->pos;
@@ -1343,7 +1344,7 @@ static void rts_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const v
         send_fin(ctx, lg, src, rts.id, FERRY_ERR_TRUNCATE);
         return;
     }
-    ferry_am_data_t *d = calloc(1, sizeof(*d));
+    ferry_am_data_t *d = util_zalloc(sizeof(*d));
     if (d == NULL) {
         send_fin(ctx, lg, src, rts.id, FERRY_ERR_NO_MEMORY);
         return;

@@ -18,6 +18,7 @@
 #include "bml/bml.h"
 #include "btl/base.h"
 #include "btl/base_atomic.h"
+#include "util/zalloc.h"
 
 #define API_REQ_MAGIC 0x51455246u  /* "FREQ" */
 #define API_RKEY_H_MAGIC 0x484b5246u /* "FRKH" */
@@ -689,7 +690,7 @@ static int amo_msg_start(ferry_ctx_t *ctx, int kind, ferry_rkey_h *rh, uint64_t 
     ferry_req_t *req = req_for(ctx, p, &rc);
     if (rc != FERRY_OK)
         return rc;
-    api_amo_sent_t *w = calloc(1, sizeof(*w));
+    api_amo_sent_t *w = util_zalloc(sizeof(*w));
     if (w == NULL)
         return req_abandon(ctx, req, FERRY_ERR_NO_MEMORY);
     size_t key_len = ctx->modules[rh->module]->attr.reg_handle_size;
