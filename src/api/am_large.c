@@ -39,6 +39,7 @@
 
 #include "api/am_large.h"
 #include "api/api.h"
+#include "api/rkey.h"
 #include "bml/bml.h"
 #include "mem/rcache.h"
 #include "util/zalloc.h"
@@ -590,9 +591,9 @@ void api_am_large_rts_lost(ferry_ctx_t *ctx, int dst, const void *data, size_t l
 {
     struct api_am_large *lg = ctx->api->large;
     am_rts_t rts;
-    if (lg == NULL || len < sizeof(rts))
+    if (lg == NULL || len < AM_RTS_FIXED)
         return;
-    memcpy(&rts, data, sizeof(rts));
+    memcpy(&rts, data, AM_RTS_FIXED);
     am_send_t *s = find_send(lg, dst, rts.id);
     if (s == NULL)
         return;
@@ -631,13 +632,16 @@ static uint8_t proto_for(const struct api_am_large *lg, const ferry_btl_module_t
 static int rts_send(ferry_ctx_t *ctx, int dst, const am_rts_t *rts, const void *hdr,
                     size_t hlen)
 {
-    if (sizeof(*rts) + hlen > ctx->peers[dst].max_send)
+    /* The fixed part and the key's key_len bytes (large_start packs it
+     * so), then the header. */
+    size_t n = AM_RTS_FIXED + rts->key_len;
+    if (n + hlen > ctx->peers[dst].max_send)
         return FERRY_ERR_INVALID;
     int rc = api_cbq_waiting(ctx, dst)
                  ? FERRY_ERR_NO_RESOURCE
-                 : send_once(ctx, dst, API_TAG_AM_RTS, rts, sizeof(*rts), hdr, hlen);
+                 : send_once(ctx, dst, API_TAG_AM_RTS, rts, n, hdr, hlen);
     if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0)
-        rc = api_cbq_push_hdr(ctx, dst, API_TAG_AM_RTS, rts, sizeof(*rts), hdr, NULL, hlen);
+        rc = api_cbq_push_hdr(ctx, dst, API_TAG_AM_RTS, rts, n, hdr, NULL, hlen);
     return rc;
 }
 
@@ -720,9 +724,11 @@ static int large_start(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, 
     rts.tag = tag;
     rts.proto = proto;
     rts.hdr_len = (uint16_t)hlen;
+    rts.flags = AM_RTS_KEY_LEN;
     if (proto == RNDV_GET) {
         rc = send_register(ctx, lg, s, &rts.rkey);
         rts.raddr = (uint64_t)(uintptr_t)s->buf;
+        rts.key_len = (uint16_t)api_rkey_packed_len(&rts.rkey);
     }
     if (rc == FERRY_OK)
         rc = rts_send(ctx, dst, &rts, hdr, hlen);
@@ -1317,22 +1323,28 @@ static void rts_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const v
     if (!rts_admit(ctx, lg, src))
         return;
     am_rts_t rts;
-    if (len < sizeof(rts)) {
+    if (len < AM_RTS_FIXED) {
         rt_log(&ctx->log, RT_LOG_WARN, "malformed announcement of %zu bytes from rank %d dropped",
                len, src);
         return;
     }
-    memcpy(&rts, msg, sizeof(rts));
-    const char *hdr = (const char *)msg + sizeof(rts);
-    size_t hlen = len - sizeof(rts);
+    memcpy(&rts, msg, AM_RTS_FIXED);
+    /* The key's bytes that follow, then the header. */
+    size_t klen = (rts.flags & AM_RTS_KEY_LEN) ? rts.key_len : sizeof(rts.rkey);
+    const char *key = (const char *)msg + AM_RTS_FIXED;
+    bool key_ok = (rts.flags & ~AM_RTS_KEY_LEN) == 0 && klen <= sizeof(rts.rkey) &&
+                  klen <= len - AM_RTS_FIXED;
+    const char *hdr = key + (key_ok ? klen : 0);
+    size_t hlen = len - AM_RTS_FIXED - (key_ok ? klen : 0);
     bool internal = rts.tag == API_TAG_MSG;
-    if (rts.hdr_len != hlen || hlen > API_AM_HDR_MAX || (hlen > 0 && !internal) ||
+    if (!key_ok || rts.hdr_len != hlen || hlen > API_AM_HDR_MAX || (hlen > 0 && !internal) ||
         (!internal && rts.tag > FERRY_AM_TAG_MAX) ||
         (rts.proto != RNDV_GET && rts.proto != RNDV_PUT && rts.proto != RNDV_PIPE)) {
         rt_log(&ctx->log, RT_LOG_WARN,
-               "malformed announcement from rank %d (tag %u, protocol %u, header %u of %zu "
-               "bytes) refused",
-               src, (unsigned)rts.tag, (unsigned)rts.proto, (unsigned)rts.hdr_len, hlen);
+               "malformed announcement from rank %d (tag %u, protocol %u, flags %u, key %zu "
+               "bytes, header %u of %zu bytes) refused",
+               src, (unsigned)rts.tag, (unsigned)rts.proto, (unsigned)rts.flags, klen,
+               (unsigned)rts.hdr_len, hlen);
         send_fin(ctx, lg, src, rts.id, FERRY_ERR_PROTO);
         return;
     }
@@ -1356,7 +1368,7 @@ static void rts_recv(ferry_ctx_t *ctx, struct api_am_large *lg, int src, const v
     d->id = rts.id;
     d->len = (size_t)rts.len;
     d->raddr = rts.raddr;
-    d->rkey = rts.rkey;
+    memcpy(d->rkey.bytes, key, klen); /* the rest zero, as d */
     util_list_append(&lg->recvs, &d->link);
     lg->peer[src].n_recvs++;
 

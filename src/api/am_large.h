@@ -57,9 +57,19 @@ typedef struct am_rts {
     uint8_t tag;    /* application tag, or API_TAG_MSG */
     uint8_t proto;  /* FERRY_AM_RNDV_GET, _PUT or _PIPE */
     uint16_t hdr_len;
-    uint32_t pad;
+    /* With AM_RTS_KEY_LEN in flags, the key's first key_len bytes follow
+     * (the rest is zero: a packed key takes some 60 of its 256 bytes, and
+     * the whole would be four more cache lines through the transport);
+     * without, the whole key. The internal header follows the key. */
+    uint16_t key_len;
+    uint16_t flags;
     ferry_rkey_t rkey; /* GET: its key */
 } am_rts_t;
+
+/* am_rts_t's flags. */
+#define AM_RTS_KEY_LEN 1u
+/* What precedes the key on the wire. */
+#define AM_RTS_FIXED offsetof(am_rts_t, rkey)
 
 typedef struct am_fin {
     uint64_t id;

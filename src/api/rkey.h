@@ -87,4 +87,9 @@ int api_rkey_resolve(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t 
 int api_rkey_parse(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t *rkey,
                    api_rkey_header_t *hdr_out, uint8_t *key_out);
 
+/* The bytes of a key this process packed (ferry_mem_rkey) that its header
+ * and entries take: the rest is zero. FERRY_RKEY_SIZE for anything that
+ * does not add up. */
+size_t api_rkey_packed_len(const ferry_rkey_t *rkey);
+
 #endif /* API_RKEY_H */

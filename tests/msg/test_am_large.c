@@ -415,6 +415,29 @@ static void send_raw_rts(ferry_ctx_t *ctx, int dst, uint8_t tag, uint64_t len)
     CHECK(rc == FERRY_OK);
 }
 
+/* An announcement with the key's length on the wire (AM_RTS_KEY_LEN, as
+ * ferry sends them) that lies: flags and key_len as given, nkey key bytes
+ * actually sent. */
+static void send_raw_rts_keylen(ferry_ctx_t *ctx, int dst, uint8_t tag, uint16_t flags,
+                                uint16_t key_len, size_t nkey)
+{
+    am_rts_t rts;
+    memset(&rts, 0, sizeof(rts));
+    rts.id = 0xbad1000 + key_len;
+    rts.len = 1000;
+    rts.raddr = 4096;
+    rts.tag = tag;
+    rts.proto = FERRY_AM_RNDV_GET;
+    rts.flags = flags;
+    rts.key_len = key_len;
+    memset(&rts.rkey, 0x41, sizeof(rts.rkey));
+    int rc;
+    while ((rc = btl_ctx_send_small(ctx, dst, API_TAG_AM_RTS, &rts, AM_RTS_FIXED + nkey)) ==
+           FERRY_ERR_NO_RESOURCE)
+        ferry_progress(ctx);
+    CHECK(rc == FERRY_OK);
+}
+
 static void phase_absurd(state_t *st)
 {
     ferry_ctx_t *ctx = st->ctx;
@@ -424,6 +447,12 @@ static void phase_absurd(state_t *st)
     st->ddone = 0;
     int got = st->got;
     CHECK(ferry_barrier(ctx) == FERRY_OK);
+    /* Keys that do not add up, refused before any handler: longer than a
+     * key, longer than what came, and a flag nobody defined. */
+    send_raw_rts_keylen(ctx, st->next, TAG_DATA, AM_RTS_KEY_LEN, FERRY_RKEY_SIZE + 1,
+                        FERRY_RKEY_SIZE + 1);
+    send_raw_rts_keylen(ctx, st->next, TAG_DATA, AM_RTS_KEY_LEN, 64, 10);
+    send_raw_rts_keylen(ctx, st->next, TAG_DATA, AM_RTS_KEY_LEN | 2, 8, 8);
     send_raw_rts(ctx, st->next, TAG_ORD, (uint64_t)1 << 63);  /* beyond any address space */
     send_raw_rts(ctx, st->next, TAG_ORD, (uint64_t)1 << 40);  /* beyond FERRY_AM_LARGE_MAX */
     send_raw_rts(ctx, st->next, TAG_DATA, (uint64_t)1 << 63); /* refused before the handler */

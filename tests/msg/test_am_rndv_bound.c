@@ -458,7 +458,7 @@ static void mode_rts_lost(state_t *st, bool dies)
          * (FERRY_ERR_INVALID), though rank 1 lives. */
         ferry_btl_module_t *btl = ctx->modules[ctx->peers[1].module_idx];
         size_t keep = btl->attr.max_send_size;
-        btl->attr.max_send_size = sizeof(am_rts_t) - 1;
+        btl->attr.max_send_size = AM_RTS_FIXED;
         CHECK(ferry_progress(ctx) >= 0);
         btl->attr.max_send_size = keep;
         CHECK(ctx->api->cbq_count == 0); /* the fill and the announcement: lost */
