@@ -10,9 +10,10 @@
  * complete. Except on a path whose peers read this process's memory without
  * keys anyway (FERRY_BTL_FLAG_PEERS_READ: sm with cross-memory attach),
  * where the registration costs more than a small message's whole trip:
- * there it comes from a registration cache of that path's (keep_get), kept
- * after the send for the next one from the same buffer, at most
- * FERRY_AM_RNDV_KEEP unused, dropped when its memory is unmapped. PUT: the announcement carries no key; the receiver registers
+ * there it comes from a registration cache of that path's (send_register),
+ * kept after the send for the next one from the same buffer, at most
+ * FERRY_AM_RNDV_KEEP unused, dropped when its memory is unmapped. PUT: the
+ * announcement carries no key; the receiver registers
  * its destination (REMOTE_WRITE, for the duration, with the rails to the
  * sender only) and answers
  * CTS; the sender puts and, once the put is complete at both ends, says
@@ -62,7 +63,7 @@ typedef struct am_send {
     size_t len;
     char *bounce;     /* packed copy of a non-contiguous layout, or NULL */
     ferry_mem_t *mem; /* GET: the buffer's registration, for the duration */
-    mem_reg_t *kept;  /* GET: or the kept one it came from (keep_get), of path keep_m */
+    mem_reg_t *kept;  /* GET: or the kept one it came from, of path keep_m */
     int keep_m;
     bool putting;     /* PUT: the put has been started */
     /* PIPE: the layout packed fragment by fragment (packing), with a copy
@@ -177,7 +178,7 @@ struct api_am_large {
     struct am_keep *keeps; /* [ctx->n_modules] */
 };
 
-/* A module's cache of GET sender registrations (keep_get). */
+/* A module's cache of GET sender registrations (send_register). */
 typedef struct am_keep {
     ferry_ctx_t *ctx;
     int m;

@@ -430,9 +430,13 @@ static void send_raw_rts_keylen(ferry_ctx_t *ctx, int dst, uint8_t tag, uint16_t
     rts.proto = FERRY_AM_RNDV_GET;
     rts.flags = flags;
     rts.key_len = key_len;
-    memset(&rts.rkey, 0x41, sizeof(rts.rkey));
+    /* The fixed part, then nkey key bytes (more than a key, maybe). */
+    uint8_t wire[AM_RTS_FIXED + FERRY_RKEY_SIZE + 8];
+    CHECK(nkey <= sizeof(wire) - AM_RTS_FIXED);
+    memcpy(wire, &rts, AM_RTS_FIXED);
+    memset(wire + AM_RTS_FIXED, 0x41, nkey);
     int rc;
-    while ((rc = btl_ctx_send_small(ctx, dst, API_TAG_AM_RTS, &rts, AM_RTS_FIXED + nkey)) ==
+    while ((rc = btl_ctx_send_small(ctx, dst, API_TAG_AM_RTS, wire, AM_RTS_FIXED + nkey)) ==
            FERRY_ERR_NO_RESOURCE)
         ferry_progress(ctx);
     CHECK(rc == FERRY_OK);

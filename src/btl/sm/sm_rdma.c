@@ -238,6 +238,20 @@ static int cma_copy(pid_t pid, bool to_them, void *mine, void *theirs, size_t le
     return 0;
 }
 
+/* The system refused us cross-memory attach (err: EPERM or ENOSYS), on the
+ * first call as a rule: the ring copies everything from now on, and peers
+ * cannot read us either (the system's rule is the same both ways), so keys
+ * guard our memory again. */
+static void cma_refused(sm_module_t *mod, int err)
+{
+    rt_log(&mod->super.ctx->log, RT_LOG_INFO,
+           "sm: cross-memory attach refused (%s); copying through shared memory instead",
+           strerror(err));
+    mod->cma_ok = false;
+    mod->super.attr.flags &= ~(uint32_t)FERRY_BTL_FLAG_PEERS_READ;
+    mod->super.attr.msg_eager_max = 0;
+}
+
 static int cma_status(int err)
 {
     return err == ESRCH ? FERRY_ERR_UNREACH
@@ -536,15 +550,7 @@ static int rdma_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, ferry_btl_desc
             sm_complete(mod, frag, cma_status(err));
             return FERRY_OK;
         }
-        rt_log(&mod->super.ctx->log, RT_LOG_INFO,
-               "sm: cross-memory attach refused (%s); copying through shared memory instead",
-               strerror(err));
-        /* Refused (on the first call, as a rule): the ring copies it all,
-         * and peers cannot read us either (the system's rule is the same
-         * both ways), so keys guard our memory again. */
-        mod->cma_ok = false;
-        mod->super.attr.flags &= ~(uint32_t)FERRY_BTL_FLAG_PEERS_READ;
-        mod->super.attr.msg_eager_max = 0;
+        cma_refused(mod, err);
     }
     util_list_append(&ep->queue, &frag->link);
     sm_drain_queue(mod, ep);
@@ -1403,6 +1409,34 @@ atomic_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, void *local, ferry_btl_
 
 /* The direct path (ferry_btl_ops.rdma_direct): a peer's heap, or our own
  * memory, copied here and now; anything else goes through put/get. */
+/* rdma_direct on ordinary memory: where rdma_start would make a plain
+ * cross-memory copy at once (sm_cma_for, below the assisted size), the same
+ * copy inside the call, with no descriptor, no local registration and no
+ * completion to queue (a large message's get at its receiver, a lone put or
+ * get). FERRY_ERR_NOT_SUPPORTED: the ordinary path decides. */
+static int cma_direct(sm_module_t *mod, ferry_btl_endpoint_t *ep, bool put, void *local,
+                      uint64_t raddr, const uint8_t *rkey, size_t size)
+{
+    if (!sm_cma_for(mod, ep, size) || (mod->p.cma_assist > 0 && size >= mod->p.cma_assist))
+        return FERRY_ERR_NOT_SUPPORTED;
+    sm_reg_view_t view;
+    int rc = sm_check_peer_key(peer_table(ep), ep->peer_reg_slots, rkey, raddr, size,
+                               put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ, &view);
+    if (rc != FERRY_OK)
+        return rc;
+    int err = cma_copy(ep->pid, put, local, (void *)(uintptr_t)raddr, size);
+    if (err == EPERM || err == ENOSYS) {
+        cma_refused(mod, err);
+        return FERRY_ERR_NOT_SUPPORTED;
+    }
+    if (err != 0)
+        return cma_status(err);
+    ep->cma_worked = true;
+    /* As after any cross-memory copy: a key withdrawn meanwhile voids it. */
+    return sm_peer_key_live(peer_table(ep), ep->peer_reg_slots, rkey) ? FERRY_BTL_DONE
+                                                                      : FERRY_ERR_ACCESS;
+}
+
 int sm_rdma_direct(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, bool put, void *local,
                    uint64_t raddr, const uint8_t *rkey, size_t size)
 {
@@ -1420,6 +1454,8 @@ int sm_rdma_direct(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, bool put, 
     unsigned char *there;
     rc = heap_resolve(mod, ep, rkey, raddr, size,
                       put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ, &there);
+    if (rc == FERRY_ERR_NOT_SUPPORTED)
+        return cma_direct(mod, ep, put, local, raddr, rkey, size);
     if (rc != FERRY_OK)
         return rc;
     if (put)
