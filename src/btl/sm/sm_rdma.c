@@ -1425,12 +1425,14 @@ static int cma_direct(sm_module_t *mod, ferry_btl_endpoint_t *ep, bool put, void
     if (rc != FERRY_OK)
         return rc;
     int err = cma_copy(ep->pid, put, local, (void *)(uintptr_t)raddr, size);
-    if (err == EPERM || err == ENOSYS) {
+    if (err == EPERM || err == ENOSYS)
         cma_refused(mod, err);
-        return FERRY_ERR_NOT_SUPPORTED;
-    }
+    /* Refused, or failed otherwise (the peer gone: ESRCH; memory not
+     * mapped: EFAULT): the ordinary path tries again and reports it through
+     * the operation's completion, as it always has. A peer's death is not
+     * the caller's to hear of from the call before progress has said so. */
     if (err != 0)
-        return cma_status(err);
+        return FERRY_ERR_NOT_SUPPORTED;
     ep->cma_worked = true;
     /* As after any cross-memory copy: a key withdrawn meanwhile voids it. */
     return sm_peer_key_live(peer_table(ep), ep->peer_reg_slots, rkey) ? FERRY_BTL_DONE
