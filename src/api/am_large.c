@@ -190,6 +190,7 @@ typedef struct am_keep {
 typedef struct am_kept {
     ferry_mem_t *mem;
     ferry_rkey_t rkey;
+    size_t key_len; /* of rkey's bytes, what the packed key takes */
 } am_kept_t;
 
 static const char *const rndv_names = "auto, get, put or pipe";
@@ -450,7 +451,7 @@ static int kept_register(void *arg, void *base, size_t len, uint32_t access, voi
     if (kept == NULL)
         return FERRY_ERR_NO_MEMORY;
     int rc = api_mem_register_on(k->ctx, base, len, access, k->m, &kept->mem);
-    if (rc == FERRY_OK && (rc = ferry_mem_rkey(kept->mem, &kept->rkey)) != FERRY_OK)
+    if (rc == FERRY_OK && (rc = api_mem_rkey(kept->mem, &kept->rkey, &kept->key_len)) != FERRY_OK)
         ferry_mem_deregister(k->ctx, kept->mem);
     if (rc != FERRY_OK) {
         free(kept);
@@ -498,7 +499,9 @@ static mem_rcache_t *keep_cache(ferry_ctx_t *ctx, struct api_am_large *lg, int m
  * otherwise (several rails, or a path where a key guards our memory). */
 static int keep_path(ferry_ctx_t *ctx, const struct api_am_large *lg, int dst)
 {
-    if (lg->keeps == NULL)
+    /* The flag of dst's first path first: no rails to look up elsewhere. */
+    if (lg->keeps == NULL ||
+        !(ctx->modules[ctx->peers[dst].module_idx]->attr.flags & FERRY_BTL_FLAG_PEERS_READ))
         return -1;
     int rails[BML_MAX_PATHS];
     if (bml_rails(ctx, dst, 0, rails, BML_MAX_PATHS) != 1 ||
@@ -508,9 +511,9 @@ static int keep_path(ferry_ctx_t *ctx, const struct api_am_large *lg, int dst)
 }
 
 /* GET: registers s's buffer for dst (from the path's cache where keep_path
- * says so) and gives its key. */
+ * says so) and gives its key, and the bytes of it the packed key takes. */
 static int send_register(ferry_ctx_t *ctx, struct api_am_large *lg, am_send_t *s,
-                         ferry_rkey_t *rkey_out)
+                         ferry_rkey_t *rkey_out, size_t *key_len_out)
 {
     int m = keep_path(ctx, lg, s->dst);
     mem_rcache_t *c = m >= 0 ? keep_cache(ctx, lg, m) : NULL;
@@ -523,12 +526,13 @@ static int send_register(ferry_ctx_t *ctx, struct api_am_large *lg, am_send_t *s
         s->kept = r;
         s->keep_m = m;
         *rkey_out = kept->rkey;
+        *key_len_out = kept->key_len;
         return FERRY_OK;
     }
     int rc = api_mem_register_for(ctx, (void *)s->buf, s->len, FERRY_ACCESS_REMOTE_READ, s->dst,
                                   &s->mem);
     if (rc == FERRY_OK)
-        rc = ferry_mem_rkey(s->mem, rkey_out);
+        rc = api_mem_rkey(s->mem, rkey_out, key_len_out);
     return rc;
 }
 
@@ -727,9 +731,10 @@ static int large_start(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, 
     rts.hdr_len = (uint16_t)hlen;
     rts.flags = AM_RTS_KEY_LEN;
     if (proto == RNDV_GET) {
-        rc = send_register(ctx, lg, s, &rts.rkey);
+        size_t key_len = 0;
+        rc = send_register(ctx, lg, s, &rts.rkey, &key_len);
         rts.raddr = (uint64_t)(uintptr_t)s->buf;
-        rts.key_len = (uint16_t)api_rkey_packed_len(&rts.rkey);
+        rts.key_len = (uint16_t)key_len;
     }
     if (rc == FERRY_OK)
         rc = rts_send(ctx, dst, &rts, hdr, hlen);
@@ -869,19 +874,24 @@ int ferry_am_send_nb(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_
 
 /* ---- internal senders (src/msg) ---- */
 
-/* The most bytes (header and data) a tagged message to dst carries in one
- * fragment: the path's msg_eager_max, within the max send size; but the
- * max send size while a rendezvous of ours to dst is open. A lone message
- * is faster by one get than by a copy into the transport and one out of it;
- * in a stream the two ends copy at once, where gets would follow one
- * another (tag-bw at 8 KiB: 12 GB/s eager, 4-5 by get). */
-static size_t msg_eager(const ferry_ctx_t *ctx, const btl_peer_t *peer, int dst)
+/* The path's cut for tagged messages to peer (ferry_am_sizes'
+ * msg_eager_max): its msg_eager_max, within the max send size. */
+static size_t msg_cut(const ferry_ctx_t *ctx, const btl_peer_t *peer)
 {
     size_t cut = ctx->modules[peer->module_idx]->attr.msg_eager_max;
+    return cut > 0 && cut < peer->max_send ? cut : peer->max_send;
+}
+
+/* The most bytes (header and data) a tagged message to dst carries in one
+ * fragment: msg_cut, but the max send size while a rendezvous of ours to
+ * dst is open. A lone message is faster by one get than by a copy into the
+ * transport and one out of it; in a stream the two ends copy at once, where
+ * gets would follow one another (tag-bw at 8 KiB: 12 GB/s eager, 4-5 by
+ * get). */
+static size_t msg_eager(const ferry_ctx_t *ctx, const btl_peer_t *peer, int dst)
+{
     const struct api_am_large *lg = ctx->api->large;
-    if (cut == 0 || cut >= peer->max_send || (lg != NULL && lg->peer[dst].n_sends > 0))
-        return peer->max_send;
-    return cut;
+    return lg != NULL && lg->peer[dst].n_sends > 0 ? peer->max_send : msg_cut(ctx, peer);
 }
 
 long api_am_internal_eager_max(ferry_ctx_t *ctx, int dst, size_t hlen)
@@ -1017,8 +1027,7 @@ int ferry_am_sizes(ferry_ctx_t *ctx, int dst, ferry_am_sizes_t *out)
     out->large_max = lg->large_max;
     out->rndv = (ferry_am_rndv_t)proto_for(lg, btl, out->rndv_min);
     out->pipe_max = lg->rndv_mode == RNDV_AUTO ? btl->attr.rndv_pipe_max : 0;
-    size_t cut = btl->attr.msg_eager_max;
-    out->msg_eager_max = cut > 0 && cut < peer->max_send ? cut : peer->max_send;
+    out->msg_eager_max = msg_cut(ctx, peer);
     int m = out->rndv == FERRY_AM_RNDV_GET ? keep_path(ctx, lg, dst) : -1;
     mem_rcache_t *c = m >= 0 ? keep_cache(ctx, lg, m) : NULL;
     out->keeps_keys = c != NULL && c->leave_pinned;

@@ -283,24 +283,12 @@ int ferry_mem_deregister(ferry_ctx_t *ctx, ferry_mem_t *mem)
     return mem_release(ctx, mem);
 }
 
-size_t api_rkey_packed_len(const ferry_rkey_t *rkey)
+int ferry_mem_rkey(const ferry_mem_t *mem, ferry_rkey_t *rkey_out)
 {
-    api_rkey_header_t hdr;
-    memcpy(&hdr, rkey->bytes, sizeof(hdr));
-    if (hdr.magic != API_RKEY_MAGIC)
-        return FERRY_RKEY_SIZE;
-    size_t off = sizeof(hdr);
-    for (unsigned i = 0; i < hdr.n_entries; i++) {
-        api_rkey_entry_t e;
-        if (off + sizeof(e) > FERRY_RKEY_SIZE)
-            return FERRY_RKEY_SIZE;
-        memcpy(&e, rkey->bytes + off, sizeof(e));
-        off += sizeof(e) + e.key_len;
-    }
-    return off < FERRY_RKEY_SIZE ? off : FERRY_RKEY_SIZE;
+    return api_mem_rkey(mem, rkey_out, NULL);
 }
 
-int ferry_mem_rkey(const ferry_mem_t *mem, ferry_rkey_t *rkey_out)
+int api_mem_rkey(const ferry_mem_t *mem, ferry_rkey_t *rkey_out, size_t *len_out)
 {
     if (mem == NULL || rkey_out == NULL)
         return FERRY_ERR_INVALID;
@@ -352,6 +340,8 @@ int ferry_mem_rkey(const ferry_mem_t *mem, ferry_rkey_t *rkey_out)
     }
     memcpy(rkey.bytes, &hdr, sizeof(hdr));
     *rkey_out = rkey;
+    if (len_out != NULL)
+        *len_out = off;
     return FERRY_OK;
 }
 

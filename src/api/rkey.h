@@ -87,9 +87,8 @@ int api_rkey_resolve(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t 
 int api_rkey_parse(const ferry_ctx_t *ctx, int m, int dst, const ferry_rkey_t *rkey,
                    api_rkey_header_t *hdr_out, uint8_t *key_out);
 
-/* The bytes of a key this process packed (ferry_mem_rkey) that its header
- * and entries take: the rest is zero. FERRY_RKEY_SIZE for anything that
- * does not add up. */
-size_t api_rkey_packed_len(const ferry_rkey_t *rkey);
+/* ferry_mem_rkey, and in *len_out (when not NULL) the bytes of the key its
+ * header and entries take: the rest is zero. */
+int api_mem_rkey(const ferry_mem_t *mem, ferry_rkey_t *rkey_out, size_t *len_out);
 
 #endif /* API_RKEY_H */

@@ -1298,8 +1298,9 @@ const btl_amo_hooks_t sm_amo_hooks = {
  * Where [raddr, raddr + size) under rkey lies in our mapping of the peer's
  * heap, with need among the registration's rights: FERRY_OK and *there;
  * FERRY_ERR_NOT_SUPPORTED when the memory is not a heap of the peer's (or
- * cannot be mapped): the peer must do it; FERRY_ERR_ACCESS when the key
- * refuses. The last heap registration resolved is cached per endpoint and
+ * cannot be mapped), the key, range and right checked all the same (but for
+ * an atomic its owner executes): the peer must do it, or a cross-memory
+ * copy (cma_direct); FERRY_ERR_ACCESS when the key refuses. The last heap registration resolved is cached per endpoint and
  * revalidated by its table entry's generation, which changes with every
  * rewrite, so a repeated key costs one compare and one load. The caller
  * checks the generation again after the access (sm_peer_key_live).
@@ -1316,13 +1317,16 @@ static inline int heap_resolve(sm_module_t *mod, ferry_btl_endpoint_t *ep, const
     if (ep->hcache.valid && key.slot == ep->hcache.key.slot && key.gen == ep->hcache.key.gen &&
         key.nonce == ep->hcache.key.nonce &&
         atomic_load_explicit(&peer_table(ep)[key.slot].gen, memory_order_acquire) == key.gen) {
-        /* Only the range and the right are new. */
-        if (ep->hcache.there == NULL || ((need & FERRY_ACCESS_REMOTE_ATOMIC) &&
-                                         (ep->hcache.access & FERRY_BTL_ACCESS_TARGET_ATOMICS)))
+        /* Only the range and the right are new: checked, as the slow path
+         * checks them, before ordinary memory is left to the caller. */
+        if ((need & FERRY_ACCESS_REMOTE_ATOMIC) &&
+            (ep->hcache.access & FERRY_BTL_ACCESS_TARGET_ATOMICS))
             return FERRY_ERR_NOT_SUPPORTED;
         if ((ep->hcache.access & need) != need || raddr < ep->hcache.base ||
             ep->hcache.len < size || raddr - ep->hcache.base > ep->hcache.len - size)
             return FERRY_ERR_ACCESS;
+        if (ep->hcache.there == NULL)
+            return FERRY_ERR_NOT_SUPPORTED;
         *there = ep->hcache.there + (raddr - ep->hcache.base);
         return FERRY_OK;
     }
@@ -1407,23 +1411,17 @@ atomic_start(sm_module_t *mod, ferry_btl_endpoint_t *ep, void *local, ferry_btl_
     return FERRY_BTL_DONE;
 }
 
-/* The direct path (ferry_btl_ops.rdma_direct): a peer's heap, or our own
- * memory, copied here and now; anything else goes through put/get. */
-/* rdma_direct on ordinary memory: where rdma_start would make a plain
- * cross-memory copy at once (sm_cma_for, below the assisted size), the same
- * copy inside the call, with no descriptor, no local registration and no
- * completion to queue (a large message's get at its receiver, a lone put or
- * get). FERRY_ERR_NOT_SUPPORTED: the ordinary path decides. */
+/* rdma_direct on ordinary memory whose key, range and right heap_resolve
+ * has checked: where rdma_start would make a plain cross-memory copy at
+ * once (sm_cma_for, below the assisted size), the same copy inside the
+ * call, with no descriptor, no local registration and no completion to
+ * queue (a large message's get at its receiver, a lone put or get).
+ * FERRY_ERR_NOT_SUPPORTED: the ordinary path decides. */
 static int cma_direct(sm_module_t *mod, ferry_btl_endpoint_t *ep, bool put, void *local,
                       uint64_t raddr, const uint8_t *rkey, size_t size)
 {
     if (!sm_cma_for(mod, ep, size) || (mod->p.cma_assist > 0 && size >= mod->p.cma_assist))
         return FERRY_ERR_NOT_SUPPORTED;
-    sm_reg_view_t view;
-    int rc = sm_check_peer_key(peer_table(ep), ep->peer_reg_slots, rkey, raddr, size,
-                               put ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ, &view);
-    if (rc != FERRY_OK)
-        return rc;
     int err = cma_copy(ep->pid, put, local, (void *)(uintptr_t)raddr, size);
     if (err == EPERM || err == ENOSYS)
         cma_refused(mod, err);
@@ -1439,6 +1437,9 @@ static int cma_direct(sm_module_t *mod, ferry_btl_endpoint_t *ep, bool put, void
                                                                       : FERRY_ERR_ACCESS;
 }
 
+/* The direct path (ferry_btl_ops.rdma_direct): a peer's heap, or our own
+ * memory, copied here and now, and ordinary memory by cma_direct; anything
+ * else goes through put/get. */
 int sm_rdma_direct(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, bool put, void *local,
                    uint64_t raddr, const uint8_t *rkey, size_t size)
 {
