@@ -511,8 +511,10 @@ struct sm_module {
     bool prefetch_write;
     pid_t self_pid;
     btl_nonces_t nonces; /* random bits for keys, drawn in batches */
-    /* Failure checks. */
+    /* Progress calls (the periodic failure checks count them), and how many
+     * peers each polls (sm_max_eager_rdma_peers; the rest every eighth). */
     uint32_t progress_calls;
+    int hot_peers;
     uint64_t next_check_ns;
 };
 
@@ -652,7 +654,9 @@ static inline void sm_ring_bits_clear(uint64_t *bits, uint64_t from, uint64_t to
 
 /* Publishes hdr, the header of the message of size ring bytes at ring
  * offset off (off and size as reserved): written last with release, it
- * makes the payload visible to the reader. */
+ * makes the payload visible to the reader. The sender's own record of
+ * where headers lie is brought up to date after the header is out, so the
+ * reader waits for none of it. */
 static inline void sm_ring_publish(ferry_btl_endpoint_t *ep, uint64_t ring, uint64_t off,
                                    uint64_t size, uint64_t hdr)
 {
@@ -660,18 +664,21 @@ static inline void sm_ring_publish(ferry_btl_endpoint_t *ep, uint64_t ring, uint
     uint64_t first = off / SM_ALIGN, end = first + size / SM_ALIGN;
     uint64_t *bits = ep->hdr_bits;
 
+    /* A payload word of an earlier lap where the next header goes could pass
+     * for a header by chance; zero it first, ordered before this header by
+     * the release below. A header of an earlier lap never matches. (The
+     * next slot is none of this message's: a message never fills the
+     * ring, sm_ring_room.) */
+    uint64_t next = end & (ring / SM_ALIGN - 1); /* the ring is a power of two */
+    bool zero_next = !sm_ring_slot_is_hdr(bits, next);
+    if (zero_next)
+        atomic_store_explicit(sm_ring_hdr_at(base, next * SM_ALIGN), 0, memory_order_relaxed);
+    atomic_store_explicit(sm_ring_hdr_at(base, off), hdr, memory_order_release);
     /* The payload now fills the slots after the header. */
     sm_ring_bits_clear(bits, first + 1, end);
     bits[first / 64] |= (uint64_t)1 << (first % 64);
-    /* A payload word of an earlier lap where the next header goes could pass
-     * for a header by chance; zero it first, ordered before this header by
-     * the release below. A header of an earlier lap never matches. */
-    uint64_t next = end & (ring / SM_ALIGN - 1); /* the ring is a power of two */
-    if (!sm_ring_slot_is_hdr(bits, next)) {
-        atomic_store_explicit(sm_ring_hdr_at(base, next * SM_ALIGN), 0, memory_order_relaxed);
+    if (zero_next)
         bits[next / 64] |= (uint64_t)1 << (next % 64);
-    }
-    atomic_store_explicit(sm_ring_hdr_at(base, off), hdr, memory_order_release);
 }
 
 /* Publishes the message reserved at pos. */

@@ -232,33 +232,12 @@ static int run_completions(sm_module_t *mod)
     return btl_frags_run_completions(&mod->frags, &mod->completed, sm_completion_done);
 }
 
-static int sm_progress(ferry_btl_module_t *btl)
+/* What progress does besides reading the channels: queued sends and
+ * rdma, completions, the periodic look at peers' liveness and reports.
+ * Out of line, so that a poll that finds these idle pays for none of it. */
+static int __attribute__((noinline)) progress_rest(sm_module_t *mod, uint32_t calls)
 {
-    sm_module_t *mod = sm_of(btl);
     int n = 0;
-
-    /* A sender that connected since the last look: one shared word read. */
-    if (atomic_load_explicit(&mod->hdr->connect_seq, memory_order_acquire) !=
-        mod->seen_connect_seq)
-        sm_scan_new_senders(mod);
-    /* The hottest peers are polled every call, the rest every eighth. */
-    bool all = (++mod->progress_calls & 7) == 0;
-    int hot = (int)mod->p.max_eager_rdma_peers;
-    for (int i = 0; i < mod->npoll; i++) {
-        if (i >= hot && !all)
-            break;
-        ferry_btl_endpoint_t *ep = mod->poll[i];
-        if (!sm_channel_ready(mod, ep))
-            continue;
-        int got = sm_poll_channel(mod, ep);
-        if (got > 0 && i >= hot && i > 0 && mod->poll[i] == ep) {
-            /* Busy peers move up, one place at a time. */
-            mod->poll[i] = mod->poll[i - 1];
-            mod->poll[i - 1] = ep;
-        }
-        n += got;
-    }
-
     util_list_item_t *it = util_list_first(&mod->sending);
     while (it != NULL) {
         ferry_btl_endpoint_t *ep = UTIL_CONTAINER_OF(it, ferry_btl_endpoint_t, sending_link);
@@ -282,11 +261,45 @@ static int sm_progress(ferry_btl_module_t *btl)
     if (!util_list_empty(&mod->completed))
         n += run_completions(mod);
     if (!util_list_empty(&mod->amo.completed))
-        n += btl_amo_progress(btl, &mod->amo);
-    if ((mod->progress_calls & 15) == 0)
+        n += btl_amo_progress(&mod->super, &mod->amo);
+    if ((calls & 15) == 0)
         n += sm_check_peers(mod);
     n += btl_base_progress_reports(&mod->super);
     return n;
+}
+
+static int sm_progress(ferry_btl_module_t *btl)
+{
+    sm_module_t *mod = sm_of(btl);
+    int n = 0;
+
+    /* A sender that connected since the last look: one shared word read. */
+    if (atomic_load_explicit(&mod->hdr->connect_seq, memory_order_acquire) !=
+        mod->seen_connect_seq)
+        sm_scan_new_senders(mod);
+    /* The hottest peers are polled every call, the rest every eighth. */
+    uint32_t calls = ++mod->progress_calls;
+    int hot = mod->hot_peers, npoll = mod->npoll;
+    int upto = npoll <= hot || (calls & 7) == 0 ? npoll : hot;
+    for (int i = 0; i < upto; i++) {
+        ferry_btl_endpoint_t *ep = mod->poll[i];
+        if (!sm_channel_ready(mod, ep))
+            continue;
+        int got = sm_poll_channel(mod, ep);
+        if (got > 0 && i >= hot && i > 0 && mod->poll[i] == ep) {
+            /* Busy peers move up, one place at a time. */
+            mod->poll[i] = mod->poll[i - 1];
+            mod->poll[i - 1] = ep;
+        }
+        n += got;
+    }
+    if (__builtin_expect(util_list_empty(&mod->sending) && util_list_empty(&mod->iputs_done) &&
+                             util_list_empty(&mod->completed) &&
+                             util_list_empty(&mod->amo.completed) && (calls & 15) != 0 &&
+                             mod->super.reports == NULL,
+                         1))
+        return n;
+    return n + progress_rest(mod, calls);
 }
 
 static int sm_flush(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep)
@@ -609,6 +622,7 @@ static int sm_init(ferry_btl_module_t *btl, void *arg)
     const sm_params_t *p = arg;
     mod->seg_fd = -1;
     mod->p = *p;
+    mod->hot_peers = (int)p->max_eager_rdma_peers;
     mod->prefetch_write = p->prefetch_write && cpu_prefetch_write();
     mod->cma_ok = p->cma;
     mod->nranks = btl->ctx->size;
