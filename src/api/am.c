@@ -95,9 +95,10 @@ am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t len)
 }
 
 /* The common case with nothing to call but the transport: a message that
- * fits one send to a reachable peer of one rail, nothing queued from
- * callbacks, through a transport with sendi (its answer is the call's, as
- * in am_send). Anything else is am_send's to decide from the start. */
+ * fits one send to a reachable peer of one rail, outside callbacks and with
+ * nothing queued from them, through a transport with sendi, whose answer is
+ * the call's (as in am_send), so that the send is the call's last step.
+ * Anything else is am_send's to decide from the start. */
 int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t len)
 {
     if (__builtin_expect(ctx != NULL && ctx->magic == BTL_CTX_MAGIC && ctx->api != NULL &&
@@ -106,16 +107,15 @@ int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t l
                          1)) {
         btl_peer_t *peer = &ctx->peers[dst];
         if (__builtin_expect(peer->module_idx >= 0 && !peer->failed && len <= peer->max_send &&
-                                 ctx->api->cbq_count == 0 && !bml_keeping(ctx, dst),
+                                 ctx->in_callback == 0 && ctx->api->cbq_count == 0 &&
+                                 !bml_keeping(ctx, dst),
                              1)) {
             ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
             if (btl->attr.flags & FERRY_BTL_FLAG_SENDI) {
-                int rc = btl->ops->sendi(btl, peer->ep, NULL, 0, data, len, (uint8_t)tag);
-                if (rc == FERRY_OK)
-                    api_am_sent(ctx, dst);
-                else if (rc == FERRY_ERR_NO_RESOURCE && ctx->in_callback > 0)
-                    rc = api_cbq_push(ctx, dst, tag, data, NULL, len);
-                return rc;
+                /* Marked before the send: a send refused leaves one flush
+                 * marker more to go, never one too few. */
+                api_am_sent(ctx, dst);
+                return btl->ops->sendi(btl, peer->ep, NULL, 0, data, len, (uint8_t)tag);
             }
         }
     }
@@ -150,23 +150,10 @@ int api_send_two_kept(ferry_ctx_t *ctx, int dst, uint8_t tag, const void *hdr, s
     return bml_am_sent(ctx, dst, m, btl_ctx_send(ctx, dst, tag, hdr, hlen, payload, plen));
 }
 
-void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, void *cbdata)
+/* api_am_dispatch for every case but the common one. */
+static void __attribute__((noinline))
+am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, ferry_ctx_t *ctx)
 {
-    ferry_ctx_t *ctx = cbdata;
-    /* The common case straight to its handler: an application message in
-     * one segment, no large message under way. */
-    if (__builtin_expect(rd->seg_cnt == 1 && rd->tag <= FERRY_AM_TAG_MAX &&
-                             ctx->api->large == NULL && ctx->api->am[rd->tag].cb != NULL,
-                         1)) {
-        if (!bml_am_rx(ctx, btl, rd->peer))
-            return;
-        ferry_am_cb_t cb = ctx->api->am[rd->tag].cb;
-        ctx->in_callback++;
-        cb(ctx, rd->peer, rd->tag, ferry_btl_seg_ptr(&rd->segs[0]), rd->segs[0].len,
-           ctx->api->am[rd->tag].arg);
-        ctx->in_callback--;
-        return;
-    }
     const void *data = NULL;
     size_t len = 0;
     char *joined = NULL;
@@ -211,6 +198,26 @@ void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, v
         api_am_large_recv(ctx, rd->peer, rd->tag, data, len);
     }
     free(joined);
+}
+
+void api_am_dispatch(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd, void *cbdata)
+{
+    ferry_ctx_t *ctx = cbdata;
+    /* The common case straight to its handler: an application message in
+     * one segment, no large message under way. Anything else, or a message
+     * bml_am_rx does not simply count, is am_dispatch's from the start. */
+    if (__builtin_expect(rd->seg_cnt == 1 && rd->tag <= FERRY_AM_TAG_MAX &&
+                             ctx->api->large == NULL && ctx->api->am[rd->tag].cb != NULL &&
+                             bml_am_rx_simple(ctx, rd->peer),
+                         1)) {
+        ferry_am_cb_t cb = ctx->api->am[rd->tag].cb;
+        ctx->in_callback++;
+        cb(ctx, rd->peer, rd->tag, ferry_btl_seg_ptr(&rd->segs[0]), rd->segs[0].len,
+           ctx->api->am[rd->tag].arg);
+        ctx->in_callback--;
+        return;
+    }
+    am_dispatch(btl, rd, ctx);
 }
 
 void api_am_deliver(ferry_ctx_t *ctx, int src, int tag, const void *data, size_t len)

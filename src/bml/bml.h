@@ -233,6 +233,19 @@ static inline bool bml_am_rx(ferry_ctx_t *ctx, const ferry_btl_module_t *btl, in
     return true;
 }
 
+/* bml_am_rx when it would only count the message (true: counted), else
+ * false with nothing done, for the caller to take the whole way. */
+static inline bool bml_am_rx_simple(ferry_ctx_t *ctx, int src)
+{
+    if (ctx->bml == NULL || ctx->bml->peers == NULL)
+        return true;
+    bml_peer_t *bp = &ctx->bml->peers[src];
+    if (bp->rx_drop != 0)
+        return false;
+    bp->rx_count++;
+    return true;
+}
+
 /* Sends what the replay owes: counts asked for, losses told, messages sent
  * again. Returns events handled. */
 int bml_progress(ferry_ctx_t *ctx);

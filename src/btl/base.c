@@ -184,17 +184,12 @@ int btl_base_nonce(ferry_btl_module_t *btl, btl_nonces_t *pool, const char *who,
     return FERRY_OK;
 }
 
-int btl_base_deliver(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd)
+int btl_base_deliver_unhandled(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd)
 {
-    ferry_btl_am_cb_t cb = btl->am[rd->tag].cb;
-    if (cb == NULL) {
-        rt_log(&btl->ctx->log, RT_LOG_WARN,
-               "%s: message with tag %u from rank %d has no handler; dropped", btl->attr.name,
-               (unsigned)rd->tag, rd->peer);
-        return FERRY_ERR_NOT_FOUND;
-    }
-    cb(btl, rd, btl->am[rd->tag].cbdata);
-    return FERRY_OK;
+    rt_log(&btl->ctx->log, RT_LOG_WARN,
+           "%s: message with tag %u from rank %d has no handler; dropped", btl->attr.name,
+           (unsigned)rd->tag, rd->peer);
+    return FERRY_ERR_NOT_FOUND;
 }
 
 /* A report waiting for progress. */

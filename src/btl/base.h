@@ -38,7 +38,16 @@ int btl_base_nonce(ferry_btl_module_t *btl, btl_nonces_t *pool, const char *who,
 /* Hands a received fragment to its tag's handler. A fragment for a tag with
  * no handler is dropped with a warning (the peer broke the protocol or
  * registered late) and FERRY_ERR_NOT_FOUND is returned. */
-int btl_base_deliver(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd);
+/* The part of btl_base_deliver for a tag with no handler. */
+int btl_base_deliver_unhandled(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd);
+static inline int btl_base_deliver(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd)
+{
+    ferry_btl_am_cb_t cb = btl->am[rd->tag].cb;
+    if (cb == NULL)
+        return btl_base_deliver_unhandled(btl, rd);
+    cb(btl, rd, btl->am[rd->tag].cbdata);
+    return FERRY_OK;
+}
 
 /* Reports a peer failure or fatal error through the registered callback
  * (logged at error level when none is registered). The report waits in the

@@ -79,6 +79,44 @@ static void publish_tail(ferry_btl_endpoint_t *ep)
     ep->published_tail = ep->rpos;
 }
 
+/* What poll_other tells the loop in sm_poll_channel to do next. */
+enum { POLL_NEXT, POLL_SKIPPED, POLL_STOP, POLL_FAILED };
+
+/* Every message but an ordinary one (SM_T_DATA, handled in the loop):
+ * out of line, so that the loop keeps to the registers it needs. */
+static int __attribute__((noinline)) poll_other(sm_module_t *mod, ferry_btl_endpoint_t *ep,
+                                                uint8_t type, uint8_t tag, unsigned char *msg,
+                                                uint32_t len, bool *publish_now)
+{
+    switch (type) {
+    case SM_T_SKIP:
+        return POLL_SKIPPED;
+    case SM_T_PUTN: {
+        bool tracked = len >= sizeof(sm_putn_hdr_t) &&
+                       !(((const sm_putn_hdr_t *)(const void *)msg)->flags & SM_PUTN_TELL);
+        if (!sm_putn_handle(mod, ep, tag, msg, len))
+            return POLL_FAILED;
+        /* A tracked one completes at its initiator when our tail passes it. */
+        *publish_now = *publish_now || tracked;
+        return POLL_NEXT;
+    }
+    case SM_T_PUT:
+    case SM_T_GET_REQ:
+    case SM_T_GET_RESP:
+    case SM_T_AMO_REQ:
+    case SM_T_AMO_ANSWER:
+    case SM_T_ASSIST:
+        if (!sm_rdma_handle(mod, ep, type, msg, len))
+            return POLL_STOP; /* a get or atomic past the peer's budget waits where it is */
+        /* A ring put completes at its initiator when our tail passes it. */
+        *publish_now = *publish_now || type == SM_T_PUT;
+        return POLL_NEXT;
+    default:
+        sm_ep_fail(mod, ep, "it sent a message of unknown type");
+        return POLL_FAILED;
+    }
+}
+
 /* Reads what has arrived from ep, at most a batch, handing each message to
  * its handler while it still sits in the ring. */
 int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
@@ -111,11 +149,7 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
             return n;
         }
         unsigned char *msg = base + off + SM_HDR_SIZE;
-        switch (type) {
-        case SM_T_SKIP:
-            ep->rpos += ring - off;
-            continue;
-        case SM_T_DATA: {
+        if (__builtin_expect(type == SM_T_DATA, 1)) {
             if (tag >= FERRY_BTL_TAG_BTL_MIN) {
                 sm_ep_fail(mod, ep, "it sent a message on a reserved tag");
                 return n;
@@ -124,39 +158,22 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
             ferry_btl_recv_desc_t rd = {
                 .ep = ep, .peer = ep->rank, .tag = tag, .segs = &seg, .seg_cnt = 1};
             btl_base_deliver(&mod->super, &rd);
-            break;
-        }
-        case SM_T_PUTN: {
-            bool tracked = len >= sizeof(sm_putn_hdr_t) &&
-                           !(((const sm_putn_hdr_t *)(const void *)msg)->flags & SM_PUTN_TELL);
-            if (!sm_putn_handle(mod, ep, tag, msg, len))
+        } else {
+            int next = poll_other(mod, ep, type, tag, msg, len, &publish_now);
+            if (next == POLL_SKIPPED) {
+                ep->rpos += ring - off;
+                continue;
+            }
+            if (next == POLL_STOP)
+                break;
+            if (next == POLL_FAILED)
                 return n;
-            /* A tracked one completes at its initiator when our tail
-             * passes it. */
-            publish_now = publish_now || tracked;
-            break;
-        }
-        case SM_T_PUT:
-        case SM_T_GET_REQ:
-        case SM_T_GET_RESP:
-        case SM_T_AMO_REQ:
-        case SM_T_AMO_ANSWER:
-        case SM_T_ASSIST:
-            if (!sm_rdma_handle(mod, ep, type, msg, len))
-                goto out; /* a get or atomic past the peer's budget waits where it is */
-            /* A ring put completes at its initiator when our tail passes it. */
-            publish_now = publish_now || type == SM_T_PUT;
-            break;
-        default:
-            sm_ep_fail(mod, ep, "it sent a message of unknown type");
-            return n;
         }
         if (!ep->polled)
             return n; /* a handler failed the endpoint */
         ep->rpos += sm_span(off, len);
         n++;
     }
-out:
     if (n > 0)
         ep->sends_unanswered = 0; /* not a stream: the peer answers */
     /* Credits go back in batches (the seed's sr_win), or at once when an
