@@ -1122,9 +1122,10 @@ void api_putn_recv(ferry_ctx_t *ctx, int src, const void *data, size_t len)
     api_am_deliver(ctx, src, h.tag, payload, h.plen);
 }
 
-int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const void *buf,
-                     size_t len, int tag, const void *payload, size_t plen,
-                     const ferry_op_params_t *p)
+/* ferry_put_notify for every case (below, the common one). */
+static int __attribute__((noinline))
+put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const void *buf, size_t len,
+           int tag, const void *payload, size_t plen, const ferry_op_params_t *p)
 {
     int rc;
     if (!api_tag_valid(tag) || (payload == NULL && plen > 0) || plen > FERRY_PUT_NOTIFY_MAX)
@@ -1232,6 +1233,48 @@ int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const v
             util_list_append(&ctx->api->notify_q, &n->link);
     }
     return req_started(p, req);
+}
+
+/* The common case in one pass: no request or callback, a live handle on
+ * the peer's current path that covers the range, a transport that took no
+ * direct put for the key and writes the put and its notification as one
+ * message of its own (sm's ring), nothing queued ahead of it. What the
+ * transport declines (FERRY_ERR_NOT_SUPPORTED, nothing started) and every
+ * other case are put_notify's from the start. */
+int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const void *buf,
+                     size_t len, int tag, const void *payload, size_t plen,
+                     const ferry_op_params_t *p)
+{
+    if (__builtin_expect(p == NULL && ctx != NULL && ctx->magic == BTL_CTX_MAGIC &&
+                             ctx->api != NULL && rh != NULL && rh->magic == API_RKEY_H_MAGIC &&
+                             rh->ctx == ctx && api_tag_valid(tag) &&
+                             (payload != NULL || plen == 0) && plen <= FERRY_PUT_NOTIFY_MAX &&
+                             (buf != NULL || len == 0),
+                         1)) {
+        btl_peer_t *peer = &ctx->peers[rh->dst];
+        ferry_btl_module_t *btl = ctx->modules[rh->module];
+        struct api_state *api = ctx->api;
+        if (__builtin_expect(!peer->failed && peer->module_idx == rh->module &&
+                                 plen <= peer->max_send &&
+                                 rh_covers(rh, raddr, len, FERRY_ACCESS_REMOTE_WRITE) &&
+                                 (btl->attr.flags & FERRY_BTL_FLAG_PUT) &&
+                                 btl->ops->put_notify_inline != NULL &&
+                                 (rh->direct_no || !api_direct_may(btl, len, NULL)) &&
+                                 util_list_empty(&api->notify_q) && api->cbq_count == 0 &&
+                                 util_list_empty(&api->issue_queue) && !bml_multi(ctx, rh->dst),
+                             1)) {
+            int rc = btl->ops->put_notify_inline(
+                btl, peer->ep, buf, len, raddr, rh->key, (uint8_t)tag, payload, plen,
+                FERRY_BTL_PUTN_UNTRACKED, api_putn_refused, &api->slots[rh->dst], NULL);
+            if (rc == FERRY_OK) {
+                api_am_sent(ctx, rh->dst);
+                return FERRY_OK;
+            }
+            if (rc != FERRY_ERR_NOT_SUPPORTED)
+                return rc;
+        }
+    }
+    return put_notify(ctx, rh, raddr, buf, len, tag, payload, plen, p);
 }
 
 /* ---- flush markers ---- */

@@ -484,6 +484,12 @@ static void test_refusals(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t base)
           FERRY_ERR_INVALID);
     CHECK(ferry_put_notify(ctx, rh, base + g_region_len, &r64, 8, TAG_NOTE, pl, 1, NULL) ==
           FERRY_ERR_ACCESS);
+    CHECK(ferry_put_notify(ctx, rh, base - 8, &r64, 8, TAG_NOTE, pl, 1, NULL) ==
+          FERRY_ERR_ACCESS);
+    CHECK(ferry_put_notify(ctx, rh, base + OFF_PLAIN, NULL, 8, TAG_NOTE, pl, 1, NULL) ==
+          FERRY_ERR_INVALID);
+    CHECK(ferry_put_notify(NULL, rh, base + OFF_PLAIN, &r64, 8, TAG_NOTE, pl, 1, NULL) ==
+          FERRY_ERR_INVALID);
 
     /* Keys: wrong rank, garbage, NULL, out of range. */
     ferry_rkey_h *bad = (ferry_rkey_h *)0x1;
