@@ -894,16 +894,6 @@ static size_t msg_eager(const ferry_ctx_t *ctx, const btl_peer_t *peer, int dst)
     return lg != NULL && lg->peer[dst].n_sends > 0 ? peer->max_send : msg_cut(ctx, peer);
 }
 
-long api_am_internal_eager_max(ferry_ctx_t *ctx, int dst, size_t hlen)
-{
-    int rc;
-    btl_peer_t *peer = api_peer(ctx, dst, &rc);
-    if (peer == NULL)
-        return rc;
-    size_t max = msg_eager(ctx, peer, dst);
-    return max > hlen ? (long)(max - hlen) : 0;
-}
-
 int api_am_send_flat_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen,
                               const void *data, size_t len)
 {

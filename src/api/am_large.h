@@ -182,10 +182,6 @@ int api_am_send_flat_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t
 int api_am_send_internal(ferry_ctx_t *ctx, int dst, const void *hdr, size_t hlen,
                          ferry_convertor_t *conv, ferry_comp_cb_t cb, void *arg, bool *done_out);
 
-/* The largest data that goes with hlen header bytes to dst in one MSG
- * fragment, or a negative status. */
-long api_am_internal_eager_max(ferry_ctx_t *ctx, int dst, size_t hlen);
-
 /* For attack tests: what peer has open here (its announcements not yet
  * over, and the answers to them waiting for the transport), 0s before any
  * large message. */
