@@ -94,11 +94,24 @@ am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t len)
     return rc;
 }
 
+/* ferry_am_send's common case inside a callback (a handler's reply): what
+ * the transport has no room for is queued, to leave with progress. */
+static int __attribute__((noinline))
+am_send_in_callback(ferry_ctx_t *ctx, ferry_btl_module_t *btl, btl_peer_t *peer, int dst, int tag,
+                    const void *data, size_t len)
+{
+    int rc = btl->ops->sendi(btl, peer->ep, NULL, 0, data, len, (uint8_t)tag);
+    if (rc == FERRY_ERR_NO_RESOURCE)
+        rc = api_cbq_push(ctx, dst, tag, data, NULL, len);
+    return rc;
+}
+
 /* The common case with nothing to call but the transport: a message that
- * fits one send to a reachable peer of one rail, outside callbacks and with
- * nothing queued from them, through a transport with sendi, whose answer is
- * the call's (as in am_send), so that the send is the call's last step.
- * Anything else is am_send's to decide from the start. */
+ * fits one send to a reachable peer of one rail, with nothing queued from
+ * callbacks, through a transport with sendi. Outside callbacks its answer
+ * is the call's (as in am_send), so that the send is the call's last step;
+ * inside one, am_send_in_callback queues what it refuses. Anything else is
+ * am_send's to decide from the start. */
 int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t len)
 {
     if (__builtin_expect(ctx != NULL && ctx->magic == BTL_CTX_MAGIC && ctx->api != NULL &&
@@ -107,15 +120,16 @@ int ferry_am_send(ferry_ctx_t *ctx, int dst, int tag, const void *data, size_t l
                          1)) {
         btl_peer_t *peer = &ctx->peers[dst];
         if (__builtin_expect(peer->module_idx >= 0 && !peer->failed && len <= peer->max_send &&
-                                 ctx->in_callback == 0 && ctx->api->cbq_count == 0 &&
-                                 !bml_keeping(ctx, dst),
+                                 ctx->api->cbq_count == 0 && !bml_keeping(ctx, dst),
                              1)) {
             ferry_btl_module_t *btl = ctx->modules[peer->module_idx];
             if (btl->attr.flags & FERRY_BTL_FLAG_SENDI) {
                 /* Marked before the send: a send refused leaves one flush
                  * marker more to go, never one too few. */
                 api_am_sent(ctx, dst);
-                return btl->ops->sendi(btl, peer->ep, NULL, 0, data, len, (uint8_t)tag);
+                if (__builtin_expect(ctx->in_callback == 0, 1))
+                    return btl->ops->sendi(btl, peer->ep, NULL, 0, data, len, (uint8_t)tag);
+                return am_send_in_callback(ctx, btl, peer, dst, tag, data, len);
             }
         }
     }
