@@ -82,8 +82,9 @@ static void publish_tail(ferry_btl_endpoint_t *ep)
 /* What poll_other tells the loop in sm_poll_channel to do next. */
 enum { POLL_NEXT, POLL_SKIPPED, POLL_STOP, POLL_FAILED };
 
-/* Every message but an ordinary one (SM_T_DATA, handled in the loop):
- * out of line, so that the loop keeps to the registers it needs. */
+/* Every message but an ordinary one and a put with notification (SM_T_DATA
+ * and SM_T_PUTN, handled in the loop): out of line, so that the loop keeps
+ * to the registers it needs. */
 static int __attribute__((noinline)) poll_other(sm_module_t *mod, ferry_btl_endpoint_t *ep,
                                                 uint8_t type, uint8_t tag, unsigned char *msg,
                                                 uint32_t len, bool *publish_now)
@@ -91,15 +92,6 @@ static int __attribute__((noinline)) poll_other(sm_module_t *mod, ferry_btl_endp
     switch (type) {
     case SM_T_SKIP:
         return POLL_SKIPPED;
-    case SM_T_PUTN: {
-        bool tracked = len >= sizeof(sm_putn_hdr_t) &&
-                       !(((const sm_putn_hdr_t *)(const void *)msg)->flags & SM_PUTN_TELL);
-        if (!sm_putn_handle(mod, ep, tag, msg, len))
-            return POLL_FAILED;
-        /* A tracked one completes at its initiator when our tail passes it. */
-        *publish_now = *publish_now || tracked;
-        return POLL_NEXT;
-    }
     case SM_T_PUT:
     case SM_T_GET_REQ:
     case SM_T_GET_RESP:
@@ -158,6 +150,16 @@ int sm_poll_channel(sm_module_t *mod, ferry_btl_endpoint_t *ep)
             ferry_btl_recv_desc_t rd = {
                 .ep = ep, .peer = ep->rank, .tag = tag, .segs = &seg, .seg_cnt = 1};
             btl_base_deliver(&mod->super, &rd);
+        } else if (type == SM_T_PUTN) {
+            /* A put with notification: the other message a ping-pong waits
+             * for, so not through poll_other's switch. */
+            bool tracked = len >= sizeof(sm_putn_hdr_t) &&
+                           !(((const sm_putn_hdr_t *)(const void *)msg)->flags & SM_PUTN_TELL);
+            if (!sm_putn_handle(mod, ep, tag, msg, len))
+                return n;
+            /* A tracked one completes at its initiator when our tail passes
+             * it. */
+            publish_now = publish_now || tracked;
         } else {
             int next = poll_other(mod, ep, type, tag, msg, len, &publish_now);
             if (next == POLL_SKIPPED) {
