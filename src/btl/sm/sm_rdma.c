@@ -744,10 +744,13 @@ int sm_put_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void 
     return FERRY_OK;
 }
 
-int sm_put_notify_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void *local,
-                         size_t size, uint64_t raddr, const uint8_t *rkey, uint8_t tag,
-                         const void *payload, size_t plen, uint32_t flags,
-                         ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata)
+/* sm_put_notify_inline with every check, and every case: a tracked one, a
+ * first untracked one, a lap's end, credits to read again. */
+static int __attribute__((noinline))
+put_notify_checked(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void *local,
+                   size_t size, uint64_t raddr, const uint8_t *rkey, uint8_t tag,
+                   const void *payload, size_t plen, uint32_t flags, ferry_btl_rdma_cb_t cb,
+                   void *cbctx, void *cbdata)
 {
     sm_module_t *mod = (sm_module_t *)btl;
     if (mod == NULL || ep == NULL || ep->mod != mod || rkey == NULL || cb == NULL ||
@@ -798,6 +801,53 @@ int sm_put_notify_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, cons
         ep->putn_cbctx = cbctx;
     }
     return FERRY_OK;
+}
+
+/* The common case in one pass, with nothing to call: an untracked one to a
+ * connected peer with nothing queued, whose refusals go where the last
+ * one's went, of a size put_notify_checked takes, with room before the
+ * lap's end within the credits cached. Anything else goes to
+ * put_notify_checked, which decides it from the start. */
+int sm_put_notify_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void *local,
+                         size_t size, uint64_t raddr, const uint8_t *rkey, uint8_t tag,
+                         const void *payload, size_t plen, uint32_t flags,
+                         ferry_btl_rdma_cb_t cb, void *cbctx, void *cbdata)
+{
+    sm_module_t *mod = (sm_module_t *)btl;
+    const size_t max = mod != NULL ? chunk_max(mod, sizeof(sm_putn_hdr_t)) : 0;
+    if (__builtin_expect(mod != NULL && ep != NULL && ep->mod == mod && rkey != NULL &&
+                             cb != NULL && flags == FERRY_BTL_PUTN_UNTRACKED &&
+                             cb == ep->putn_cb && cbctx == ep->putn_cbctx &&
+                             tag < FERRY_BTL_TAG_BTL_MIN && (payload != NULL || plen == 0) &&
+                             (local != NULL || size == 0) && ep->state == SM_EP_CONNECTED &&
+                             !ep->deleted && plen <= UINT16_MAX && size <= max &&
+                             plen <= max - size &&
+                             !(mod->cma_ok && size >= mod->p.cma_threshold) &&
+                             util_list_empty(&ep->queue) && ep->rank != mod->super.ctx->rank,
+                         1)) {
+        const uint64_t ring = mod->p.ring_size;
+        const size_t len = sizeof(sm_putn_hdr_t) + plen + size;
+        const uint64_t pos = ep->head, off = pos & (ring - 1), span = sm_span(off, len);
+        if (__builtin_expect(sm_ring_room(ep, ring, off, span), 1)) {
+            unsigned char *slot = ep->out->ring + off + SM_HDR_SIZE;
+            sm_ring_take(ep, ring, off, span);
+            sm_putn_hdr_t *h = (sm_putn_hdr_t *)(void *)slot; /* SM_ALIGN-aligned */
+            h->raddr = raddr;
+            memcpy(&h->key, rkey, sizeof(h->key));
+            h->plen = (uint16_t)plen;
+            h->flags = SM_PUTN_TELL;
+            h->status = FERRY_OK;
+            if (plen > 0)
+                memcpy(slot + sizeof(*h), payload, plen);
+            if (size > 0)
+                sm_copy(slot + sizeof(*h) + plen, local, size);
+            sm_ring_publish(ep, ring, off, span,
+                            sm_hdr_pack((uint32_t)len, tag, SM_T_PUTN, sm_lap(pos, ring)));
+            return FERRY_OK;
+        }
+    }
+    return put_notify_checked(btl, ep, local, size, raddr, rkey, tag, payload, plen, flags, cb,
+                              cbctx, cbdata);
 }
 
 void sm_putn_refusals(ferry_btl_endpoint_t *ep)
