@@ -59,6 +59,8 @@ static const char *expected_reason(const char *what)
         {"putn", "lengths do not add up"},
         {"putn_flags", "unknown flags or a status"},
         {"putn_status", "unknown flags or a status"},
+        {"putn_tag", "truncated put with notification, or one on a reserved tag"},
+        {"putn_short", "truncated put with notification, or one on a reserved tag"},
         {"assist_length", "malformed copy request"},
         {"assist_job", "malformed copy request"},
         {"assist_chunks", "malformed copy request"},
@@ -135,6 +137,15 @@ static void write_garbage(ferry_ctx_t *ctx, const char *what)
         memcpy(ep->out->ring + off + SM_HDR_SIZE, &p, sizeof(p));
         memset(ep->out->ring + off + SM_HDR_SIZE + sizeof(p), 0, 8);
         h = sm_hdr_pack(sizeof(p) + 8, TAG, SM_T_PUTN, sm_lap(ep->head, ring));
+    } else if (strcmp(what, "putn_tag") == 0 || strcmp(what, "putn_short") == 0) {
+        /* Taken in the poll loop beside ordinary messages: a reserved tag,
+         * or a message shorter than its own header, is refused before any
+         * byte of it is used. */
+        bool tag = strcmp(what, "putn_tag") == 0;
+        sm_putn_hdr_t p = {.raddr = 0, .plen = 0, .flags = SM_PUTN_TELL};
+        memcpy(ep->out->ring + off + SM_HDR_SIZE, &p, sizeof(p));
+        h = sm_hdr_pack(tag ? sizeof(p) : sizeof(p) - 1, tag ? FERRY_BTL_TAG_BTL_MIN : TAG,
+                        SM_T_PUTN, sm_lap(ep->head, ring));
     } else if (strncmp(what, "assist_", 7) == 0) {
         uint32_t len = assist_garbage(what, ep->out->ring + off + SM_HDR_SIZE);
         h = sm_hdr_pack(len, 0, SM_T_ASSIST, sm_lap(ep->head, ring));
