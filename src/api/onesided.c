@@ -1237,10 +1237,11 @@ put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const void *buf, 
 
 /* The common case in one pass: no request or callback, a live handle on
  * the peer's current path that covers the range, a transport that took no
- * direct put for the key and writes the put and its notification as one
- * message of its own (sm's ring), nothing queued ahead of it. What the
- * transport declines (FERRY_ERR_NOT_SUPPORTED, nothing started) and every
- * other case are put_notify's from the start. */
+ * direct put for the key, nothing queued ahead of it: the put and its
+ * notification as one message of the transport's own
+ * (api_putn_inline_start, as put_notify takes it). What that declines
+ * (FERRY_ERR_NOT_SUPPORTED, nothing started) and every other case are
+ * put_notify's from the start. */
 int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const void *buf,
                      size_t len, int tag, const void *payload, size_t plen,
                      const ferry_op_params_t *p)
@@ -1258,14 +1259,11 @@ int ferry_put_notify(ferry_ctx_t *ctx, ferry_rkey_h *rh, uint64_t raddr, const v
                                  plen <= peer->max_send &&
                                  rh_covers(rh, raddr, len, FERRY_ACCESS_REMOTE_WRITE) &&
                                  (btl->attr.flags & FERRY_BTL_FLAG_PUT) &&
-                                 btl->ops->put_notify_inline != NULL &&
                                  (rh->direct_no || !api_direct_may(btl, len, NULL)) &&
-                                 util_list_empty(&api->notify_q) && api->cbq_count == 0 &&
-                                 util_list_empty(&api->issue_queue) && !bml_multi(ctx, rh->dst),
+                                 util_list_empty(&api->notify_q) && api->cbq_count == 0,
                              1)) {
-            int rc = btl->ops->put_notify_inline(
-                btl, peer->ep, buf, len, raddr, rh->key, (uint8_t)tag, payload, plen,
-                FERRY_BTL_PUTN_UNTRACKED, api_putn_refused, &api->slots[rh->dst], NULL);
+            int rc = api_putn_inline_start(ctx, rh->dst, rh->module, rh->key, buf, len, raddr,
+                                           (uint8_t)tag, payload, plen, NULL);
             if (rc == FERRY_OK) {
                 api_am_sent(ctx, rh->dst);
                 return FERRY_OK;

@@ -218,20 +218,7 @@ static inline int bml_am_sent(ferry_ctx_t *ctx, int dst, int m, int rc)
     return bml_keeping(ctx, dst) ? bml_am_sent_slow(ctx, dst, m, rc) : rc;
 }
 
-/* At the receipt of one of the API's messages from src through btl: false
- * when it came on a rail src said it lost (drop it: src sends it again),
- * else counted and true. */
 bool bml_am_rx_slow(ferry_ctx_t *ctx, const ferry_btl_module_t *btl, bml_peer_t *bp);
-static inline bool bml_am_rx(ferry_ctx_t *ctx, const ferry_btl_module_t *btl, int src)
-{
-    if (ctx->bml == NULL || ctx->bml->peers == NULL)
-        return true;
-    bml_peer_t *bp = &ctx->bml->peers[src];
-    if (bp->rx_drop != 0)
-        return bml_am_rx_slow(ctx, btl, bp);
-    bp->rx_count++;
-    return true;
-}
 
 /* bml_am_rx when it would only count the message (true: counted), else
  * false with nothing done, for the caller to take the whole way. */
@@ -244,6 +231,14 @@ static inline bool bml_am_rx_simple(ferry_ctx_t *ctx, int src)
         return false;
     bp->rx_count++;
     return true;
+}
+
+/* At the receipt of one of the API's messages from src through btl: false
+ * when it came on a rail src said it lost (drop it: src sends it again),
+ * else counted and true. */
+static inline bool bml_am_rx(ferry_ctx_t *ctx, const ferry_btl_module_t *btl, int src)
+{
+    return bml_am_rx_simple(ctx, src) || bml_am_rx_slow(ctx, btl, &ctx->bml->peers[src]);
 }
 
 /* Sends what the replay owes: counts asked for, losses told, messages sent

@@ -35,11 +35,12 @@ typedef struct btl_nonces {
  * pool. An error is logged with who ("sm") and returned. */
 int btl_base_nonce(ferry_btl_module_t *btl, btl_nonces_t *pool, const char *who, uint64_t *out);
 
+/* The part of btl_base_deliver for a tag with no handler. */
+int btl_base_deliver_unhandled(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd);
+
 /* Hands a received fragment to its tag's handler. A fragment for a tag with
  * no handler is dropped with a warning (the peer broke the protocol or
  * registered late) and FERRY_ERR_NOT_FOUND is returned. */
-/* The part of btl_base_deliver for a tag with no handler. */
-int btl_base_deliver_unhandled(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd);
 static inline int btl_base_deliver(ferry_btl_module_t *btl, const ferry_btl_recv_desc_t *rd)
 {
     ferry_btl_am_cb_t cb = btl->am[rd->tag].cb;

@@ -744,6 +744,24 @@ int sm_put_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void 
     return FERRY_OK;
 }
 
+/* A put with notification's bytes at slot (SM_ALIGN-aligned), after its
+ * ring header: the header, the notification's payload, then the data. */
+static inline void putn_write(unsigned char *slot, uint64_t raddr, const uint8_t *rkey,
+                              uint16_t flags, const void *payload, size_t plen,
+                              const void *local, size_t size)
+{
+    sm_putn_hdr_t *h = (sm_putn_hdr_t *)(void *)slot;
+    h->raddr = raddr;
+    memcpy(&h->key, rkey, sizeof(h->key));
+    h->plen = (uint16_t)plen;
+    h->flags = flags;
+    h->status = FERRY_OK;
+    if (plen > 0)
+        memcpy(slot + sizeof(*h), payload, plen);
+    if (size > 0)
+        sm_copy(slot + sizeof(*h) + plen, local, size);
+}
+
 /* sm_put_notify_inline with every check, and every case: a tracked one, a
  * first untracked one, a lap's end, credits to read again. */
 static int __attribute__((noinline))
@@ -780,16 +798,7 @@ put_notify_checked(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, const void
             util_pool_put(&mod->iops, p);
         return FERRY_ERR_NOT_SUPPORTED;
     }
-    sm_putn_hdr_t *h = (sm_putn_hdr_t *)(void *)slot; /* SM_ALIGN-aligned */
-    h->raddr = raddr;
-    memcpy(&h->key, rkey, sizeof(h->key));
-    h->plen = (uint16_t)plen;
-    h->flags = tracked ? 0 : SM_PUTN_TELL;
-    h->status = FERRY_OK;
-    if (plen > 0)
-        memcpy(slot + sizeof(*h), payload, plen);
-    if (size > 0)
-        sm_copy(slot + sizeof(*h) + plen, local, size);
+    putn_write(slot, raddr, rkey, tracked ? 0 : SM_PUTN_TELL, payload, plen, local, size);
     sm_ring_commit(ep, pos, (uint32_t)len, tag, SM_T_PUTN);
     if (tracked) {
         iput_track(mod, ep, p, slot, offsetof(sm_putn_hdr_t, status), local, cb, cbctx, cbdata);
@@ -831,16 +840,7 @@ int sm_put_notify_inline(ferry_btl_module_t *btl, ferry_btl_endpoint_t *ep, cons
         if (__builtin_expect(sm_ring_room(ep, ring, off, span), 1)) {
             unsigned char *slot = ep->out->ring + off + SM_HDR_SIZE;
             sm_ring_take(ep, ring, off, span);
-            sm_putn_hdr_t *h = (sm_putn_hdr_t *)(void *)slot; /* SM_ALIGN-aligned */
-            h->raddr = raddr;
-            memcpy(&h->key, rkey, sizeof(h->key));
-            h->plen = (uint16_t)plen;
-            h->flags = SM_PUTN_TELL;
-            h->status = FERRY_OK;
-            if (plen > 0)
-                memcpy(slot + sizeof(*h), payload, plen);
-            if (size > 0)
-                sm_copy(slot + sizeof(*h) + plen, local, size);
+            putn_write(slot, raddr, rkey, SM_PUTN_TELL, payload, plen, local, size);
             sm_ring_publish(ep, ring, off, span,
                             sm_hdr_pack((uint32_t)len, tag, SM_T_PUTN, sm_lap(pos, ring)));
             return FERRY_OK;
